@@ -1,0 +1,24 @@
+-- Deploy pgfence:functions/_fence to pg
+-- requires: functions/_rules
+
+BEGIN;
+
+-- Raise the error a single-job fenced call owes its caller when the batch
+-- machinery did not accept its token: PF002 for an unknown job, PF001 otherwise.
+CREATE FUNCTION pgfence._raise_fence(job_id bigint, status text, detail text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF status IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'PF002',
+            MESSAGE = format('pgfence: job %s not found', job_id),
+            HINT = 'check the job id; finished jobs are deleted after their retention period';
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = 'PF001',
+        MESSAGE = format('pgfence: lease lost on job %s (status %s)', job_id, status),
+        DETAIL = detail,
+        HINT = 'stop working on this job: its result will not be recorded by this attempt';
+END $$;
+COMMENT ON FUNCTION pgfence._raise_fence(bigint, text, text) IS
+  'Private: raise PF002 (no such job) or PF001 (lease lost, with DETAIL) for a refused fenced call.';
+
+COMMIT;

@@ -1,0 +1,112 @@
+-- Deploy pgfence:functions/claim to pg
+-- requires: functions/_rules
+-- requires: functions/_checks
+
+BEGIN;
+
+-- The queues that have queued jobs right now, by a loose index scan over the
+-- claim index (one index probe per queue, whatever the table's depth).
+CREATE FUNCTION pgfence._queued_queues() RETURNS text[]
+LANGUAGE sql STABLE AS $$
+    WITH RECURSIVE q(name) AS (
+        (SELECT j.queue FROM pgfence.jobs j WHERE j.status = 'queued' ORDER BY j.queue LIMIT 1)
+        UNION ALL
+        SELECT (SELECT j.queue FROM pgfence.jobs j
+                 WHERE j.status = 'queued' AND j.queue > q.name ORDER BY j.queue LIMIT 1)
+          FROM q WHERE q.name IS NOT NULL
+    )
+    SELECT coalesce(array_agg(name), '{}') FROM q WHERE name IS NOT NULL
+$$;
+COMMENT ON FUNCTION pgfence._queued_queues() IS
+  'Private: distinct queues that hold queued jobs (loose index scan on jobs_claim_idx).';
+
+-- Claim up to max_jobs runnable jobs for worker_id, in priority DESC,
+-- available_at, id order. Each claimed job gets a fresh attempt_token and a lease
+-- of `lease` from clock_timestamp() (not now(): a claim inside a long transaction
+-- still hands out a full lease). First applies the reclaim rule to a batch of
+-- expired leases, so recovery does not wait for the sweep.
+-- Concurrency: SELECT ... FOR UPDATE SKIP LOCKED in a CTE, then UPDATE FROM it,
+-- so two callers never get the same job and no caller gets more than max_jobs.
+CREATE FUNCTION pgfence.claim(
+    worker_id text,
+    queues    text[]   DEFAULT NULL,
+    lease     interval DEFAULT '30 seconds',
+    max_jobs  integer  DEFAULT 1
+) RETURNS TABLE(id bigint, queue text, kind text, payload jsonb, attempts integer,
+                max_attempts integer, attempt_token uuid, lease_expires_at timestamptz)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_queues text[];
+    v_now timestamptz;
+    v_bad integer;
+BEGIN
+    PERFORM pgfence._check_name('worker_id', worker_id);
+    IF queues IS NOT NULL THEN
+        IF cardinality(queues) = 0 THEN
+            PERFORM pgfence._raise_invalid('queues', '{}', 'is empty',
+                'pass NULL to claim from every queue, or at least one queue name');
+        END IF;
+        SELECT min(t.ord) INTO v_bad FROM unnest(queues) WITH ORDINALITY t(q, ord)
+         WHERE t.q IS NULL OR t.q = '' OR char_length(t.q) > 128;
+        IF v_bad IS NOT NULL THEN
+            PERFORM pgfence._check_name(format('queues[%s]', v_bad), queues[v_bad]);
+        END IF;
+    END IF;
+    PERFORM pgfence._check_lease(lease);
+    PERFORM pgfence._check_range('max_jobs', max_jobs, 1, 1000);
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION USING ERRCODE = 'PF004',
+            MESSAGE = format('pgfence: claim needs READ COMMITTED, not %s', current_setting('transaction_isolation')),
+            HINT = 'call claim in its own transaction (autocommit) or at READ COMMITTED isolation';
+    END IF;
+
+    -- On-claim recovery: the same rule and SQL as the sweep.
+    PERFORM pgfence._reclaim(max_jobs);
+
+    v_queues := CASE WHEN queues IS NULL THEN pgfence._queued_queues()
+                     ELSE ARRAY(SELECT DISTINCT unnest(queues)) END;
+    v_now := clock_timestamp();
+
+    RETURN QUERY
+    WITH picked AS (
+        SELECT c.id, c.priority, c.available_at
+          FROM unnest(v_queues) AS q(name)
+         CROSS JOIN LATERAL (
+                SELECT j.id, j.priority, j.available_at
+                  FROM pgfence.jobs j
+                 WHERE j.status = 'queued'
+                   AND j.queue = q.name
+                   AND j.available_at <= v_now
+                 ORDER BY j.priority DESC, j.available_at, j.id
+                 LIMIT max_jobs
+                   FOR UPDATE SKIP LOCKED) c
+         ORDER BY c.priority DESC, c.available_at, c.id
+         LIMIT max_jobs
+    ), claimed AS (
+        UPDATE pgfence.jobs j
+           SET status           = 'processing',
+               attempts         = j.attempts + 1,
+               attempt_token    = gen_random_uuid(),
+               reserved_by      = worker_id,
+               reserved_at      = v_now,
+               heartbeat_at     = NULL,
+               lease_expires_at = v_now + lease,
+               updated_at       = v_now
+          FROM picked p
+         WHERE j.id = p.id
+        RETURNING j.id, j.queue, j.kind, j.payload, j.attempts, j.max_attempts, j.attempt_token,
+                  j.lease_expires_at, p.priority, p.available_at
+    )
+    SELECT c.id, c.queue, c.kind, c.payload, c.attempts, c.max_attempts, c.attempt_token, c.lease_expires_at
+      FROM claimed c
+     ORDER BY c.priority DESC, c.available_at, c.id;
+END $$;
+
+COMMENT ON FUNCTION pgfence.claim(text, text[], interval, integer) IS
+$$Claim 0..max_jobs (1..1000) runnable jobs for worker_id from queues (NULL = all), priority DESC,
+available_at, id order, each with a fresh attempt_token and a lease (1 ms..1 day) from clock_timestamp().
+Reclaims a batch of expired leases first (same rule as the sweep). Never hands one job to two callers.
+Needs READ COMMITTED (PF004 otherwise). Errors: 22004, 22023.$$;
+
+COMMIT;

@@ -1,0 +1,107 @@
+-- Deploy pgfence:functions/enqueue to pg
+-- requires: tables/jobs
+-- requires: functions/_checks
+
+BEGIN;
+
+-- Checks the options every enqueue shares (single and batch).
+CREATE FUNCTION pgfence._check_enqueue_options(queue text, max_attempts integer, recovery_policy text)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pgfence._check_name('queue', queue);
+    PERFORM pgfence._check_range('max_attempts', max_attempts, 1, 1000);
+    IF recovery_policy IS NULL THEN
+        PERFORM pgfence._raise_null('recovery_policy', 'pass ''auto'' or ''manual''');
+    ELSIF recovery_policy NOT IN ('auto', 'manual') THEN
+        PERFORM pgfence._raise_invalid('recovery_policy', quote_literal(recovery_policy), 'unknown policy',
+            'pass ''auto'' (requeue when a lease expires) or ''manual'' (send to manual_review for a human)');
+    END IF;
+END $$;
+COMMENT ON FUNCTION pgfence._check_enqueue_options(text, integer, text) IS
+  'Private: check queue, max_attempts and recovery_policy of an enqueue.';
+
+CREATE FUNCTION pgfence._check_idempotency_key(arg text, value text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF value = '' OR char_length(value) > 255 THEN
+        PERFORM pgfence._raise_invalid(arg, quote_literal(value), format('length %s is outside 1..255', char_length(value)),
+            'pass NULL for no key, or a key of 1 to 255 characters');
+    END IF;
+END $$;
+COMMENT ON FUNCTION pgfence._check_idempotency_key(text, text) IS
+  'Private: check an idempotency key (NULL, or 1..255 characters).';
+
+-- Enqueue one job and return its id. With an idempotency_key, while a job with the
+-- same (queue, key) is queued, processing, manual_review or done, nothing is
+-- inserted and that job's id is returned, also under concurrent same-key calls.
+-- Runs in the caller's transaction: rolled back with it.
+CREATE FUNCTION pgfence.enqueue(
+    kind            text,
+    payload         jsonb       DEFAULT '{}',
+    queue           text        DEFAULT 'default',
+    priority        integer     DEFAULT 0,
+    run_at          timestamptz DEFAULT NULL,
+    max_attempts    integer     DEFAULT 3,
+    recovery_policy text        DEFAULT 'auto',
+    idempotency_key text        DEFAULT NULL
+) RETURNS bigint
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_id bigint;
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    PERFORM pgfence._check_name('kind', kind);
+    PERFORM pgfence._check_payload('payload', payload);
+    PERFORM pgfence._check_enqueue_options(queue, max_attempts, recovery_policy);
+    IF enqueue.priority IS NULL THEN
+        PERFORM pgfence._raise_null('priority', 'pass an integer priority (higher runs first), default 0');
+    END IF;
+    PERFORM pgfence._check_idempotency_key('idempotency_key', idempotency_key);
+
+    IF idempotency_key IS NULL THEN
+        INSERT INTO pgfence.jobs (queue, kind, payload, priority, available_at, max_attempts,
+                                  recovery_policy, created_at, updated_at)
+        VALUES (enqueue.queue, enqueue.kind, enqueue.payload, enqueue.priority,
+                coalesce(enqueue.run_at, v_now), enqueue.max_attempts, enqueue.recovery_policy, v_now, v_now)
+        RETURNING id INTO v_id;
+        PERFORM pg_notify('pgfence_enqueue', enqueue.queue);
+        RETURN v_id;
+    END IF;
+
+    -- Insert unless the key is held; a concurrent holder makes us wait for its
+    -- transaction, then either we insert (it rolled back) or we read its id.
+    -- If the holder left the key-holding states in between, try again.
+    LOOP
+        INSERT INTO pgfence.jobs AS j (queue, kind, payload, priority, available_at, max_attempts,
+                                       recovery_policy, idempotency_key, created_at, updated_at)
+        VALUES (enqueue.queue, enqueue.kind, enqueue.payload, enqueue.priority,
+                coalesce(enqueue.run_at, v_now), enqueue.max_attempts, enqueue.recovery_policy,
+                enqueue.idempotency_key, v_now, v_now)
+        ON CONFLICT (queue, idempotency_key)
+            WHERE idempotency_key IS NOT NULL
+              AND status IN ('queued', 'processing', 'manual_review', 'done')
+            DO NOTHING
+        RETURNING j.id INTO v_id;
+        IF v_id IS NOT NULL THEN
+            PERFORM pg_notify('pgfence_enqueue', enqueue.queue);
+            RETURN v_id;
+        END IF;
+        SELECT j.id INTO v_id FROM pgfence.jobs j
+         WHERE j.queue = enqueue.queue AND j.idempotency_key = enqueue.idempotency_key
+           AND j.status IN ('queued', 'processing', 'manual_review', 'done');
+        IF v_id IS NOT NULL THEN
+            RETURN v_id;
+        END IF;
+    END LOOP;
+END $$;
+
+COMMENT ON FUNCTION pgfence.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text) IS
+$$Enqueue one job; returns its id. payload: a JSON object of at most 1 MiB. run_at NULL = now.
+max_attempts 1..1000. recovery_policy 'auto' (expired lease -> queued) or 'manual' (-> manual_review).
+idempotency_key: while a job with the same (queue, key) is queued/processing/manual_review/done, returns
+that job's id and inserts nothing. Joins the caller's transaction. Notifies channel pgfence_enqueue
+with the queue name. Errors: 22004 NULL argument, 22023 bad value.$$;
+
+COMMIT;

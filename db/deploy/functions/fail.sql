@@ -1,0 +1,158 @@
+-- Deploy pgfence:functions/fail to pg
+-- requires: functions/_fence
+-- requires: functions/_checks
+
+BEGIN;
+
+-- The retry decision, in one place: a failed attempt goes back to the queue with
+-- a backoff while attempts remain and the error is not permanent, else it is
+-- dead-lettered (failed).
+CREATE FUNCTION pgfence._fail_status(permanent boolean, attempts integer, max_attempts integer)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN permanent OR attempts >= max_attempts THEN 'failed' ELSE 'queued' END
+$$;
+COMMENT ON FUNCTION pgfence._fail_status(boolean, integer, integer) IS
+  'Private: the retry rule: permanent or attempts exhausted -> failed, else queued.';
+
+-- Fail a batch of attempts, each with its error. Per job: back to queued at
+-- clock_timestamp() + (retry_ins[i] or the backoff) while attempts < max_attempts
+-- and not permanent, else failed. Only where the token is current. One row per
+-- input in input order; accepted = this token's failure is recorded (now or
+-- already: a retry of a fail that dead-lettered the job is accepted).
+CREATE FUNCTION pgfence.fail_many(
+    job_ids        bigint[],
+    attempt_tokens uuid[],
+    errors         text[],
+    retry_ins      interval[] DEFAULT NULL,
+    permanents     boolean[]  DEFAULT NULL
+) RETURNS TABLE(id bigint, accepted boolean, status text, detail text)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    n integer := pgfence._check_batch(job_ids, attempt_tokens);
+    v_now timestamptz := clock_timestamp();
+    v_bad integer;
+BEGIN
+    IF errors IS NULL THEN
+        PERFORM pgfence._raise_null('errors', 'pass one error text per job id');
+    ELSIF cardinality(errors) <> n OR cardinality(retry_ins) <> n OR cardinality(permanents) <> n THEN
+        PERFORM pgfence._raise_invalid('array lengths',
+            format('errors=%s retry_ins=%s permanents=%s', cardinality(errors), cardinality(retry_ins), cardinality(permanents)),
+            format('job_ids has %s elements', n), 'pass exactly one element per job id (retry_ins and permanents may be NULL)');
+    END IF;
+    SELECT min(t.ord) INTO v_bad FROM unnest(errors) WITH ORDINALITY t(e, ord)
+     WHERE t.e IS NULL OR char_length(t.e) > 100000;
+    IF v_bad IS NOT NULL THEN
+        PERFORM pgfence._check_error(format('errors[%s]', v_bad), errors[v_bad]);
+    END IF;
+    SELECT min(t.ord) INTO v_bad FROM unnest(retry_ins) WITH ORDINALITY t(r, ord)
+     WHERE t.r < interval '0' OR t.r > interval '365 days';
+    IF v_bad IS NOT NULL THEN
+        PERFORM pgfence._check_retry_in(format('retry_ins[%s]', v_bad), retry_ins[v_bad]);
+    END IF;
+
+    RETURN QUERY
+    WITH input AS (
+        SELECT t.id, t.token, t.error, t.retry_in, coalesce(t.permanent, false) AS permanent, t.ord
+          FROM unnest(job_ids, attempt_tokens, errors, retry_ins, permanents)
+               WITH ORDINALITY AS t(id, token, error, retry_in, permanent, ord)
+    ), target AS (
+        SELECT j.id, j.attempt_token, i.error,
+               pgfence._fail_status(i.permanent, j.attempts, j.max_attempts) AS new_status,
+               coalesce(i.retry_in, pgfence._backoff(j.attempts)) AS delay
+          FROM pgfence.jobs j JOIN input i ON i.id = j.id AND i.token = j.attempt_token
+         WHERE j.status = 'processing'
+    ), upd AS (
+        UPDATE pgfence.jobs j
+           SET status           = t.new_status,
+               available_at     = CASE WHEN t.new_status = 'queued' THEN v_now + t.delay ELSE j.available_at END,
+               attempt_token    = CASE WHEN t.new_status = 'queued' THEN NULL ELSE j.attempt_token END,
+               reserved_by      = CASE WHEN t.new_status = 'queued' THEN NULL ELSE j.reserved_by END,
+               reserved_at      = CASE WHEN t.new_status = 'queued' THEN NULL ELSE j.reserved_at END,
+               heartbeat_at     = CASE WHEN t.new_status = 'queued' THEN NULL ELSE j.heartbeat_at END,
+               lease_expires_at = NULL,
+               last_error       = t.error,
+               finished_at      = CASE WHEN t.new_status = 'failed' THEN v_now END,
+               updated_at       = v_now
+          FROM target t
+         WHERE j.id = t.id AND j.status = 'processing' AND j.attempt_token = t.attempt_token
+        RETURNING j.id, j.status
+    )
+    SELECT i.id,
+           coalesce(u.id IS NOT NULL OR (j.status = 'failed' AND j.attempt_token = i.token), false),
+           coalesce(u.status, j.status),
+           CASE WHEN u.id IS NOT NULL OR (j.status = 'failed' AND j.attempt_token = i.token) THEN NULL
+                ELSE pgfence._fence_detail(j.status, j.attempt_token, i.token, j.last_error, j.reserved_by) END
+      FROM input i
+      LEFT JOIN upd u ON u.id = i.id
+      LEFT JOIN pgfence.jobs j ON j.id = i.id
+     ORDER BY i.ord;
+END $$;
+
+COMMENT ON FUNCTION pgfence.fail_many(bigint[], uuid[], text[], interval[], boolean[]) IS
+$$Fail 1..10000 attempts in one call, each with errors[i]; retry_ins[i] (0..365 days) overrides the
+backoff least(1 s * 2^(attempts-1), 5 min); permanents[i] dead-letters at once. Returns (id, accepted,
+status, detail) per input in input order; status is queued (retry) or failed (dead letter) when accepted.
+Errors: 22004, 22023.$$;
+
+CREATE FUNCTION pgfence._check_error(arg text, value text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF value IS NULL THEN
+        PERFORM pgfence._raise_null(arg, 'pass an error text (type, message, traceback)');
+    ELSIF char_length(value) > 100000 THEN
+        PERFORM pgfence._raise_invalid(arg, format('(%s characters)', char_length(value)),
+            'longer than 100000 characters', 'truncate the error text, e.g. keep the end of the traceback');
+    END IF;
+END $$;
+COMMENT ON FUNCTION pgfence._check_error(text, text) IS
+  'Private: check an error text (not NULL, at most 100000 characters).';
+
+CREATE FUNCTION pgfence._check_retry_in(arg text, value interval) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF value < interval '0' OR value > interval '365 days' THEN
+        PERFORM pgfence._raise_invalid(arg, value::text, 'outside 0..365 days',
+            'pass NULL for the default backoff, or a delay between 0 and 365 days');
+    END IF;
+END $$;
+COMMENT ON FUNCTION pgfence._check_retry_in(text, interval) IS
+  'Private: check a retry delay (NULL, or 0..365 days).';
+
+-- Fail one attempt. Returns the job's new status: queued (retry later) or failed.
+CREATE FUNCTION pgfence.fail(
+    job_id        bigint,
+    attempt_token uuid,
+    error         text,
+    retry_in      interval DEFAULT NULL,
+    permanent     boolean  DEFAULT false
+) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+BEGIN
+    IF job_id IS NULL THEN
+        PERFORM pgfence._raise_null('job_id', 'pass the id of the job that failed');
+    ELSIF attempt_token IS NULL THEN
+        PERFORM pgfence._raise_null('attempt_token', 'pass the attempt_token that claim returned');
+    ELSIF permanent IS NULL THEN
+        PERFORM pgfence._raise_null('permanent', 'pass true to dead-letter now, false to retry while attempts remain');
+    END IF;
+    PERFORM pgfence._check_error('error', error);
+    PERFORM pgfence._check_retry_in('retry_in', retry_in);
+    SELECT * INTO r FROM pgfence.fail_many(ARRAY[job_id], ARRAY[attempt_token], ARRAY[error],
+                                           ARRAY[retry_in], ARRAY[permanent]);
+    IF NOT r.accepted THEN
+        PERFORM pgfence._raise_fence(job_id, r.status, r.detail);
+    END IF;
+    RETURN r.status;
+END $$;
+
+COMMENT ON FUNCTION pgfence.fail(bigint, uuid, text, interval, boolean) IS
+$$Fail a job's current attempt with error, only while attempt_token is current. Returns the new status:
+'queued' (available at clock_timestamp() + coalesce(retry_in, least(1 s * 2^(attempts-1), 5 min))) while
+attempts < max_attempts and not permanent, else 'failed' (dead letter). Idempotent for the token that
+dead-lettered the job. Errors: PF001 lease lost (DETAIL), PF002 unknown job, 22004, 22023.$$;
+
+COMMIT;

@@ -1,0 +1,72 @@
+-- Deploy pgfence:functions/heartbeat to pg
+-- requires: functions/_fence
+-- requires: functions/_checks
+
+BEGIN;
+
+-- Extend the leases of a batch of attempts (typically all of one worker's
+-- in-flight jobs) in one round trip: lease_expires_at = clock_timestamp() + lease,
+-- heartbeat_at stamped, only where the token is current. A lease stays valid until
+-- someone takes it away: a heartbeat after expiry but before any reclaim succeeds.
+CREATE FUNCTION pgfence.heartbeat_many(
+    job_ids        bigint[],
+    attempt_tokens uuid[],
+    lease          interval DEFAULT '30 seconds'
+) RETURNS TABLE(id bigint, accepted boolean, lease_expires_at timestamptz, status text, detail text)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    n integer := pgfence._check_batch(job_ids, attempt_tokens);
+    v_now timestamptz;
+BEGIN
+    PERFORM pgfence._check_lease(lease);
+    v_now := clock_timestamp();
+    RETURN QUERY
+    WITH input AS (
+        SELECT t.id, t.token, t.ord
+          FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS t(id, token, ord)
+    ), upd AS (
+        UPDATE pgfence.jobs j
+           SET lease_expires_at = v_now + lease, heartbeat_at = v_now, updated_at = v_now
+          FROM input i
+         WHERE j.id = i.id AND j.status = 'processing' AND j.attempt_token = i.token
+        RETURNING j.id, j.lease_expires_at
+    )
+    SELECT i.id, u.id IS NOT NULL, u.lease_expires_at,
+           CASE WHEN u.id IS NOT NULL THEN 'processing' ELSE j.status END,
+           CASE WHEN u.id IS NOT NULL THEN NULL
+                ELSE pgfence._fence_detail(j.status, j.attempt_token, i.token, j.last_error, j.reserved_by) END
+      FROM input i
+      LEFT JOIN upd u ON u.id = i.id
+      LEFT JOIN pgfence.jobs j ON j.id = i.id
+     ORDER BY i.ord;
+END $$;
+
+COMMENT ON FUNCTION pgfence.heartbeat_many(bigint[], uuid[], interval) IS
+$$Extend 1..10000 leases in one call to clock_timestamp() + lease (1 ms..1 day) where the token is
+current. Returns (id, accepted, lease_expires_at, status, detail) per input in input order; refused rows
+change nothing. Errors: 22004, 22023.$$;
+
+CREATE FUNCTION pgfence.heartbeat(job_id bigint, attempt_token uuid, lease interval DEFAULT '30 seconds')
+RETURNS timestamptz
+LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+BEGIN
+    IF job_id IS NULL THEN
+        PERFORM pgfence._raise_null('job_id', 'pass the id of the job being worked on');
+    ELSIF attempt_token IS NULL THEN
+        PERFORM pgfence._raise_null('attempt_token', 'pass the attempt_token that claim returned');
+    END IF;
+    SELECT * INTO r FROM pgfence.heartbeat_many(ARRAY[job_id], ARRAY[attempt_token], lease);
+    IF NOT r.accepted THEN
+        PERFORM pgfence._raise_fence(job_id, r.status, r.detail);
+    END IF;
+    RETURN r.lease_expires_at;
+END $$;
+
+COMMENT ON FUNCTION pgfence.heartbeat(bigint, uuid, interval) IS
+$$Extend a lease to clock_timestamp() + lease and stamp heartbeat_at, only while attempt_token is
+current; returns the new expiry. Errors: PF001 lease lost (DETAIL), PF002 unknown job, 22004, 22023.$$;
+
+COMMIT;

@@ -1,0 +1,76 @@
+-- Deploy pgfence:functions/sweep to pg
+-- requires: functions/reclaim_expired
+-- requires: tables/sweeper_status
+
+BEGIN;
+
+-- Reclaim every expired lease, batch_size at a time, each batch committed in its
+-- own transaction (so 100,000 expired rows never sit in one long transaction).
+-- Overlapping sweeps are harmless: batches take rows with SKIP LOCKED. CALL it
+-- outside an explicit transaction block; reclaimed returns the total.
+CREATE PROCEDURE pgfence.sweep(INOUT reclaimed bigint DEFAULT 0, batch_size integer DEFAULT 1000)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_batch bigint;
+BEGIN
+    PERFORM pgfence._check_range('batch_size', batch_size, 1, 10000);
+    reclaimed := 0;
+    LOOP
+        SELECT count(*) INTO v_batch FROM pgfence._reclaim(batch_size);
+        reclaimed := reclaimed + v_batch;
+        COMMIT;
+        EXIT WHEN v_batch < batch_size;
+    END LOOP;
+END $$;
+
+COMMENT ON PROCEDURE pgfence.sweep(bigint, integer) IS
+$$Reclaim every expired lease (batch_size 1..10000 per transaction, each committed). CALL pgfence.sweep();
+outside a transaction block. Returns reclaimed = total jobs reclaimed. Safe to run concurrently.$$;
+
+-- The background sweeper pg_cron starts every minute: a pass every pass_interval
+-- until the end of the current minute (pg_cron 1.4 schedules by the minute only),
+-- so a lease is reclaimed within about pass_interval of its expiry. A pass is
+-- skipped while another session holds the advisory lock
+-- hashtext('pgfence.sweep') (another sweeper, or an operator pausing it).
+CREATE PROCEDURE pgfence.run_sweeper(pass_interval interval DEFAULT '0.5 seconds', run_until timestamptz DEFAULT NULL)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_until timestamptz := coalesce(run_until, date_trunc('minute', clock_timestamp()) + interval '1 minute');
+    v_reclaimed bigint;
+BEGIN
+    IF pass_interval IS NULL OR pass_interval < interval '10 milliseconds' OR pass_interval > interval '1 minute' THEN
+        PERFORM pgfence._raise_invalid('pass_interval', coalesce(pass_interval::text, 'NULL'),
+            'outside 10 ms..1 minute', 'pass an interval such as ''0.5 seconds''');
+    END IF;
+    -- Keep pg_cron's run log bounded: a day of this job's runs.
+    IF to_regclass('cron.job_run_details') IS NOT NULL THEN
+        BEGIN
+            DELETE FROM cron.job_run_details
+             WHERE end_time < now() - interval '1 day'
+               AND jobid IN (SELECT jobid FROM cron.job WHERE jobname = 'pgfence-reclaim');
+        EXCEPTION WHEN insufficient_privilege THEN
+            RAISE NOTICE 'pgfence: cannot trim cron.job_run_details (%); trim it yourself', SQLERRM;
+        END;
+    END IF;
+    COMMIT;
+    LOOP
+        EXIT WHEN to_regclass('pgfence.jobs') IS NULL;  -- reverted under us
+        IF pg_try_advisory_xact_lock(hashtext('pgfence.sweep')) THEN
+            v_reclaimed := 0;
+            CALL pgfence.sweep(v_reclaimed);
+            UPDATE pgfence.sweeper_status
+               SET last_pass_at = clock_timestamp(), last_reclaimed = v_reclaimed,
+                   total_reclaimed = total_reclaimed + v_reclaimed;
+        END IF;
+        COMMIT;
+        EXIT WHEN clock_timestamp() + pass_interval >= v_until;
+        PERFORM pg_sleep(extract(epoch FROM pass_interval));
+    END LOOP;
+END $$;
+
+COMMENT ON PROCEDURE pgfence.run_sweeper(interval, timestamptz) IS
+$$Background sweeper: CALL pgfence.sweep() every pass_interval (default 0.5 s) until run_until (default:
+the end of the current minute), recording each pass in pgfence.sweeper_status. pg_cron job
+'pgfence-reclaim' starts it every minute. Holding pg_advisory_lock(hashtext('pgfence.sweep')) pauses it.$$;
+
+COMMIT;

@@ -1,0 +1,7 @@
+-- Revert pgfence:functions/_fence from pg
+
+BEGIN;
+
+DROP FUNCTION pgfence._raise_fence(bigint, text, text);
+
+COMMIT;

@@ -1,0 +1,9 @@
+-- Revert pgfence:functions/enqueue from pg
+
+BEGIN;
+
+DROP FUNCTION pgfence.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text);
+DROP FUNCTION pgfence._check_idempotency_key(text, text);
+DROP FUNCTION pgfence._check_enqueue_options(text, integer, text);
+
+COMMIT;

@@ -1,0 +1,7 @@
+-- Revert pgfence:tables/jobs from pg
+
+BEGIN;
+
+DROP TABLE pgfence.jobs;
+
+COMMIT;

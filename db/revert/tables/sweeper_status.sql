@@ -1,0 +1,7 @@
+-- Revert pgfence:tables/sweeper_status from pg
+
+BEGIN;
+
+DROP TABLE pgfence.sweeper_status;
+
+COMMIT;

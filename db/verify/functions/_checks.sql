@@ -1,0 +1,13 @@
+-- Verify pgfence:functions/_checks on pg
+
+BEGIN;
+
+SELECT 'pgfence._raise_null(text, text)'::regprocedure,
+       'pgfence._raise_invalid(text, text, text, text)'::regprocedure,
+       'pgfence._check_name(text, text)'::regprocedure,
+       'pgfence._check_lease(interval)'::regprocedure,
+       'pgfence._check_range(text, integer, integer, integer)'::regprocedure,
+       'pgfence._check_payload(text, jsonb)'::regprocedure,
+       'pgfence._check_batch(bigint[], uuid[])'::regprocedure;
+
+ROLLBACK;

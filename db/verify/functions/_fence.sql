@@ -1,0 +1,7 @@
+-- Verify pgfence:functions/_fence on pg
+
+BEGIN;
+
+SELECT 'pgfence._raise_fence(bigint, text, text)'::regprocedure;
+
+ROLLBACK;
