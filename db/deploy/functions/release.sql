@@ -4,22 +4,41 @@
 
 BEGIN;
 
--- Give a batch of attempts back without a result (a worker shutting down): the
--- same rule as an expired lease, applied now: auto jobs with attempts left go
--- back to the queue at once, manual jobs to manual_review (their handler may
--- have started a side effect), exhausted jobs to failed. The attempt counts.
-CREATE FUNCTION pgfence.release_many(job_ids bigint[], attempt_tokens uuid[])
+-- Give a batch of attempts back without a result (a worker shutting down).
+-- started = true (a handler ran): the same rule as an expired lease, applied now:
+-- auto jobs with attempts left go back to the queue at once, manual jobs to
+-- manual_review (the handler may have begun a side effect), exhausted jobs to
+-- failed; the attempt counts. started = false (claimed but never handed to a
+-- handler): back to the queue, and the attempt does not count.
+CREATE FUNCTION pgfence.release_many(job_ids bigint[], attempt_tokens uuid[], started boolean DEFAULT true)
 RETURNS TABLE(id bigint, accepted boolean, status text, detail text)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
     n integer := pgfence._check_batch(job_ids, attempt_tokens);
+    v_now timestamptz := clock_timestamp();
 BEGIN
+    IF started IS NULL THEN
+        PERFORM pgfence._raise_null('started', 'pass true if a handler ran the job, false if it never started');
+    END IF;
     RETURN QUERY
     WITH input AS (
         SELECT t.id, t.token, t.ord FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS t(id, token, ord)
+    ), unstarted AS (
+        UPDATE pgfence.jobs j
+           SET status = 'queued', attempts = j.attempts - 1, available_at = v_now, attempt_token = NULL,
+               reserved_by = NULL, reserved_at = NULL, heartbeat_at = NULL, lease_expires_at = NULL,
+               updated_at = v_now
+          FROM input i
+         WHERE NOT started AND j.id = i.id AND j.status = 'processing' AND j.attempt_token = i.token
+        RETURNING j.id, j.status
     ), rec AS (
-        SELECT r.id, r.status FROM pgfence._recover(job_ids, attempt_tokens, 'released by worker before completion', false) r
+        -- started decides which of the two runs: the other gets no ids.
+        SELECT r.id, r.status
+          FROM pgfence._recover(CASE WHEN started THEN job_ids ELSE '{}' END, attempt_tokens,
+                                'released by worker before completion', false) r
+        UNION ALL
+        SELECT u.id, u.status FROM unstarted u
     )
     SELECT i.id, r.id IS NOT NULL, coalesce(r.status, j.status),
            CASE WHEN r.id IS NOT NULL THEN NULL
@@ -30,12 +49,13 @@ BEGIN
      ORDER BY i.ord;
 END $$;
 
-COMMENT ON FUNCTION pgfence.release_many(bigint[], uuid[]) IS
-$$Give 1..10000 attempts back without a result (graceful shutdown), fenced by token, by the reclaim rule:
-auto with attempts left -> queued now, manual -> manual_review, exhausted -> failed. The attempt counts;
+COMMENT ON FUNCTION pgfence.release_many(bigint[], uuid[], boolean) IS
+$$Give 1..10000 attempts back without a result (graceful shutdown), fenced by token. started = true (default):
+by the reclaim rule (auto with attempts left -> queued now, manual -> manual_review, exhausted -> failed), the
+attempt counts. started = false (never handed to a handler): -> queued now, the attempt does not count.
 reclaim_count does not change. Returns (id, accepted, status, detail) per input in input order.$$;
 
-CREATE FUNCTION pgfence.release(job_id bigint, attempt_token uuid) RETURNS text
+CREATE FUNCTION pgfence.release(job_id bigint, attempt_token uuid, started boolean DEFAULT true) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
     r record;
@@ -45,15 +65,16 @@ BEGIN
     ELSIF attempt_token IS NULL THEN
         PERFORM pgfence._raise_null('attempt_token', 'pass the attempt_token that claim returned');
     END IF;
-    SELECT * INTO r FROM pgfence.release_many(ARRAY[job_id], ARRAY[attempt_token]);
+    SELECT * INTO r FROM pgfence.release_many(ARRAY[job_id], ARRAY[attempt_token], started);
     IF NOT r.accepted THEN
         PERFORM pgfence._raise_fence(job_id, r.status, r.detail);
     END IF;
     RETURN r.status;
 END $$;
 
-COMMENT ON FUNCTION pgfence.release(bigint, uuid) IS
-$$Give one attempt back without a result (fenced); returns the new status (queued, manual_review or
-failed, by the reclaim rule). Errors: PF001 lease lost, PF002 unknown job, 22004.$$;
+COMMENT ON FUNCTION pgfence.release(bigint, uuid, boolean) IS
+$$Give one attempt back without a result (fenced); returns the new status: by the reclaim rule (queued,
+manual_review or failed) when started, else queued with the attempt uncounted. Errors: PF001 lease lost,
+PF002 unknown job, 22004.$$;
 
 COMMIT;

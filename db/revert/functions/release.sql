@@ -2,7 +2,7 @@
 
 BEGIN;
 
-DROP FUNCTION pgfence.release(bigint, uuid);
-DROP FUNCTION pgfence.release_many(bigint[], uuid[]);
+DROP FUNCTION pgfence.release(bigint, uuid, boolean);
+DROP FUNCTION pgfence.release_many(bigint[], uuid[], boolean);
 
 COMMIT;

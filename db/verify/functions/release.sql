@@ -2,7 +2,7 @@
 
 BEGIN;
 
-SELECT 'pgfence.release(bigint, uuid)'::regprocedure,
-       'pgfence.release_many(bigint[], uuid[])'::regprocedure;
+SELECT 'pgfence.release(bigint, uuid, boolean)'::regprocedure,
+       'pgfence.release_many(bigint[], uuid[], boolean)'::regprocedure;
 
 ROLLBACK;

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# pgfence: install what the dev/test workflow needs, only what is missing.
+# Idempotent; fast (no apt, no pip) when everything is already present.
+#
+#   apt (as root):  postgresql-<major>-cron, sqitch, libdbd-pg-perl
+#                   (+ postgresql-<major>-pgtap, postgresql-<major>-plpgsql-check when
+#                   the package lists offer them; optional)
+#   python:         $REPO/.venv with psycopg, psycopg-pool, pytest, pytest-timeout,
+#                   mypy, testcontainers, and `pip install -e python_client`
+#
+# <major> is the highest installed PostgreSQL server (/usr/lib/postgresql/N/bin/postgres).
+# If the package lists have no postgresql-<major>-cron (or no server is installed),
+# the newest postgresql-N + postgresql-N-cron pair offered is installed instead;
+# scripts/pg.sh always uses the highest installed major, so that one gets used.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
+cd "$REPO"
+log() { printf 'setup.sh: %s\n' "$*" >&2; }
+die() { printf 'setup.sh: ERROR: %s\n' "$*" >&2; exit 1; }
+
+# ---------------------------------------------------------------- apt ------
+installed_major() {
+  local best="" d n
+  for d in /usr/lib/postgresql/*/bin/postgres; do
+    [[ -x "$d" ]] || continue
+    n="${d#/usr/lib/postgresql/}"; n="${n%%/*}"
+    [[ "$n" =~ ^[0-9]+$ ]] || continue
+    if [[ -z "$best" || "$n" -gt "$best" ]]; then best="$n"; fi
+  done
+  printf '%s' "$best"
+}
+
+pkg_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
+pkg_available() { apt-cache show "$1" >/dev/null 2>&1; }
+
+MAJOR="$(installed_major)"
+required=(sqitch libdbd-pg-perl)
+if [[ -n "$MAJOR" ]]; then required+=("postgresql-${MAJOR}-cron"); fi
+
+missing=()
+[[ -n "$MAJOR" ]] || missing+=("postgresql-server")
+for p in "${required[@]}"; do pkg_installed "$p" || missing+=("$p"); done
+# the binaries that matter, in case dpkg says yes but the files are gone
+if [[ -n "$MAJOR" && ! -f "/usr/lib/postgresql/${MAJOR}/lib/pg_cron.so" ]] && pkg_installed "postgresql-${MAJOR}-cron"; then
+  missing+=("postgresql-${MAJOR}-cron(reinstall)")
+fi
+if ! command -v sqitch >/dev/null 2>&1 && pkg_installed sqitch; then missing+=("sqitch(binary)"); fi
+
+if ((${#missing[@]})); then
+  log "missing: ${missing[*]}"
+  if [[ "$(id -u)" -ne 0 ]]; then
+    m="${MAJOR:-15}"
+    die "not root; install them with:
+  sudo apt-get update && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql-${m} postgresql-${m}-cron sqitch libdbd-pg-perl"
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  log "apt-get update"
+  apt-get update -qq
+  if [[ -z "$MAJOR" ]] || ! pkg_available "postgresql-${MAJOR}-cron"; then
+    # newest N offering both postgresql-N and postgresql-N-cron
+    best=""
+    while read -r name; do
+      n="${name#postgresql-}"; n="${n%-cron}"
+      [[ "$n" =~ ^[0-9]+$ ]] || continue
+      pkg_available "postgresql-${n}" || continue
+      if [[ -z "$best" || "$n" -gt "$best" ]]; then best="$n"; fi
+    done < <(apt-cache pkgnames postgresql- 2>/dev/null | grep -E '^postgresql-[0-9]+-cron$' || true)
+    [[ -n "$best" ]] || die "no postgresql-N-cron package in the apt package lists"
+    log "postgresql-${MAJOR:-?}-cron not available; using PostgreSQL ${best}"
+    MAJOR="$best"
+  fi
+  pkgs=("postgresql-${MAJOR}" "postgresql-${MAJOR}-cron" sqitch libdbd-pg-perl)
+  for opt in "postgresql-${MAJOR}-pgtap" "postgresql-${MAJOR}-plpgsql-check"; do
+    pkg_available "$opt" && pkgs+=("$opt")
+  done
+  log "apt-get install ${pkgs[*]}"
+  # Debian's postgresql-common would create and start a default cluster on 5432;
+  # we run our own throwaway cluster (scripts/pg.sh), so skip that.
+  mkdir -p /etc/postgresql-common/createcluster.d
+  [[ -f /etc/postgresql-common/createcluster.d/pgfence.conf ]] || \
+    printf 'create_main_cluster = false\n' > /etc/postgresql-common/createcluster.d/pgfence.conf
+  apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
+  [[ -f "/usr/lib/postgresql/${MAJOR}/lib/pg_cron.so" ]] || \
+    apt-get install -y -qq --reinstall "postgresql-${MAJOR}-cron" >/dev/null
+  log "apt packages installed"
+fi
+
+# ------------------------------------------------------------- python ------
+VENV="$REPO/.venv"
+STAMP="$VENV/.stamp"
+PY_DEPS=("psycopg[binary]>=3.1" "psycopg-pool>=3.2" "pytest>=8" "pytest-timeout" "mypy" "testcontainers>=4")
+
+if [[ ! -x "$VENV/bin/python" ]] || ! "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
+  log "creating $VENV"
+  rm -rf "$VENV"
+  python3 -m venv "$VENV"
+  rm -f "$STAMP"
+fi
+
+need_pip=0
+[[ -f "$STAMP" ]] || need_pip=1
+for dep in "$REPO/scripts/setup.sh" "$REPO/python_client/pyproject.toml"; do
+  if [[ -f "$dep" && "$dep" -nt "$STAMP" ]]; then need_pip=1; fi
+done
+
+if ((need_pip)); then
+  log "pip install (dev/test dependencies)"
+  # (the grep drops this machine's noisy "Location ... is ignored" pip index warnings)
+  "$VENV/bin/python" -m pip install -q "${PY_DEPS[@]}" 2> >(grep -v 'neither a file nor a directory' >&2)
+  if [[ -f "$REPO/python_client/pyproject.toml" ]]; then
+    log "pip install -e python_client"
+    "$VENV/bin/python" -m pip install -q -e "$REPO/python_client" 2> >(grep -v 'neither a file nor a directory' >&2)
+  fi
+  touch "$STAMP"
+fi
+log "ok (PostgreSQL ${MAJOR}, venv $VENV)"

@@ -1,0 +1,197 @@
+"""pgfence test harness: test-database selection and shared fixtures.
+
+Database selection (once per session, in this order):
+
+1. ``PGFENCE_TEST_DSN`` set: used as is.
+2. The local throwaway cluster (``scripts/pg.sh``) when it is already running
+   (``make test`` starts it before pytest), or when ``PGFENCE_TEST_BACKEND=local``.
+3. A Docker engine answers (``docker info`` exits 0 within 5 s) and testcontainers
+   imports (or ``PGFENCE_TEST_BACKEND=docker``): a throwaway container from image
+   ``PGFENCE_TEST_IMAGE`` (default ``postgres:<major>``, the official Debian-based
+   image, whose PGDG apt source has ``postgresql-<major>-cron``). Its startup command
+   apt-installs pg_cron when the image lacks it, then runs the normal entrypoint with
+   ``-c shared_preload_libraries=pg_cron -c cron.database_name=pgfence ...``.
+4. Otherwise ``scripts/pg.sh start`` and ``scripts/pg.sh dsn``.
+
+Whatever the source, ``sqitch deploy --target db:<dsn>`` runs once per session
+(idempotent; skipped while sqitch.plan has no changes).
+"""
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from helpers import PG_SH, SWEEP_LOCK_SQL, connect, sqitch_deploy
+
+DB_NAME = "pgfence"
+
+
+# ---------------------------------------------------------------- options --
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--chaos-full", action="store_true", default=False,
+        help="run the full (long) chaos variants",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "slow: long-running test")
+    config.addinivalue_line("markers", "chaos: fault-injection test (full variants only with --chaos-full)")
+
+
+@pytest.fixture(scope="session")
+def chaos_full(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--chaos-full"))
+
+
+# ------------------------------------------------------ backend selection --
+def _local_running() -> bool:
+    try:
+        return subprocess.run([str(PG_SH), "status"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def _docker_available() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    try:
+        import testcontainers.core.container  # noqa: F401
+    except Exception:
+        return False
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=5).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def _local_dsn() -> str:
+    r = subprocess.run([str(PG_SH), "start"], capture_output=True, text=True, timeout=180)
+    if r.returncode != 0:
+        raise RuntimeError(f"scripts/pg.sh start failed:\n{r.stdout}{r.stderr}")
+    return subprocess.run([str(PG_SH), "dsn"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _installed_major() -> str:
+    majors = [int(p.name) for p in Path("/usr/lib/postgresql").glob("*")
+              if p.name.isdigit() and (p / "bin" / "postgres").exists()]
+    return str(max(majors)) if majors else "15"
+
+
+def _start_container() -> tuple[Any, str]:
+    from testcontainers.core.container import DockerContainer
+
+    image = os.environ.get("PGFENCE_TEST_IMAGE") or f"postgres:{_installed_major()}"
+    # $PG_MAJOR is set by the official postgres images.
+    script = (
+        "set -e; "
+        'if [ ! -f "/usr/lib/postgresql/$PG_MAJOR/lib/pg_cron.so" ]; then '
+        "  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
+        '  "postgresql-$PG_MAJOR-cron" >/dev/null; '
+        "fi; "
+        "exec docker-entrypoint.sh postgres "
+        f"-c shared_preload_libraries=pg_cron -c cron.database_name={DB_NAME} "
+        "-c cron.use_background_workers=on -c max_worker_processes=32 "
+        "-c max_connections=300 -c timezone=UTC"
+    )
+    c = (
+        DockerContainer(image)
+        .with_env("POSTGRES_DB", DB_NAME)
+        .with_env("POSTGRES_HOST_AUTH_METHOD", "trust")  # throwaway container
+        .with_exposed_ports(5432)
+        .with_command(["bash", "-c", script])
+    )
+    c.start()
+    try:
+        dsn = f"postgresql://postgres@{c.get_container_host_ip()}:{c.get_exposed_port(5432)}/{DB_NAME}"
+        deadline = time.monotonic() + 300  # includes the apt-get install
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            wrapped = c.get_wrapped_container()
+            wrapped.reload()
+            if wrapped.status in ("exited", "dead"):
+                out, err = c.get_logs()
+                raise RuntimeError(f"postgres container exited:\n{out.decode()[-3000:]}{err.decode()[-3000:]}")
+            try:
+                with connect(dsn, connect_timeout=3) as cx:
+                    cx.execute("SELECT 1")
+                    cx.execute("SET client_min_messages = warning")
+                    cx.execute("CREATE EXTENSION IF NOT EXISTS pg_cron")
+                return c, dsn
+            except psycopg.Error as e:
+                last = e
+                time.sleep(1)
+        raise RuntimeError(f"postgres container not ready after 300 s: {last}")
+    except BaseException:
+        c.stop()
+        raise
+
+
+# --------------------------------------------------------------- fixtures --
+@pytest.fixture(scope="session")
+def dsn() -> Iterator[str]:
+    """The test database DSN (see module docstring), deployed with sqitch once."""
+    container = None
+    env_dsn = os.environ.get("PGFENCE_TEST_DSN")
+    backend = os.environ.get("PGFENCE_TEST_BACKEND", "").lower()
+    if env_dsn:
+        the_dsn = env_dsn
+    elif backend == "docker" or (backend != "local" and not _local_running() and _docker_available()):
+        container, the_dsn = _start_container()
+    else:
+        the_dsn = _local_dsn()
+    try:
+        sqitch_deploy(the_dsn)
+        yield the_dsn
+    finally:
+        if container is not None:
+            container.stop()
+
+
+@pytest.fixture
+def conn(dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    """A fresh autocommit psycopg 3 connection, closed after the test."""
+    c = connect(dsn)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture
+def queue(request: pytest.FixtureRequest) -> str:
+    """A queue name unique to this test (<= 100 chars): t_<test name>_<random hex>.
+    Tests share one database (and the running pg_cron sweeper), so each uses its own queue."""
+    base = re.sub(r"[^a-z0-9]+", "_", request.node.name.lower()).strip("_")
+    return f"t_{base[:80]}_{secrets.token_hex(4)}"
+
+
+@pytest.fixture
+def sweep_paused(dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    """Pause the background pg_cron sweeper for the duration of the test.
+
+    Holds, on a dedicated autocommit connection, the session-level advisory lock
+    ``pg_advisory_lock(hashtext('pgfence.sweep'))``. The sweeper run by pg_cron
+    try-locks that same key (``pg_try_advisory_lock(hashtext('pgfence.sweep'))``)
+    and skips its pass when it cannot get it. Acquiring waits for a sweep in
+    progress to finish (lock_timeout 60 s). Released (and the connection closed)
+    at teardown. Yields the lock-holding connection; do not use it for test work.
+    """
+    c = connect(dsn)
+    try:
+        c.execute("SET lock_timeout = '60s'")
+        c.execute(f"SELECT pg_advisory_lock({SWEEP_LOCK_SQL})")
+        yield c
+        c.execute(f"SELECT pg_advisory_unlock({SWEEP_LOCK_SQL})")
+    finally:
+        c.close()
