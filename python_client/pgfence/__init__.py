@@ -1,0 +1,19 @@
+"""pgfence: a fenced job queue that lives in PostgreSQL.
+
+The queue logic is PL/pgSQL in schema ``pgfence``; this package is a thin client
+(:class:`Client`), a worker runtime (:class:`Worker`) and a CLI (``pgfence``).
+"""
+
+from .client import SCHEMA_VERSION, Client, RawJson
+from .errors import (InvalidArgument, InvalidTransition, JobNotFound, LeaseLost, PgfenceError,
+                     SchemaMismatch, WrongIsolation)
+from .models import Enqueued, Job, JobRecord, Outcome, QueueStats, Reclaimed
+from .worker import PermanentFailure, RetryAfter, Worker
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client", "Worker", "Job", "JobRecord", "Enqueued", "Outcome", "QueueStats", "Reclaimed", "RawJson",
+    "PgfenceError", "LeaseLost", "JobNotFound", "InvalidTransition", "InvalidArgument", "WrongIsolation",
+    "SchemaMismatch", "PermanentFailure", "RetryAfter", "SCHEMA_VERSION",
+]

@@ -1,0 +1,309 @@
+"""The client: one method per pgfence SQL function, each one literal query.
+
+Every decision (fencing, retry, backoff, reclaim) is made in PL/pgSQL; this module
+passes arguments, maps rows to dataclasses and SQLSTATEs to exceptions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import uuid
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Any, Iterator, Optional, Sequence, TypeVar
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import class_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool
+
+from .errors import JobNotFound, PgfenceError, SchemaMismatch, translate
+from .models import Enqueued, Job, JobRecord, Outcome, QueueStats, Reclaimed
+
+#: The ``pgfence.schema_version()`` this client speaks.
+SCHEMA_VERSION = 1
+
+T = TypeVar("T")
+
+_JOB_COLUMNS = sql.SQL(", ").join(
+    sql.Identifier(f.name) for f in dataclasses.fields(JobRecord)
+)
+
+
+def _json(value: Any) -> Optional[Jsonb]:
+    return None if value is None else Jsonb(value)
+
+
+class Client:
+    """Calls the pgfence SQL API.
+
+    Build it with :meth:`connect` (it owns a connection pool; every call runs in
+    autocommit, so a worker never sits idle in a transaction) or from a caller's
+    ``psycopg.Connection`` (calls then join the caller's transaction: an enqueue is
+    committed or rolled back with the caller's own writes).
+
+    The deployed schema version is checked on construction; a mismatch raises
+    :class:`SchemaMismatch` saying to run ``sqitch deploy``.
+    """
+
+    def __init__(self, conn: Optional[psycopg.Connection[Any]] = None, *,
+                 pool: Optional[ConnectionPool] = None, check_schema: bool = True) -> None:
+        if (conn is None) == (pool is None):
+            raise TypeError("Client needs exactly one of conn or pool (or use Client.connect(dsn))")
+        self._conn = conn
+        self._pool = pool
+        if check_schema:
+            self.check_schema()
+
+    @classmethod
+    def connect(cls, dsn: str = "", *, min_size: int = 1, max_size: int = 8,
+                prepare_threshold: Optional[int] = None, **conninfo: Any) -> "Client":
+        """A client with its own pool of autocommit connections.
+
+        ``dsn`` may be empty: libpq environment variables (PGHOST, ...) apply.
+        ``prepare_threshold`` defaults to ``None`` (no server-side prepared
+        statements), which is safe behind pgbouncer in transaction mode.
+        """
+        pool = ConnectionPool(
+            dsn,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs={"autocommit": True, "prepare_threshold": prepare_threshold, **conninfo},
+            open=True,
+            name="pgfence",
+        )
+        try:
+            pool.wait(timeout=30.0)
+            return cls(pool=pool)
+        except BaseException:
+            pool.close()
+            raise
+
+    @property
+    def pool(self) -> Optional[ConnectionPool]:
+        """The pool this client owns, or ``None`` when built from a caller's connection."""
+        return self._pool
+
+    def close(self) -> None:
+        """Close the pool (a caller's connection is left alone)."""
+        if self._pool is not None:
+            self._pool.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- plumbing ---------------------------------------------------------
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        if self._conn is not None:
+            yield self._conn
+        else:
+            assert self._pool is not None
+            with self._pool.connection() as conn:
+                yield conn
+
+    def _rows(self, row_type: type[T], query: Any, params: Any = None) -> list[T]:
+        try:
+            with self._connection() as conn:
+                with conn.cursor(row_factory=class_row(row_type)) as cur:
+                    cur.execute(query, params)
+                    return cur.fetchall()
+        except psycopg.Error as exc:
+            mapped = translate(exc)
+            if mapped is not None:
+                raise mapped from exc
+            raise
+
+    def _scalar(self, query: Any, params: Any = None) -> Any:
+        try:
+            with self._connection() as conn:
+                row = conn.execute(query, params).fetchone()
+                return None if row is None else row[0]
+        except psycopg.Error as exc:
+            mapped = translate(exc)
+            if mapped is not None:
+                raise mapped from exc
+            raise
+
+    def check_schema(self) -> int:
+        """Check that ``pgfence.schema_version()`` is the one this client speaks; return it."""
+        try:
+            version = self._scalar("SELECT pgfence.schema_version()")
+        except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName) as exc:
+            raise SchemaMismatch(
+                "pgfence is not deployed in this database: run `sqitch deploy` "
+                "(or `make deploy` in the pgfence repository)") from exc
+        if version != SCHEMA_VERSION:
+            raise SchemaMismatch(
+                f"the database has pgfence schema version {version}, this client speaks "
+                f"{SCHEMA_VERSION}: run `sqitch deploy` with the matching pgfence release")
+        return int(version)
+
+    # -- producer ---------------------------------------------------------
+
+    def enqueue(self, kind: str, payload: Any = None, *, queue: str = "default", priority: int = 0,
+                run_at: Optional[datetime] = None, max_attempts: int = 3,
+                recovery_policy: str = "auto", idempotency_key: Optional[str] = None) -> int:
+        """``pgfence.enqueue``: one job; returns its id (an existing job's id when
+        ``idempotency_key`` matches a live or done job of the queue)."""
+        return int(self._scalar(
+            "SELECT pgfence.enqueue(kind => %s, payload => %s, queue => %s, priority => %s, "
+            "run_at => %s, max_attempts => %s, recovery_policy => %s, idempotency_key => %s)",
+            (kind, Jsonb({} if payload is None else payload), queue, priority, run_at,
+             max_attempts, recovery_policy, idempotency_key)))
+
+    def enqueue_many(self, kinds: Sequence[str], payloads: Optional[Sequence[Any]] = None, *,
+                     queue: str = "default", priorities: Optional[Sequence[int]] = None,
+                     run_ats: Optional[Sequence[Optional[datetime]]] = None, max_attempts: int = 3,
+                     recovery_policy: str = "auto",
+                     idempotency_keys: Optional[Sequence[Optional[str]]] = None) -> list[Enqueued]:
+        """``pgfence.enqueue_many``: up to 10,000 jobs into one queue in one call.
+
+        Parallel sequences; returns one :class:`Enqueued` per input, in input order.
+        """
+        return self._rows(Enqueued,
+            "SELECT ordinal, id, created FROM pgfence.enqueue_many(kinds => %s, "
+            "payloads => %s::text[]::jsonb[], queue => %s, priorities => %s, run_ats => %s, "
+            "max_attempts => %s, recovery_policy => %s, idempotency_keys => %s)",
+            (list(kinds), None if payloads is None else [json.dumps({} if p is None else p) for p in payloads],
+             queue, None if priorities is None else list(priorities),
+             None if run_ats is None else list(run_ats), max_attempts, recovery_policy,
+             None if idempotency_keys is None else list(idempotency_keys)))
+
+    # -- worker -----------------------------------------------------------
+
+    def claim(self, worker_id: str, queues: Optional[Sequence[str]] = None, *,
+              lease: timedelta = timedelta(seconds=30), max_jobs: int = 1) -> list[Job]:
+        """``pgfence.claim``: up to ``max_jobs`` runnable jobs, each with a fresh token and lease."""
+        return self._rows(Job,
+            "SELECT id, queue, kind, payload, attempts, max_attempts, attempt_token, lease_expires_at "
+            "FROM pgfence.claim(worker_id => %s, queues => %s, lease => %s, max_jobs => %s)",
+            (worker_id, None if queues is None else list(queues), lease, max_jobs))
+
+    def heartbeat(self, job_id: int, attempt_token: uuid.UUID, *,
+                  lease: timedelta = timedelta(seconds=30)) -> datetime:
+        """``pgfence.heartbeat``: extend the lease; returns the new expiry. Raises :class:`LeaseLost`."""
+        value: datetime = self._scalar(
+            "SELECT pgfence.heartbeat(job_id => %s, attempt_token => %s, lease => %s)",
+            (job_id, attempt_token, lease))
+        return value
+
+    def heartbeat_many(self, job_ids: Sequence[int], attempt_tokens: Sequence[uuid.UUID], *,
+                       lease: timedelta = timedelta(seconds=30)) -> list[Outcome]:
+        """``pgfence.heartbeat_many``: extend many leases in one round trip; per-job outcome."""
+        return self._rows(Outcome,
+            "SELECT id, accepted, status, detail, lease_expires_at FROM pgfence.heartbeat_many("
+            "job_ids => %s, attempt_tokens => %s, lease => %s)",
+            (list(job_ids), list(attempt_tokens), lease))
+
+    def complete(self, job_id: int, attempt_token: uuid.UUID, result: Any = None) -> None:
+        """``pgfence.complete``: processing -> done with ``result`` (JSON). Raises :class:`LeaseLost`."""
+        self._scalar("SELECT pgfence.complete(job_id => %s, attempt_token => %s, result => %s)",
+                     (job_id, attempt_token, _json(result)))
+
+    def complete_many(self, job_ids: Sequence[int], attempt_tokens: Sequence[uuid.UUID],
+                      results: Optional[Sequence[Any]] = None) -> list[Outcome]:
+        """``pgfence.complete_many``: complete many attempts in one call; per-job outcome.
+
+        ``results`` are JSON-able values (or already-serialized JSON via :class:`RawJson`).
+        """
+        return self._rows(Outcome,
+            "SELECT id, accepted, status, detail FROM pgfence.complete_many("
+            "job_ids => %s, attempt_tokens => %s, results => %s::text[]::jsonb[])",
+            (list(job_ids), list(attempt_tokens),
+             None if results is None else [_dump(r) for r in results]))
+
+    def fail(self, job_id: int, attempt_token: uuid.UUID, error: str, *,
+             retry_in: Optional[timedelta] = None, permanent: bool = False) -> str:
+        """``pgfence.fail``: record ``error``; returns the new status, ``queued`` (retry) or ``failed``."""
+        return str(self._scalar(
+            "SELECT pgfence.fail(job_id => %s, attempt_token => %s, error => %s, retry_in => %s, "
+            "permanent => %s)", (job_id, attempt_token, error, retry_in, permanent)))
+
+    def fail_many(self, job_ids: Sequence[int], attempt_tokens: Sequence[uuid.UUID],
+                  errors: Sequence[str], *, retry_ins: Optional[Sequence[Optional[timedelta]]] = None,
+                  permanents: Optional[Sequence[bool]] = None) -> list[Outcome]:
+        """``pgfence.fail_many``: fail many attempts in one call; per-job outcome."""
+        return self._rows(Outcome,
+            "SELECT id, accepted, status, detail FROM pgfence.fail_many(job_ids => %s, "
+            "attempt_tokens => %s, errors => %s, retry_ins => %s::interval[], permanents => %s)",
+            (list(job_ids), list(attempt_tokens), list(errors),
+             None if retry_ins is None else list(retry_ins),
+             None if permanents is None else list(permanents)))
+
+    def release(self, job_id: int, attempt_token: uuid.UUID, *, started: bool = True) -> str:
+        """``pgfence.release``: give an attempt back without a result; returns the new status."""
+        return str(self._scalar(
+            "SELECT pgfence.release(job_id => %s, attempt_token => %s, started => %s)",
+            (job_id, attempt_token, started)))
+
+    def release_many(self, job_ids: Sequence[int], attempt_tokens: Sequence[uuid.UUID], *,
+                     started: bool = True) -> list[Outcome]:
+        """``pgfence.release_many``: give many attempts back; per-job outcome."""
+        return self._rows(Outcome,
+            "SELECT id, accepted, status, detail FROM pgfence.release_many("
+            "job_ids => %s, attempt_tokens => %s, started => %s)",
+            (list(job_ids), list(attempt_tokens), started))
+
+    # -- operator ---------------------------------------------------------
+
+    def reclaim_expired(self, max_jobs: int = 50) -> list[Reclaimed]:
+        """``pgfence.reclaim_expired``: one batch of the reclaim sweep."""
+        return self._rows(Reclaimed,
+            "SELECT id, status, reclaim_count FROM pgfence.reclaim_expired(max_jobs => %s)", (max_jobs,))
+
+    def sweep(self) -> int:
+        """``CALL pgfence.sweep()``: reclaim every expired lease, a committed batch at a time.
+
+        Needs autocommit (a pool client, or a caller's connection outside a transaction).
+        """
+        return int(self._scalar("CALL pgfence.sweep()"))
+
+    def requeue(self, job_id: int) -> None:
+        """``pgfence.requeue``: failed/manual_review/cancelled -> queued."""
+        self._scalar("SELECT pgfence.requeue(job_id => %s)", (job_id,))
+
+    def cancel(self, job_id: int) -> None:
+        """``pgfence.cancel``: queued/processing/manual_review -> cancelled (fences a running worker)."""
+        self._scalar("SELECT pgfence.cancel(job_id => %s)", (job_id,))
+
+    def stats(self) -> list[QueueStats]:
+        """``pgfence.stats()``: jobs per queue and status."""
+        return self._rows(QueueStats,
+            "SELECT queue, status, jobs, oldest_runnable_age, expired_leases FROM pgfence.stats()")
+
+    def get_job(self, job_id: int) -> JobRecord:
+        """The whole row of one job. Raises :class:`JobNotFound`."""
+        rows = self._rows(JobRecord,
+            sql.SQL("SELECT {} FROM pgfence.jobs WHERE id = %s").format(_JOB_COLUMNS), (job_id,))
+        if not rows:
+            raise JobNotFound(f"pgfence: job {job_id} not found", sqlstate="PF002")
+        return rows[0]
+
+    def sweep_scheduled(self) -> bool:
+        """True when the pg_cron job ``pgfence-reclaim`` exists and is active in this database."""
+        if not self._scalar("SELECT to_regclass('cron.job') IS NOT NULL"):
+            return False
+        return bool(self._scalar(
+            "SELECT coalesce(bool_or(active), false) FROM cron.job WHERE jobname = 'pgfence-reclaim'"))
+
+
+class RawJson(str):
+    """A result that is already serialized JSON text (skips ``json.dumps``)."""
+
+
+def _dump(value: Any) -> Optional[str]:
+    if value is None:
+        return None
+    if isinstance(value, RawJson):
+        return str(value)
+    return json.dumps(value)
+
+
+__all__ = ["Client", "RawJson", "SCHEMA_VERSION", "PgfenceError"]

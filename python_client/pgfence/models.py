@@ -1,0 +1,111 @@
+"""Rows returned by the pgfence functions, as frozen dataclasses."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Optional
+
+
+@dataclass(frozen=True)
+class Job:
+    """A claimed job: what ``pgfence.claim`` returns, plus the worker's stop flags.
+
+    ``attempt_token`` is the fence: pass it back to heartbeat/complete/fail.
+    A handler that runs long should poll :meth:`should_stop`.
+    """
+
+    id: int
+    queue: str
+    kind: str
+    payload: Any
+    attempts: int
+    max_attempts: int
+    attempt_token: uuid.UUID
+    lease_expires_at: datetime
+    _lease_lost: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
+    _stopping: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
+
+    @property
+    def lease_lost(self) -> bool:
+        """True once a heartbeat was refused: this attempt's result will not be recorded."""
+        return self._lease_lost.is_set()
+
+    def should_stop(self) -> bool:
+        """True when the handler should wind down: the lease is lost or the worker is shutting down."""
+        return self._lease_lost.is_set() or self._stopping.is_set()
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    """One row of ``enqueue_many``: the input's 1-based ordinal, the job id, and
+    whether this element created the job (false when an idempotency key matched)."""
+
+    ordinal: int
+    id: int
+    created: bool
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Per-job result of a batch call (complete/fail/heartbeat/release_many).
+
+    ``accepted`` is false when the token was not current; ``detail`` says why.
+    ``lease_expires_at`` is set by ``heartbeat_many`` only.
+    """
+
+    id: int
+    accepted: bool
+    status: Optional[str]
+    detail: Optional[str]
+    lease_expires_at: Optional[datetime] = None
+
+
+@dataclass(frozen=True)
+class Reclaimed:
+    """One job moved by the reclaim sweep: its new status and reclaim count."""
+
+    id: int
+    status: str
+    reclaim_count: int
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """One row of ``pgfence.stats()``."""
+
+    queue: str
+    status: str
+    jobs: int
+    oldest_runnable_age: Optional[timedelta]
+    expired_leases: int
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """A whole ``pgfence.jobs`` row (for ``show`` and operators)."""
+
+    id: int
+    queue: str
+    kind: str
+    payload: Any
+    status: str
+    priority: int
+    attempts: int
+    max_attempts: int
+    available_at: datetime
+    recovery_policy: str
+    idempotency_key: Optional[str]
+    attempt_token: Optional[uuid.UUID]
+    reserved_by: Optional[str]
+    reserved_at: Optional[datetime]
+    heartbeat_at: Optional[datetime]
+    lease_expires_at: Optional[datetime]
+    reclaim_count: int
+    last_error: Optional[str]
+    result: Any
+    created_at: datetime
+    updated_at: datetime
+    finished_at: Optional[datetime]

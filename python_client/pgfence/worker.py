@@ -1,0 +1,483 @@
+"""The worker runtime: claim in batches, run handlers on threads, report in batches.
+
+Threads, each with its own pooled connection:
+
+* the claimer (the thread that calls :meth:`Worker.run`) claims up to the free
+  capacity (``concurrency + prefetch``) whenever a slot frees, a NOTIFY arrives or
+  ``poll_interval`` passes;
+* ``concurrency`` handler threads run handlers;
+* the flusher reports outcomes with ``complete_many``/``fail_many`` every few
+  milliseconds; a job stays in flight (and heartbeated) until the database has
+  accepted or refused its outcome;
+* the heartbeat thread extends every in-flight lease in one ``heartbeat_many``
+  call every ``lease / 3``; a refused heartbeat sets ``job.lease_lost`` and the
+  attempt's result is never reported;
+* the listener wakes the claimer on ``NOTIFY pgfence_enqueue`` (a hint only);
+* optionally a sweeper calls ``CALL pgfence.sweep()`` when pg_cron does not.
+
+Every decision (retry or dead letter, backoff, fencing) is made by the database.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue as queue_mod
+import random
+import signal
+import socket
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import timedelta
+from types import FrameType
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import psycopg
+from psycopg_pool import PoolTimeout
+
+from .client import Client, RawJson
+from .errors import PgfenceError
+from .models import Job, Outcome
+
+log = logging.getLogger("pgfence.worker")
+
+Handler = Callable[[Job], Any]
+
+#: Error texts are truncated to this many characters (the end of a traceback is kept).
+MAX_ERROR_CHARS = 50_000
+_RETRYABLE = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
+
+
+class PermanentFailure(Exception):
+    """Raise from a handler to dead-letter the job now (no retry)."""
+
+
+class RetryAfter(Exception):
+    """Raise from a handler to retry after ``delay`` instead of the default backoff
+    (the database still dead-letters the job when its attempts are exhausted)."""
+
+    def __init__(self, delay: timedelta, message: str = "") -> None:
+        super().__init__(message or f"retry after {delay}")
+        self.delay = delay
+
+
+@dataclass
+class _Result:
+    job: Job
+    ok: bool
+    value: Optional[str] = None          # JSON text of the result (ok) or the error text
+    retry_in: Optional[timedelta] = None
+    permanent: bool = False
+
+
+def _error_text(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}\n" + "".join(
+        traceback.format_exception(type(exc), exc, exc.__traceback__))
+    if len(text) > MAX_ERROR_CHARS:
+        text = "...[truncated]\n" + text[-MAX_ERROR_CHARS:]
+    return text
+
+
+class Worker:
+    """Runs handlers for claimed jobs until stopped.
+
+    Options (defaults in brackets):
+
+    * ``handlers``: ``{kind: callable(job) -> JSON-able result}``.
+    * ``queues`` [all queues]: queue names to claim from.
+    * ``concurrency`` [8]: handler threads.
+    * ``prefetch`` [0]: extra jobs claimed ahead of free threads (they are leased
+      and heartbeated while they wait); raises throughput for short jobs.
+    * ``lease`` [30 s]: lease per claim; heartbeats every ``lease / 3``.
+    * ``poll_interval`` [1 s]: longest wait between claims when no NOTIFY arrives.
+    * ``shutdown_grace`` [30 s]: how long SIGTERM/SIGINT waits for running
+      handlers before giving their jobs back (fenced ``release``).
+    * ``run_sweeper`` [None = when pg_cron has no ``pgfence-reclaim`` job]: run
+      ``CALL pgfence.sweep()`` every ``sweep_interval`` [1 s] from this process.
+    * ``flush_interval`` [2 ms]: how long outcomes are gathered into one batch.
+    * ``worker_id`` [host:pid:random]: recorded as ``reserved_by``.
+    """
+
+    def __init__(self, client: Client, handlers: Mapping[str, Handler], *,
+                 queues: Optional[Sequence[str]] = None, concurrency: int = 8, prefetch: int = 0,
+                 lease: timedelta = timedelta(seconds=30), poll_interval: float = 1.0,
+                 shutdown_grace: float = 30.0, run_sweeper: Optional[bool] = None,
+                 sweep_interval: float = 1.0, flush_interval: float = 0.002,
+                 worker_id: Optional[str] = None, listen: bool = True) -> None:
+        if client.pool is None:
+            raise TypeError("Worker needs a Client with its own pool: Client.connect(dsn)")
+        if concurrency < 1 or prefetch < 0:
+            raise ValueError("concurrency must be >= 1 and prefetch >= 0")
+        self.client = client
+        self.handlers = dict(handlers)
+        self.queues = None if queues is None else list(queues)
+        self.concurrency = concurrency
+        self.capacity = concurrency + prefetch
+        self.lease = lease
+        self.poll_interval = poll_interval
+        self.shutdown_grace = shutdown_grace
+        self.run_sweeper = run_sweeper
+        self.sweep_interval = sweep_interval
+        self.flush_interval = flush_interval
+        self.listen = listen
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{random.getrandbits(24):06x}"
+
+        self._lock = threading.Lock()
+        self._inflight: dict[int, Job] = {}     # claimed and not yet settled in the database
+        self._running: set[int] = set()         # handed to a handler, handler not returned
+        self._finishing: set[int] = set()       # handler returned, outcome not yet settled
+        self._ready: queue_mod.Queue[Job] = queue_mod.Queue()
+        self._results: queue_mod.Queue[_Result] = queue_mod.Queue()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._done = threading.Event()          # background threads: exit now
+        self._threads: list[threading.Thread] = []
+        self._signals = 0
+        self.counters = {"claimed": 0, "completed": 0, "failed": 0, "lease_lost": 0, "released": 0}
+
+    # -- public -----------------------------------------------------------
+
+    def stop(self) -> None:
+        """Begin a graceful shutdown (what SIGTERM/SIGINT do): stop claiming, let running
+        handlers finish within ``shutdown_grace``, give the rest back."""
+        self._stopping.set()
+        with self._lock:
+            for job in self._inflight.values():
+                job._stopping.set()
+        self._wake.set()
+
+    def run(self) -> None:
+        """Run until :meth:`stop` (or SIGTERM/SIGINT when called from the main thread)."""
+        restore = self._install_signals()
+        try:
+            self._start_threads()
+            log.info("worker %s started: queues=%s concurrency=%s prefetch=%s lease=%s",
+                     self.worker_id, self.queues or "all", self.concurrency,
+                     self.capacity - self.concurrency, self.lease)
+            self._claim_loop()
+            self._shutdown()
+        finally:
+            self._done.set()
+            for t in self._threads:
+                if t.name.startswith("pgfence-flusher") or t.name.startswith("pgfence-heartbeat"):
+                    t.join(timeout=5)
+            restore()
+            log.info("worker %s stopped: %s", self.worker_id, self.counters)
+
+    # -- threads ----------------------------------------------------------
+
+    def _start_threads(self) -> None:
+        specs: list[tuple[str, Callable[[], None]]] = [
+            ("pgfence-flusher", self._flush_loop), ("pgfence-heartbeat", self._heartbeat_loop)]
+        specs += [(f"pgfence-handler-{i}", self._handler_loop) for i in range(self.concurrency)]
+        if self.listen:
+            specs.append(("pgfence-listener", self._listen_loop))
+        sweep = self.run_sweeper
+        if sweep is None:
+            try:
+                sweep = not self.client.sweep_scheduled()
+            except _RETRYABLE:
+                sweep = True
+        if sweep:
+            log.info("worker %s runs the reclaim sweep every %ss (no pg_cron job)", self.worker_id,
+                     self.sweep_interval)
+            specs.append(("pgfence-sweeper", self._sweep_loop))
+        for name, target in specs:
+            t = threading.Thread(target=target, name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def _claim_loop(self) -> None:
+        backoff = 0.1
+        threshold = max(1, self.capacity // 2)
+        while not self._stopping.is_set():
+            self._wake.clear()
+            with self._lock:
+                free = self.capacity - len(self._inflight)
+            idle_threads = self._ready.empty()
+            drained = False
+            if free > 0 and (free >= threshold or idle_threads):
+                try:
+                    jobs = self.client.claim(self.worker_id, self.queues, lease=self.lease,
+                                             max_jobs=min(free, 1000))
+                    backoff = 0.1
+                except _RETRYABLE as exc:
+                    log.warning("worker %s: claim failed (%s); retrying in %.1fs", self.worker_id,
+                                str(exc).strip(), backoff)
+                    self._stopping.wait(backoff)
+                    backoff = min(backoff * 2, 5.0)
+                    continue
+                self._dispatch(jobs)
+                if len(jobs) == min(free, 1000):
+                    continue
+                drained = True
+            # Nothing to claim, or no room: sleep until a slot frees, a NOTIFY, or the poll.
+            self._wake.wait(self.poll_interval if drained or free <= 0 else 0.05)
+
+    def _dispatch(self, jobs: list[Job]) -> None:
+        if not jobs:
+            return
+        with self._lock:
+            for job in jobs:
+                self._inflight[job.id] = job
+        self.counters["claimed"] += len(jobs)
+        for job in jobs:
+            log.info("claimed job %s kind=%s attempt=%s/%s", job.id, job.kind, job.attempts, job.max_attempts)
+            self._ready.put(job)
+
+    def _handler_loop(self) -> None:
+        while not self._done.is_set():
+            try:
+                job = self._ready.get(timeout=0.2)
+            except queue_mod.Empty:
+                continue
+            with self._lock:
+                if self._stopping.is_set() or job.id not in self._inflight:
+                    self._ready.put(job)  # left for the shutdown to release unstarted
+                    return
+                self._running.add(job.id)
+            result = self._run_handler(job)
+            with self._lock:
+                self._running.discard(job.id)
+                self._finishing.add(job.id)
+            self._results.put(result)
+
+    def _run_handler(self, job: Job) -> _Result:
+        handler = self.handlers.get(job.kind)
+        if handler is None:
+            return _Result(job, False, f"UnknownKind: no handler for kind {job.kind!r} in worker "
+                           f"{self.worker_id} (known: {sorted(self.handlers)})", permanent=True)
+        try:
+            value = handler(job)
+        except PermanentFailure as exc:
+            return _Result(job, False, _error_text(exc), permanent=True)
+        except RetryAfter as exc:
+            return _Result(job, False, _error_text(exc), retry_in=exc.delay)
+        except Exception as exc:
+            return _Result(job, False, _error_text(exc))
+        if value is None:
+            return _Result(job, True, None)
+        try:
+            text = value if isinstance(value, RawJson) else json.dumps(value)
+        except (TypeError, ValueError) as exc:
+            return _Result(job, False, f"ResultNotJSON: handler for {job.kind!r} returned a value that "
+                           f"is not JSON serializable: {exc}", permanent=True)
+        return _Result(job, True, RawJson(text))
+
+    def _flush_loop(self) -> None:
+        while True:
+            try:
+                first = self._results.get(timeout=0.2)
+            except queue_mod.Empty:
+                if self._done.is_set():
+                    return
+                continue
+            batch = [first]
+            deadline = time.monotonic() + self.flush_interval
+            while len(batch) < 1000:
+                remaining = deadline - time.monotonic()
+                try:
+                    batch.append(self._results.get(timeout=remaining) if remaining > 0
+                                 else self._results.get_nowait())
+                except queue_mod.Empty:
+                    break
+            self._flush(batch)
+
+    def _flush(self, batch: list[_Result]) -> None:
+        # A lost lease makes the attempt's result void: never report it.
+        lost = [r for r in batch if r.job.lease_lost]
+        for r in lost:
+            log.warning("job %s kind=%s attempt=%s: lease lost, result discarded", r.job.id, r.job.kind,
+                        r.job.attempts)
+        self._settle([r.job for r in lost])
+        batch = [r for r in batch if not r.job.lease_lost]
+        done = [r for r in batch if r.ok]
+        failed = [r for r in batch if not r.ok]
+        if done:
+            outcomes = self._retrying(lambda: self.client.complete_many(
+                [r.job.id for r in done], [r.job.attempt_token for r in done],
+                [None if r.value is None else RawJson(r.value) for r in done]))
+            self._report(done, outcomes, "completed")
+        if failed:
+            outcomes = self._retrying(lambda: self.client.fail_many(
+                [r.job.id for r in failed], [r.job.attempt_token for r in failed],
+                [r.value or "" for r in failed], retry_ins=[r.retry_in for r in failed],
+                permanents=[r.permanent for r in failed]))
+            self._report(failed, outcomes, "failed")
+
+    def _report(self, results: list[_Result], outcomes: list[Outcome], verb: str) -> None:
+        for r, o in zip(results, outcomes):
+            job = r.job
+            if o.accepted:
+                self.counters[verb] += 1
+                if verb == "completed":
+                    log.info("completed job %s kind=%s attempt=%s", job.id, job.kind, job.attempts)
+                else:
+                    log.info("failed job %s kind=%s attempt=%s -> %s: %s", job.id, job.kind, job.attempts,
+                             o.status, (r.value or "").splitlines()[0][:200])
+            else:
+                job._lease_lost.set()
+                self.counters["lease_lost"] += 1
+                log.warning("job %s kind=%s attempt=%s: lease lost, %s refused: %s", job.id, job.kind,
+                            job.attempts, verb[:-1] if verb.endswith("d") else verb, o.detail)
+        self._settle([r.job for r in results])
+
+    def _settle(self, jobs: list[Job]) -> None:
+        if not jobs:
+            return
+        with self._lock:
+            for job in jobs:
+                self._inflight.pop(job.id, None)
+                self._finishing.discard(job.id)
+        self._wake.set()
+
+    def _retrying(self, call: Callable[[], list[Outcome]]) -> list[Outcome]:
+        """Retry a fenced batch call through connection failures. Safe: complete and
+        dead-lettering fail are idempotent for the token; a lease that expired meanwhile
+        is refused by the database, never silently lost."""
+        backoff = 0.05
+        while True:
+            try:
+                return call()
+            except _RETRYABLE as exc:
+                log.warning("worker %s: reporting outcomes failed (%s); retrying in %.2fs", self.worker_id,
+                            str(exc).strip(), backoff)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    def _heartbeat_loop(self) -> None:
+        interval = max(self.lease.total_seconds() / 3.0, 0.01)
+        while not self._done.wait(interval):
+            with self._lock:
+                jobs = list(self._inflight.values())
+            for start in range(0, len(jobs), 10_000):
+                chunk = jobs[start:start + 10_000]
+                try:
+                    outcomes = self.client.heartbeat_many([j.id for j in chunk], [j.attempt_token for j in chunk],
+                                                          lease=self.lease)
+                except _RETRYABLE as exc:
+                    log.warning("worker %s: heartbeat failed (%s); next try in %.1fs", self.worker_id,
+                                str(exc).strip(), interval)
+                    break
+                for job, o in zip(chunk, outcomes):
+                    if o.accepted:
+                        continue
+                    with self._lock:
+                        settling = job.id in self._finishing or job.id not in self._inflight
+                    if settling:
+                        continue  # its outcome is being reported: the flusher learns the truth
+                    job._lease_lost.set()
+                    self.counters["lease_lost"] += 1
+                    log.warning("job %s kind=%s attempt=%s: lease lost on heartbeat: %s", job.id, job.kind,
+                                job.attempts, o.detail)
+                    with self._lock:
+                        if job.id not in self._running:
+                            self._inflight.pop(job.id, None)  # never started: drop it here
+
+    def _listen_loop(self) -> None:
+        backoff = 0.1
+        while not self._done.is_set():
+            try:
+                with psycopg.connect(self._conninfo(), autocommit=True) as conn:
+                    conn.execute("LISTEN pgfence_enqueue")
+                    backoff = 0.1
+                    self._wake.set()  # anything sent while we were not listening
+                    while not self._done.is_set():
+                        for note in conn.notifies(timeout=0.5):
+                            if self.queues is None or note.payload in self.queues:
+                                self._wake.set()
+            except psycopg.Error as exc:
+                if self._done.is_set():
+                    return
+                log.warning("worker %s: listener connection lost (%s); reconnecting in %.1fs",
+                            self.worker_id, str(exc).strip(), backoff)
+                self._done.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    def _sweep_loop(self) -> None:
+        while not self._done.wait(self.sweep_interval):
+            try:
+                n = self.client.sweep()
+                if n:
+                    log.info("worker %s: sweep reclaimed %s expired leases", self.worker_id, n)
+            except (PgfenceError, *_RETRYABLE) as exc:
+                log.warning("worker %s: sweep failed (%s)", self.worker_id, str(exc).strip())
+
+    def _conninfo(self) -> str:
+        assert self.client.pool is not None
+        info = self.client.pool.conninfo
+        return info() if callable(info) else info
+
+    # -- shutdown ---------------------------------------------------------
+
+    def _shutdown(self) -> None:
+        log.info("worker %s stopping: releasing unstarted jobs, waiting up to %ss for running handlers",
+                 self.worker_id, self.shutdown_grace)
+        # 1. Jobs claimed but never started go back without counting the attempt.
+        unstarted: list[Job] = []
+        while True:
+            try:
+                unstarted.append(self._ready.get_nowait())
+            except queue_mod.Empty:
+                break
+        self._release(unstarted, started=False)
+        # 2. Let running handlers finish within the grace period.
+        deadline = time.monotonic() + self.shutdown_grace
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._running:
+                    break
+            time.sleep(0.02)
+        # 3. Give back what is still running; its late result is void.
+        with self._lock:
+            running = [self._inflight[i] for i in self._running if i in self._inflight]
+        for job in running:
+            job._lease_lost.set()
+        self._release(running, started=True)
+        # 4. Report every outcome already produced before leaving.
+        while True:
+            with self._lock:
+                pending = bool(self._finishing) or not self._results.empty()
+            if not pending:
+                break
+            time.sleep(0.01)
+
+    def _release(self, jobs: list[Job], *, started: bool) -> None:
+        if not jobs:
+            return
+        outcomes = self._retrying(lambda: self.client.release_many(
+            [j.id for j in jobs], [j.attempt_token for j in jobs], started=started))
+        for job, o in zip(jobs, outcomes):
+            if o.accepted:
+                self.counters["released"] += 1
+                log.info("released job %s kind=%s attempt=%s (%s) -> %s", job.id, job.kind, job.attempts,
+                         "started" if started else "not started", o.status)
+            else:
+                log.warning("job %s: release refused: %s", job.id, o.detail)
+        self._settle(jobs)
+
+    def _install_signals(self) -> Callable[[], None]:
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+
+        def on_signal(signum: int, frame: Optional[FrameType]) -> None:
+            self._signals += 1
+            if self._signals > 1:
+                log.warning("worker %s: second signal, giving running jobs back now", self.worker_id)
+                self.shutdown_grace = 0
+            else:
+                log.info("worker %s: %s received, shutting down", self.worker_id, signal.Signals(signum).name)
+            self.stop()
+
+        old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+
+        def restore() -> None:
+            for s, h in old.items():
+                signal.signal(s, h)
+        return restore
+
+
+__all__ = ["Worker", "PermanentFailure", "RetryAfter", "Handler"]
