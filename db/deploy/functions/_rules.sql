@@ -54,7 +54,7 @@ COMMENT ON FUNCTION pgfence._fence_detail(text, uuid, uuid, text, text) IS
 -- changes only while it is processing with exactly the given token. Shared by
 -- the sweep, by claim's on-claim recovery and by release.
 CREATE FUNCTION pgfence._recover(job_ids bigint[], attempt_tokens uuid[], reason text, reclaimed boolean)
-RETURNS TABLE(id bigint, status text, reclaim_count integer)
+RETURNS TABLE(id bigint, status text, reclaim_count integer, ord integer)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
@@ -62,9 +62,10 @@ DECLARE
 BEGIN
     RETURN QUERY
     WITH input AS (
-        SELECT t.id, t.token FROM unnest(job_ids, attempt_tokens) AS t(id, token)
+        SELECT t.id, t.token, t.ord::integer AS ord
+          FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS t(id, token, ord)
     ), target AS (
-        SELECT j.id, j.attempt_token,
+        SELECT j.id, j.attempt_token, i.ord,
                pgfence._recovery_status(j.recovery_policy, j.attempts, j.max_attempts) AS new_status
           FROM pgfence.jobs j JOIN input i ON i.id = j.id AND i.token = j.attempt_token
          WHERE j.status = 'processing'
@@ -85,10 +86,10 @@ BEGIN
      WHERE j.id = t.id
        AND j.status = 'processing'
        AND j.attempt_token = t.attempt_token
-    RETURNING j.id, j.status, j.reclaim_count;
+    RETURNING j.id, j.status, j.reclaim_count, t.ord;
 END $$;
 COMMENT ON FUNCTION pgfence._recover(bigint[], uuid[], text, boolean) IS
-  'Private: end the given (job, token) attempts by the reclaim rule; fenced by the token.';
+  'Private: end the given (job, token) attempts by the reclaim rule; fenced by the token. ord = input position.';
 
 -- One batch of the reclaim: expired leases, oldest first, SKIP LOCKED so that
 -- overlapping sweeps and claims never wait on each other or on a worker that is
@@ -111,7 +112,8 @@ BEGIN
     IF v_ids IS NULL THEN
         RETURN;
     END IF;
-    RETURN QUERY SELECT * FROM pgfence._recover(v_ids, v_tokens, 'lease expired before completion', true);
+    RETURN QUERY SELECT r.id, r.status, r.reclaim_count
+                   FROM pgfence._recover(v_ids, v_tokens, 'lease expired before completion', true) r;
 END $$;
 COMMENT ON FUNCTION pgfence._reclaim(integer) IS
   'Private: reclaim one batch of expired leases (unchecked argument; see reclaim_expired).';

@@ -23,25 +23,21 @@ BEGIN
         PERFORM pgfence._raise_invalid('results length', cardinality(results)::text,
             format('job_ids has %s elements', n), 'pass NULL, or one result (or NULL) per job id');
     END IF;
+    -- Two statements, no join between CTEs: the UPDATE walks the primary key per
+    -- input row, then the answer is read back (our updated rows are locked by us).
+    UPDATE pgfence.jobs j
+       SET status = 'done', result = i.result, lease_expires_at = NULL,
+           finished_at = v_now, updated_at = v_now
+      FROM unnest(job_ids, attempt_tokens, results) AS i(id, token, result)
+     WHERE j.id = i.id AND j.status = 'processing' AND j.attempt_token = i.token;
+
     RETURN QUERY
-    WITH input AS (
-        SELECT t.id, t.token, t.result, t.ord
-          FROM unnest(job_ids, attempt_tokens, results) WITH ORDINALITY AS t(id, token, result, ord)
-    ), upd AS (
-        UPDATE pgfence.jobs j
-           SET status = 'done', result = i.result, lease_expires_at = NULL,
-               finished_at = v_now, updated_at = v_now
-          FROM input i
-         WHERE j.id = i.id AND j.status = 'processing' AND j.attempt_token = i.token
-        RETURNING j.id
-    )
     SELECT i.id,
-           coalesce(u.id IS NOT NULL OR (j.status = 'done' AND j.attempt_token = i.token), false),
-           CASE WHEN u.id IS NOT NULL THEN 'done' ELSE j.status END,
-           CASE WHEN u.id IS NOT NULL OR (j.status = 'done' AND j.attempt_token = i.token) THEN NULL
+           coalesce(j.status = 'done' AND j.attempt_token = i.token, false),
+           j.status,
+           CASE WHEN j.status = 'done' AND j.attempt_token = i.token THEN NULL
                 ELSE pgfence._fence_detail(j.status, j.attempt_token, i.token, j.last_error, j.reserved_by) END
-      FROM input i
-      LEFT JOIN upd u ON u.id = i.id
+      FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord)
       LEFT JOIN pgfence.jobs j ON j.id = i.id
      ORDER BY i.ord;
 END $$;

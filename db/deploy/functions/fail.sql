@@ -33,6 +33,8 @@ DECLARE
     n integer := pgfence._check_batch(job_ids, attempt_tokens);
     v_now timestamptz := clock_timestamp();
     v_bad integer;
+    v_ords integer[];
+    v_acc boolean[];
 BEGIN
     IF errors IS NULL THEN
         PERFORM pgfence._raise_null('errors', 'pass one error text per job id');
@@ -52,41 +54,46 @@ BEGIN
         PERFORM pgfence._check_retry_in(format('retry_ins[%s]', v_bad), retry_ins[v_bad]);
     END IF;
 
-    RETURN QUERY
-    WITH input AS (
-        SELECT t.id, t.token, t.error, t.retry_in, coalesce(t.permanent, false) AS permanent, t.ord
-          FROM unnest(job_ids, attempt_tokens, errors, retry_ins, permanents)
-               WITH ORDINALITY AS t(id, token, error, retry_in, permanent, ord)
-    ), target AS (
-        SELECT j.id, j.attempt_token, i.error,
-               pgfence._fail_status(i.permanent, j.attempts, j.max_attempts) AS new_status,
-               coalesce(i.retry_in, pgfence._backoff(j.attempts)) AS delay
-          FROM pgfence.jobs j JOIN input i ON i.id = j.id AND i.token = j.attempt_token
-         WHERE j.status = 'processing'
-    ), upd AS (
+    -- The UPDATE reports which inputs it accepted (by ordinal); a fail that requeued
+    -- clears the token, so acceptance cannot be read back from the row afterwards.
+    WITH upd AS (
         UPDATE pgfence.jobs j
-           SET status           = t.new_status,
-               available_at     = CASE WHEN t.new_status = 'queued' THEN v_now + t.delay ELSE j.available_at END,
-               attempt_token    = CASE WHEN t.new_status = 'queued' THEN NULL ELSE j.attempt_token END,
-               reserved_by      = CASE WHEN t.new_status = 'queued' THEN NULL ELSE j.reserved_by END,
-               reserved_at      = CASE WHEN t.new_status = 'queued' THEN NULL ELSE j.reserved_at END,
-               heartbeat_at     = CASE WHEN t.new_status = 'queued' THEN NULL ELSE j.heartbeat_at END,
+           SET status           = pgfence._fail_status(i.permanent, j.attempts, j.max_attempts),
+               available_at     = CASE WHEN pgfence._fail_status(i.permanent, j.attempts, j.max_attempts) = 'queued'
+                                       THEN v_now + coalesce(i.retry_in, pgfence._backoff(j.attempts))
+                                       ELSE j.available_at END,
+               attempt_token    = CASE WHEN pgfence._fail_status(i.permanent, j.attempts, j.max_attempts) = 'queued'
+                                       THEN NULL ELSE j.attempt_token END,
+               reserved_by      = CASE WHEN pgfence._fail_status(i.permanent, j.attempts, j.max_attempts) = 'queued'
+                                       THEN NULL ELSE j.reserved_by END,
+               reserved_at      = CASE WHEN pgfence._fail_status(i.permanent, j.attempts, j.max_attempts) = 'queued'
+                                       THEN NULL ELSE j.reserved_at END,
+               heartbeat_at     = CASE WHEN pgfence._fail_status(i.permanent, j.attempts, j.max_attempts) = 'queued'
+                                       THEN NULL ELSE j.heartbeat_at END,
                lease_expires_at = NULL,
-               last_error       = t.error,
-               finished_at      = CASE WHEN t.new_status = 'failed' THEN v_now END,
+               last_error       = i.error,
+               finished_at      = CASE WHEN pgfence._fail_status(i.permanent, j.attempts, j.max_attempts) = 'failed'
+                                       THEN v_now END,
                updated_at       = v_now
-          FROM target t
-         WHERE j.id = t.id AND j.status = 'processing' AND j.attempt_token = t.attempt_token
-        RETURNING j.id, j.status
+          FROM (SELECT t.id, t.token, t.error, t.retry_in, coalesce(t.permanent, false) AS permanent, t.ord
+                  FROM unnest(job_ids, attempt_tokens, errors, retry_ins, permanents)
+                       WITH ORDINALITY AS t(id, token, error, retry_in, permanent, ord)) i
+         WHERE j.id = i.id AND j.status = 'processing' AND j.attempt_token = i.token
+        RETURNING i.ord
     )
-    SELECT i.id,
-           coalesce(u.id IS NOT NULL OR (j.status = 'failed' AND j.attempt_token = i.token), false),
-           coalesce(u.status, j.status),
-           CASE WHEN u.id IS NOT NULL OR (j.status = 'failed' AND j.attempt_token = i.token) THEN NULL
+    SELECT coalesce(array_agg(upd.ord::integer), '{}') INTO v_ords FROM upd;
+    v_acc := array_fill(false, ARRAY[n]);
+    FOREACH v_bad IN ARRAY v_ords LOOP
+        v_acc[v_bad] := true;
+    END LOOP;
+
+    RETURN QUERY
+    SELECT i.id, ok, j.status,
+           CASE WHEN ok THEN NULL
                 ELSE pgfence._fence_detail(j.status, j.attempt_token, i.token, j.last_error, j.reserved_by) END
-      FROM input i
-      LEFT JOIN upd u ON u.id = i.id
+      FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord)
       LEFT JOIN pgfence.jobs j ON j.id = i.id
+     CROSS JOIN LATERAL (SELECT v_acc[i.ord] OR coalesce(j.status = 'failed' AND j.attempt_token = i.token, false) AS ok) a
      ORDER BY i.ord;
 END $$;
 

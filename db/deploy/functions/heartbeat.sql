@@ -21,24 +21,19 @@ DECLARE
 BEGIN
     PERFORM pgfence._check_lease(lease);
     v_now := clock_timestamp();
+    UPDATE pgfence.jobs j
+       SET lease_expires_at = v_now + lease, heartbeat_at = v_now, updated_at = v_now
+      FROM unnest(job_ids, attempt_tokens) AS i(id, token)
+     WHERE j.id = i.id AND j.status = 'processing' AND j.attempt_token = i.token;
+
+    -- Tokens are fresh per claim, so processing with this token now means we extended it.
     RETURN QUERY
-    WITH input AS (
-        SELECT t.id, t.token, t.ord
-          FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS t(id, token, ord)
-    ), upd AS (
-        UPDATE pgfence.jobs j
-           SET lease_expires_at = v_now + lease, heartbeat_at = v_now, updated_at = v_now
-          FROM input i
-         WHERE j.id = i.id AND j.status = 'processing' AND j.attempt_token = i.token
-        RETURNING j.id, j.lease_expires_at
-    )
-    SELECT i.id, u.id IS NOT NULL, u.lease_expires_at,
-           CASE WHEN u.id IS NOT NULL THEN 'processing' ELSE j.status END,
-           CASE WHEN u.id IS NOT NULL THEN NULL
+    SELECT i.id, ok, CASE WHEN ok THEN j.lease_expires_at END, j.status,
+           CASE WHEN ok THEN NULL
                 ELSE pgfence._fence_detail(j.status, j.attempt_token, i.token, j.last_error, j.reserved_by) END
-      FROM input i
-      LEFT JOIN upd u ON u.id = i.id
+      FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord)
       LEFT JOIN pgfence.jobs j ON j.id = i.id
+     CROSS JOIN LATERAL (SELECT coalesce(j.status = 'processing' AND j.attempt_token = i.token, false) AS ok) a
      ORDER BY i.ord;
 END $$;
 

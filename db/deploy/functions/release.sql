@@ -17,34 +17,38 @@ LANGUAGE plpgsql AS $$
 DECLARE
     n integer := pgfence._check_batch(job_ids, attempt_tokens);
     v_now timestamptz := clock_timestamp();
+    v_ords integer[];
+    v_acc boolean[];
+    v_i integer;
 BEGIN
     IF started IS NULL THEN
         PERFORM pgfence._raise_null('started', 'pass true if a handler ran the job, false if it never started');
     END IF;
+    IF started THEN
+        SELECT coalesce(array_agg(r.ord), '{}') INTO v_ords
+          FROM pgfence._recover(job_ids, attempt_tokens, 'released by worker before completion', false) r;
+    ELSE
+        WITH upd AS (
+            UPDATE pgfence.jobs j
+               SET status = 'queued', attempts = j.attempts - 1, available_at = v_now, attempt_token = NULL,
+                   reserved_by = NULL, reserved_at = NULL, heartbeat_at = NULL, lease_expires_at = NULL,
+                   updated_at = v_now
+              FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord)
+             WHERE j.id = i.id AND j.status = 'processing' AND j.attempt_token = i.token
+            RETURNING i.ord
+        )
+        SELECT coalesce(array_agg(upd.ord::integer), '{}') INTO v_ords FROM upd;
+    END IF;
+    v_acc := array_fill(false, ARRAY[n]);
+    FOREACH v_i IN ARRAY v_ords LOOP
+        v_acc[v_i] := true;
+    END LOOP;
+
     RETURN QUERY
-    WITH input AS (
-        SELECT t.id, t.token, t.ord FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS t(id, token, ord)
-    ), unstarted AS (
-        UPDATE pgfence.jobs j
-           SET status = 'queued', attempts = j.attempts - 1, available_at = v_now, attempt_token = NULL,
-               reserved_by = NULL, reserved_at = NULL, heartbeat_at = NULL, lease_expires_at = NULL,
-               updated_at = v_now
-          FROM input i
-         WHERE NOT started AND j.id = i.id AND j.status = 'processing' AND j.attempt_token = i.token
-        RETURNING j.id, j.status
-    ), rec AS (
-        -- started decides which of the two runs: the other gets no ids.
-        SELECT r.id, r.status
-          FROM pgfence._recover(CASE WHEN started THEN job_ids ELSE '{}' END, attempt_tokens,
-                                'released by worker before completion', false) r
-        UNION ALL
-        SELECT u.id, u.status FROM unstarted u
-    )
-    SELECT i.id, r.id IS NOT NULL, coalesce(r.status, j.status),
-           CASE WHEN r.id IS NOT NULL THEN NULL
+    SELECT i.id, v_acc[i.ord], j.status,
+           CASE WHEN v_acc[i.ord] THEN NULL
                 ELSE pgfence._fence_detail(j.status, j.attempt_token, i.token, j.last_error, j.reserved_by) END
-      FROM input i
-      LEFT JOIN rec r ON r.id = i.id
+      FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord)
       LEFT JOIN pgfence.jobs j ON j.id = i.id
      ORDER BY i.ord;
 END $$;
