@@ -37,6 +37,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_until timestamptz := coalesce(run_until, date_trunc('minute', clock_timestamp()) + interval '1 minute');
     v_reclaimed bigint;
+    v_wake timestamptz;
 BEGIN
     IF pass_interval IS NULL OR pass_interval < interval '10 milliseconds' OR pass_interval > interval '1 minute' THEN
         PERFORM pgfence._raise_invalid('pass_interval', coalesce(pass_interval::text, 'NULL'),
@@ -64,7 +65,14 @@ BEGIN
         END IF;
         COMMIT;
         EXIT WHEN clock_timestamp() + pass_interval >= v_until;
-        PERFORM pg_sleep(extract(epoch FROM pass_interval));
+        -- Sleep in 10 ms transactions: a procedure's transaction holds a snapshot
+        -- (and so the xmin horizon) until it commits; one long pg_sleep would keep
+        -- every job claimed meanwhile from being pruned out of the claim index.
+        v_wake := clock_timestamp() + pass_interval;
+        WHILE clock_timestamp() < v_wake LOOP
+            PERFORM pg_sleep(0.01);
+            COMMIT;
+        END LOOP;
     END LOOP;
 END $$;
 
