@@ -7,13 +7,13 @@ The queue logic is PL/pgSQL in schema ``pgfence``; this package is a thin client
 from .client import SCHEMA_VERSION, Client, RawJson
 from .errors import (InvalidArgument, InvalidTransition, JobNotFound, LeaseLost, PgfenceError,
                      SchemaMismatch, WrongIsolation)
-from .models import Enqueued, Job, JobRecord, Outcome, QueueStats, Reclaimed
+from .models import Attempt, Enqueued, Job, JobRecord, Outcome, QueueStats, Reclaimed, Rejection
 from .worker import PermanentFailure, RetryAfter, Worker
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "Worker", "Job", "JobRecord", "Enqueued", "Outcome", "QueueStats", "Reclaimed", "RawJson",
+    "Client", "Worker", "Job", "JobRecord", "Attempt", "Rejection", "Enqueued", "Outcome", "QueueStats", "Reclaimed", "RawJson",
     "PgfenceError", "LeaseLost", "JobNotFound", "InvalidTransition", "InvalidArgument", "WrongIsolation",
     "SchemaMismatch", "PermanentFailure", "RetryAfter", "SCHEMA_VERSION",
 ]

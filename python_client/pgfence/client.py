@@ -20,7 +20,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from .errors import JobNotFound, PgfenceError, SchemaMismatch, translate
-from .models import Enqueued, Job, JobRecord, Outcome, QueueStats, Reclaimed
+from .models import Attempt, Enqueued, Job, JobRecord, Outcome, QueueStats, Reclaimed, Rejection
 
 #: The ``pgfence.schema_version()`` this client speaks.
 SCHEMA_VERSION = 1
@@ -286,12 +286,40 @@ class Client:
             raise JobNotFound(f"pgfence: job {job_id} not found", sqlstate="PF002")
         return rows[0]
 
-    def sweep_scheduled(self) -> bool:
-        """True when the pg_cron job ``pgfence-reclaim`` exists and is active in this database."""
-        if not self._scalar("SELECT to_regclass('cron.job') IS NOT NULL"):
-            return False
+    def sweeper_last_pass(self) -> Optional[datetime]:
+        """``pgfence.sweeper_last_pass()``: when the background sweeper last completed a pass."""
+        value: Optional[datetime] = self._scalar("SELECT pgfence.sweeper_last_pass()")
+        return value
+
+    def sweeper_active(self, max_age: timedelta = timedelta(minutes=2)) -> bool:
+        """True when the background sweeper (pg_cron job ``pgfence-reclaim``) completed a
+        pass within ``max_age`` by the database clock."""
         return bool(self._scalar(
-            "SELECT coalesce(bool_or(active), false) FROM cron.job WHERE jobname = 'pgfence-reclaim'"))
+            "SELECT coalesce(pgfence.sweeper_last_pass() > clock_timestamp() - %s, false)", (max_age,)))
+
+    def report_rejection(self, job_id: int, attempt_token: uuid.UUID, operation: str) -> None:
+        """``pgfence.report_rejection``: record that a single call (``heartbeat``, ``complete``,
+        ``fail``, ``release``) was refused with :class:`LeaseLost` (its transaction rolled back)."""
+        self._scalar("SELECT pgfence.report_rejection(job_id => %s, attempt_token => %s, operation => %s)",
+                     (job_id, attempt_token, operation))
+
+    def attempts(self, job_id: int) -> list[Attempt]:
+        """The ended attempts of a job (``pgfence.attempts``), oldest first. Operators only."""
+        return self._rows(Attempt,
+            "SELECT job_id, attempt, attempt_token, worker, claimed_at, heartbeat_at, lease_expires_at, "
+            "ended_at, outcome, error FROM pgfence.attempts WHERE job_id = %s ORDER BY ended_at, attempt",
+            (job_id,))
+
+    def rejections(self, job_id: int) -> list[Rejection]:
+        """Fenced calls refused for a job (``pgfence.rejections``), oldest first. Operators only."""
+        return self._rows(Rejection,
+            "SELECT job_id, attempt_token, operation, caller, detail, rejected_at FROM pgfence.rejections "
+            "WHERE job_id = %s ORDER BY rejected_at", (job_id,))
+
+    # Kept for callers of the first release: the sweep counts as scheduled when it runs.
+    def sweep_scheduled(self) -> bool:
+        """Deprecated name of :meth:`sweeper_active`."""
+        return self.sweeper_active()
 
 
 class RawJson(str):

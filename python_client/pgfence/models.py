@@ -109,3 +109,32 @@ class JobRecord:
     created_at: datetime
     updated_at: datetime
     finished_at: Optional[datetime]
+    enqueued_by: str
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One ended attempt of a job (``pgfence.attempts``)."""
+
+    job_id: int
+    attempt: int
+    attempt_token: uuid.UUID
+    worker: str
+    claimed_at: datetime
+    heartbeat_at: Optional[datetime]
+    lease_expires_at: Optional[datetime]
+    ended_at: datetime
+    outcome: str
+    error: Optional[str]
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A fenced call refused because its token was not current (``pgfence.rejections``)."""
+
+    job_id: int
+    attempt_token: uuid.UUID
+    operation: str
+    caller: str
+    detail: Optional[str]
+    rejected_at: datetime

@@ -95,7 +95,7 @@ class Worker:
     * ``poll_interval`` [1 s]: longest wait between claims when no NOTIFY arrives.
     * ``shutdown_grace`` [30 s]: how long SIGTERM/SIGINT waits for running
       handlers before giving their jobs back (fenced ``release``).
-    * ``run_sweeper`` [None = when pg_cron has no ``pgfence-reclaim`` job]: run
+    * ``run_sweeper`` [None = when the pg_cron sweeper has not passed in 2 minutes]: run
       ``CALL pgfence.sweep()`` every ``sweep_interval`` [1 s] from this process.
     * ``flush_interval`` [2 ms]: how long outcomes are gathered into one batch.
     * ``worker_id`` [host:pid:random]: recorded as ``reserved_by``.
@@ -178,11 +178,11 @@ class Worker:
         sweep = self.run_sweeper
         if sweep is None:
             try:
-                sweep = not self.client.sweep_scheduled()
+                sweep = not self.client.sweeper_active()
             except _RETRYABLE:
                 sweep = True
         if sweep:
-            log.info("worker %s runs the reclaim sweep every %ss (no pg_cron job)", self.worker_id,
+            log.info("worker %s runs the reclaim sweep every %ss (no background sweeper seen)", self.worker_id,
                      self.sweep_interval)
             specs.append(("pgfence-sweeper", self._sweep_loop))
         for name, target in specs:
@@ -403,7 +403,11 @@ class Worker:
                 n = self.client.sweep()
                 if n:
                     log.info("worker %s: sweep reclaimed %s expired leases", self.worker_id, n)
-            except (PgfenceError, *_RETRYABLE) as exc:
+            except psycopg.errors.InsufficientPrivilege as exc:
+                log.warning("worker %s: cannot sweep (%s); grant pgfence_operator to this role or rely on "
+                            "claim's on-claim recovery and pg_cron", self.worker_id, str(exc).strip())
+                return
+            except (PgfenceError, psycopg.Error) as exc:
                 log.warning("worker %s: sweep failed (%s)", self.worker_id, str(exc).strip())
 
     def _conninfo(self) -> str:

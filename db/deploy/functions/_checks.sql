@@ -100,6 +100,7 @@ BEGIN
         PERFORM pgfence._raise_null('attempt_tokens', 'pass one attempt token per job id');
     END IF;
     PERFORM pgfence._check_range('job_ids length', n, 1, 10000);
+    PERFORM pgfence._check_isolation('a fenced batch call');
     IF cardinality(attempt_tokens) <> n THEN
         PERFORM pgfence._raise_invalid('attempt_tokens length', cardinality(attempt_tokens)::text,
             format('job_ids has %s elements', n), 'pass exactly one attempt token per job id, in the same order');
@@ -117,5 +118,29 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION pgfence._check_batch(bigint[], uuid[]) IS
   'Private: check the job_ids/attempt_tokens arrays of a batch call; returns their length.';
+
+-- The fenced calls update rows other sessions update too; under REPEATABLE READ
+-- or SERIALIZABLE that surfaces as a raw 40001 deep inside. Refuse up front.
+CREATE FUNCTION pgfence._check_isolation(fn text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION USING ERRCODE = 'PF004',
+            MESSAGE = format('pgfence: %s needs READ COMMITTED, not %s', fn, current_setting('transaction_isolation')),
+            HINT = format('call %s in its own transaction (autocommit) or at READ COMMITTED isolation', fn);
+    END IF;
+END $$;
+COMMENT ON FUNCTION pgfence._check_isolation(text) IS
+  'Private: raise PF004 unless the transaction is READ COMMITTED.';
+
+-- The role calling pgfence, even from inside a SECURITY DEFINER function (where
+-- current_user is the owner): the SET ROLE in effect, else the session user.
+-- Not spoofable: a session can only SET ROLE to roles it is a member of.
+CREATE FUNCTION pgfence._invoker() RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN current_setting('role') = 'none' THEN session_user::text ELSE current_setting('role') END
+$$;
+COMMENT ON FUNCTION pgfence._invoker() IS
+  'Private: the calling role (SET ROLE respected), also inside SECURITY DEFINER functions.';
 
 COMMIT;

@@ -21,4 +21,19 @@ END $$;
 COMMENT ON FUNCTION pgfence._raise_fence(bigint, text, text) IS
   'Private: raise PF002 (no such job) or PF001 (lease lost, with DETAIL) for a refused fenced call.';
 
+-- Record the refused inputs of a batch call (accepted[i] false, job exists) in
+-- pgfence.rejections, with the reason. Called only when a batch had refusals.
+CREATE FUNCTION pgfence._record_rejections(job_ids bigint[], attempt_tokens uuid[], accepted boolean[],
+                                           operation text) RETURNS void
+LANGUAGE sql AS $$
+    INSERT INTO pgfence.rejections (job_id, attempt_token, operation, caller, detail)
+    SELECT i.id, i.token, operation, pgfence._invoker(),
+           pgfence._fence_detail(j.status, j.attempt_token, i.token, j.last_error, j.reserved_by)
+      FROM unnest(job_ids, attempt_tokens, accepted) AS i(id, token, ok)
+      JOIN pgfence.jobs j ON j.id = i.id
+     WHERE NOT i.ok
+$$;
+COMMENT ON FUNCTION pgfence._record_rejections(bigint[], uuid[], boolean[], text) IS
+  'Private: record refused fenced calls of a batch in pgfence.rejections.';
+
 COMMIT;

@@ -50,9 +50,11 @@ $$;
 COMMENT ON FUNCTION pgfence._fence_detail(text, uuid, uuid, text, text) IS
   'Private: the DETAIL of a PF001 (lease lost), from the job''s current state.';
 
--- Ends the given attempts without a result, by the reclaim rule. Fenced: a row
--- changes only while it is processing with exactly the given token. Shared by
--- the sweep, by claim's on-claim recovery and by release.
+-- Ends the given attempts without a result, by the reclaim rule, and records
+-- each ended attempt (outcome reclaimed or released) in pgfence.attempts. Fenced:
+-- a row changes only while it is processing with exactly the given token. Rows
+-- are locked in id order (no deadlock against other batch calls). Shared by the
+-- sweep, by claim's on-claim recovery and by release.
 CREATE FUNCTION pgfence._recover(job_ids bigint[], attempt_tokens uuid[], reason text, reclaimed boolean)
 RETURNS TABLE(id bigint, status text, reclaim_count integer, ord integer)
 LANGUAGE plpgsql AS $$
@@ -61,35 +63,44 @@ DECLARE
     v_now timestamptz := clock_timestamp();
 BEGIN
     RETURN QUERY
-    WITH input AS (
-        SELECT t.id, t.token, t.ord::integer AS ord
-          FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS t(id, token, ord)
-    ), target AS (
-        SELECT j.id, j.attempt_token, i.ord,
+    WITH target AS (
+        SELECT j.id, j.attempt_token, j.attempts, j.reserved_by, j.reserved_at, j.heartbeat_at,
+               j.lease_expires_at, t.ord::integer AS ord,
                pgfence._recovery_status(j.recovery_policy, j.attempts, j.max_attempts) AS new_status
-          FROM pgfence.jobs j JOIN input i ON i.id = j.id AND i.token = j.attempt_token
+          FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS t(id, token, ord)
+          JOIN pgfence.jobs j ON j.id = t.id AND j.attempt_token = t.token
          WHERE j.status = 'processing'
+         ORDER BY j.id
+    ), upd AS (
+        UPDATE pgfence.jobs j
+           SET status           = t.new_status,
+               available_at     = CASE WHEN t.new_status = 'queued' THEN v_now ELSE j.available_at END,
+               attempt_token    = NULL,
+               reserved_by      = CASE WHEN t.new_status = 'queued' THEN NULL ELSE j.reserved_by END,
+               reserved_at      = CASE WHEN t.new_status = 'queued' THEN NULL ELSE j.reserved_at END,
+               heartbeat_at     = CASE WHEN t.new_status = 'queued' THEN NULL ELSE j.heartbeat_at END,
+               lease_expires_at = NULL,
+               reclaim_count    = j.reclaim_count + CASE WHEN reclaimed THEN 1 ELSE 0 END,
+               last_error       = reason,
+               finished_at      = CASE WHEN t.new_status = 'failed' THEN v_now END,
+               updated_at       = v_now
+          FROM target t
+         WHERE j.id = t.id
+           AND j.status = 'processing'
+           AND j.attempt_token = t.attempt_token
+        RETURNING j.id, j.status, j.reclaim_count, t.ord, t.attempts, t.attempt_token, t.reserved_by,
+                  t.reserved_at, t.heartbeat_at, t.lease_expires_at
+    ), hist AS (
+        INSERT INTO pgfence.attempts (job_id, attempt, attempt_token, worker, claimed_at, heartbeat_at,
+                                      lease_expires_at, ended_at, outcome, error)
+        SELECT u.id, u.attempts, u.attempt_token, u.reserved_by, u.reserved_at, u.heartbeat_at,
+               u.lease_expires_at, v_now, CASE WHEN reclaimed THEN 'reclaimed' ELSE 'released' END, reason
+          FROM upd u
     )
-    UPDATE pgfence.jobs j
-       SET status           = t.new_status,
-           available_at     = CASE WHEN t.new_status = 'queued' THEN v_now ELSE j.available_at END,
-           attempt_token    = NULL,
-           reserved_by      = CASE WHEN t.new_status = 'queued' THEN NULL ELSE j.reserved_by END,
-           reserved_at      = CASE WHEN t.new_status = 'queued' THEN NULL ELSE j.reserved_at END,
-           heartbeat_at     = CASE WHEN t.new_status = 'queued' THEN NULL ELSE j.heartbeat_at END,
-           lease_expires_at = NULL,
-           reclaim_count    = j.reclaim_count + CASE WHEN reclaimed THEN 1 ELSE 0 END,
-           last_error       = reason,
-           finished_at      = CASE WHEN t.new_status = 'failed' THEN v_now END,
-           updated_at       = v_now
-      FROM target t
-     WHERE j.id = t.id
-       AND j.status = 'processing'
-       AND j.attempt_token = t.attempt_token
-    RETURNING j.id, j.status, j.reclaim_count, t.ord;
+    SELECT u.id, u.status, u.reclaim_count, u.ord FROM upd u;
 END $$;
 COMMENT ON FUNCTION pgfence._recover(bigint[], uuid[], text, boolean) IS
-  'Private: end the given (job, token) attempts by the reclaim rule; fenced by the token. ord = input position.';
+  'Private: end the given (job, token) attempts by the reclaim rule, recording them; fenced by the token. ord = input position.';
 
 -- One batch of the reclaim: expired leases, oldest first, SKIP LOCKED so that
 -- overlapping sweeps and claims never wait on each other or on a worker that is

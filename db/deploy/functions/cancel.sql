@@ -20,6 +20,12 @@ BEGIN
     ELSIF v_status NOT IN ('queued', 'processing', 'manual_review') THEN
         PERFORM pgfence._raise_transition(job_id, 'cancel', v_status, 'queued, processing or manual_review');
     END IF;
+    -- A running attempt ends here: record it.
+    INSERT INTO pgfence.attempts (job_id, attempt, attempt_token, worker, claimed_at, heartbeat_at,
+                                  lease_expires_at, ended_at, outcome)
+    SELECT j.id, j.attempts, j.attempt_token, j.reserved_by, j.reserved_at, j.heartbeat_at,
+           j.lease_expires_at, v_now, 'cancelled'
+      FROM pgfence.jobs j WHERE j.id = job_id AND j.status = 'processing';
     UPDATE pgfence.jobs
        SET status = 'cancelled', attempt_token = NULL, lease_expires_at = NULL,
            finished_at = v_now, updated_at = v_now

@@ -55,11 +55,7 @@ BEGIN
     END IF;
     PERFORM pgfence._check_lease(lease);
     PERFORM pgfence._check_range('max_jobs', max_jobs, 1, 1000);
-    IF current_setting('transaction_isolation') <> 'read committed' THEN
-        RAISE EXCEPTION USING ERRCODE = 'PF004',
-            MESSAGE = format('pgfence: claim needs READ COMMITTED, not %s', current_setting('transaction_isolation')),
-            HINT = 'call claim in its own transaction (autocommit) or at READ COMMITTED isolation';
-    END IF;
+    PERFORM pgfence._check_isolation('claim');
 
     -- On-claim recovery: the same rule and SQL as the sweep.
     PERFORM pgfence._reclaim(max_jobs);

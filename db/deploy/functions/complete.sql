@@ -18,18 +18,41 @@ LANGUAGE plpgsql AS $$
 DECLARE
     n integer := pgfence._check_batch(job_ids, attempt_tokens);
     v_now timestamptz := clock_timestamp();
+    v_count integer;
+    v_acc boolean[];
 BEGIN
     IF cardinality(results) <> n THEN
         PERFORM pgfence._raise_invalid('results length', cardinality(results)::text,
             format('job_ids has %s elements', n), 'pass NULL, or one result (or NULL) per job id');
     END IF;
-    -- Two statements, no join between CTEs: the UPDATE walks the primary key per
-    -- input row, then the answer is read back (our updated rows are locked by us).
-    UPDATE pgfence.jobs j
-       SET status = 'done', result = i.result, lease_expires_at = NULL,
-           finished_at = v_now, updated_at = v_now
-      FROM unnest(job_ids, attempt_tokens, results) AS i(id, token, result)
-     WHERE j.id = i.id AND j.status = 'processing' AND j.attempt_token = i.token;
+    -- The UPDATE walks the primary key per input row, in id order (a fixed lock
+    -- order: no deadlock against a concurrent heartbeat_many of the same jobs), and
+    -- records each ended attempt. The answer is read back afterwards: our updated
+    -- rows are locked by us, and done keeps the finishing token.
+    WITH upd AS (
+        UPDATE pgfence.jobs j
+           SET status = 'done', result = i.result, lease_expires_at = NULL,
+               finished_at = v_now, updated_at = v_now
+          FROM (SELECT t.id, t.token, t.result
+                  FROM unnest(job_ids, attempt_tokens, results) AS t(id, token, result)
+                 ORDER BY t.id) i
+         WHERE j.id = i.id AND j.status = 'processing' AND j.attempt_token = i.token
+        RETURNING j.id, j.attempts, j.attempt_token, j.reserved_by, j.reserved_at, j.heartbeat_at
+    )
+    INSERT INTO pgfence.attempts (job_id, attempt, attempt_token, worker, claimed_at, heartbeat_at,
+                                  ended_at, outcome)
+    SELECT u.id, u.attempts, u.attempt_token, u.reserved_by, u.reserved_at, u.heartbeat_at, v_now, 'done'
+      FROM upd u;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+
+    IF v_count < n THEN
+        -- Some were refused (or already done by this token: accepted, idempotent).
+        SELECT array_agg(coalesce(j.status = 'done' AND j.attempt_token = i.token, false) ORDER BY i.ord)
+          INTO v_acc
+          FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord)
+          LEFT JOIN pgfence.jobs j ON j.id = i.id;
+        PERFORM pgfence._record_rejections(job_ids, attempt_tokens, v_acc, 'complete');
+    END IF;
 
     RETURN QUERY
     SELECT i.id,
@@ -45,7 +68,8 @@ END $$;
 COMMENT ON FUNCTION pgfence.complete_many(bigint[], uuid[], jsonb[]) IS
 $$Complete 1..10000 attempts in one call: processing -> done where (job_ids[i], attempt_tokens[i]) still
 holds the lease, storing results[i]. Returns (id, accepted, status, detail) per input in input order;
-accepted = done by this token (idempotent). Refused rows change nothing; detail says why.
+accepted = done by this token (idempotent). Each ended attempt is recorded in pgfence.attempts.
+Refused rows change nothing; detail says why, and they are recorded in pgfence.rejections.
 Errors: 22004, 22023 (NULLs, lengths, duplicate ids).$$;
 
 -- Complete one attempt: processing -> done, only with the current token.

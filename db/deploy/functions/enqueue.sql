@@ -62,9 +62,10 @@ BEGIN
 
     IF idempotency_key IS NULL THEN
         INSERT INTO pgfence.jobs (queue, kind, payload, priority, available_at, max_attempts,
-                                  recovery_policy, created_at, updated_at)
+                                  recovery_policy, created_at, updated_at, enqueued_by)
         VALUES (enqueue.queue, enqueue.kind, enqueue.payload, enqueue.priority,
-                coalesce(enqueue.run_at, v_now), enqueue.max_attempts, enqueue.recovery_policy, v_now, v_now)
+                coalesce(enqueue.run_at, v_now), enqueue.max_attempts, enqueue.recovery_policy, v_now, v_now,
+                pgfence._invoker())
         RETURNING id INTO v_id;
         PERFORM pg_notify('pgfence_enqueue', enqueue.queue);
         RETURN v_id;
@@ -75,10 +76,10 @@ BEGIN
     -- If the holder left the key-holding states in between, try again.
     LOOP
         INSERT INTO pgfence.jobs AS j (queue, kind, payload, priority, available_at, max_attempts,
-                                       recovery_policy, idempotency_key, created_at, updated_at)
+                                       recovery_policy, idempotency_key, created_at, updated_at, enqueued_by)
         VALUES (enqueue.queue, enqueue.kind, enqueue.payload, enqueue.priority,
                 coalesce(enqueue.run_at, v_now), enqueue.max_attempts, enqueue.recovery_policy,
-                enqueue.idempotency_key, v_now, v_now)
+                enqueue.idempotency_key, v_now, v_now, pgfence._invoker())
         ON CONFLICT (queue, idempotency_key)
             WHERE idempotency_key IS NOT NULL
               AND status IN ('queued', 'processing', 'manual_review', 'done')

@@ -23,6 +23,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     n integer := cardinality(kinds);
     v_now timestamptz := clock_timestamp();
+    v_invoker text := pgfence._invoker();
     v_bad integer;
     v_keys text[] := '{}';       -- resolved keys ...
     v_key_ids bigint[] := '{}';  -- ... and the job id each resolved to
@@ -80,10 +81,11 @@ BEGIN
          WHERE t.key IS NULL
     ), ins AS (
         INSERT INTO pgfence.jobs (id, queue, kind, payload, priority, available_at, max_attempts,
-                                  recovery_policy, created_at, updated_at)
+                                  recovery_policy, created_at, updated_at, enqueued_by)
         OVERRIDING SYSTEM VALUE
         SELECT i.id, enqueue_many.queue, i.kind, coalesce(i.payload, '{}'), coalesce(i.priority, 0),
-               coalesce(i.run_at, v_now), enqueue_many.max_attempts, enqueue_many.recovery_policy, v_now, v_now
+               coalesce(i.run_at, v_now), enqueue_many.max_attempts, enqueue_many.recovery_policy, v_now, v_now,
+               v_invoker
           FROM input i
     )
     SELECT array_agg(i.ord), array_agg(i.id) INTO v_plain_ords, v_plain_ids FROM input i;
@@ -106,10 +108,10 @@ BEGIN
                  ORDER BY t.key, t.ord
             ), ins AS (
                 INSERT INTO pgfence.jobs AS j (queue, kind, payload, priority, available_at, max_attempts,
-                                               recovery_policy, idempotency_key, created_at, updated_at)
+                                               recovery_policy, idempotency_key, created_at, updated_at, enqueued_by)
                 SELECT enqueue_many.queue, r.kind, coalesce(r.payload, '{}'), coalesce(r.priority, 0),
                        coalesce(r.run_at, v_now), enqueue_many.max_attempts, enqueue_many.recovery_policy,
-                       r.key, v_now, v_now
+                       r.key, v_now, v_now, v_invoker
                   FROM rep r
                 ON CONFLICT (queue, idempotency_key)
                     WHERE idempotency_key IS NOT NULL

@@ -54,38 +54,56 @@ BEGIN
         PERFORM pgfence._check_retry_in(format('retry_ins[%s]', v_bad), retry_ins[v_bad]);
     END IF;
 
-    -- The UPDATE reports which inputs it accepted (by ordinal); a fail that requeued
-    -- clears the token, so acceptance cannot be read back from the row afterwards.
-    WITH upd AS (
+    -- target reads each failing attempt before the update (a retry clears the
+    -- reservation); rows are locked in id order; each ended attempt is recorded.
+    -- The accepted inputs come back by ordinal: a fail that requeued clears the
+    -- token, so acceptance cannot be read back from the row afterwards.
+    WITH target AS (
+        SELECT j.id, j.attempt_token, j.attempts, j.reserved_by, j.reserved_at, j.heartbeat_at,
+               i.error, i.ord::integer AS ord,
+               pgfence._fail_status(i.permanent, j.attempts, j.max_attempts) AS new_status,
+               coalesce(i.retry_in, pgfence._backoff(j.attempts)) AS delay
+          FROM unnest(job_ids, attempt_tokens, errors, retry_ins, permanents)
+               WITH ORDINALITY AS i(id, token, error, retry_in, permanent, ord)
+          JOIN pgfence.jobs j ON j.id = i.id AND j.attempt_token = i.token
+         WHERE j.status = 'processing'
+         ORDER BY j.id
+    ), upd AS (
         UPDATE pgfence.jobs j
-           SET status           = pgfence._fail_status(i.permanent, j.attempts, j.max_attempts),
-               available_at     = CASE WHEN pgfence._fail_status(i.permanent, j.attempts, j.max_attempts) = 'queued'
-                                       THEN v_now + coalesce(i.retry_in, pgfence._backoff(j.attempts))
-                                       ELSE j.available_at END,
-               attempt_token    = CASE WHEN pgfence._fail_status(i.permanent, j.attempts, j.max_attempts) = 'queued'
-                                       THEN NULL ELSE j.attempt_token END,
-               reserved_by      = CASE WHEN pgfence._fail_status(i.permanent, j.attempts, j.max_attempts) = 'queued'
-                                       THEN NULL ELSE j.reserved_by END,
-               reserved_at      = CASE WHEN pgfence._fail_status(i.permanent, j.attempts, j.max_attempts) = 'queued'
-                                       THEN NULL ELSE j.reserved_at END,
-               heartbeat_at     = CASE WHEN pgfence._fail_status(i.permanent, j.attempts, j.max_attempts) = 'queued'
-                                       THEN NULL ELSE j.heartbeat_at END,
+           SET status           = t.new_status,
+               available_at     = CASE WHEN t.new_status = 'queued' THEN v_now + t.delay ELSE j.available_at END,
+               attempt_token    = CASE WHEN t.new_status = 'queued' THEN NULL ELSE j.attempt_token END,
+               reserved_by      = CASE WHEN t.new_status = 'queued' THEN NULL ELSE j.reserved_by END,
+               reserved_at      = CASE WHEN t.new_status = 'queued' THEN NULL ELSE j.reserved_at END,
+               heartbeat_at     = CASE WHEN t.new_status = 'queued' THEN NULL ELSE j.heartbeat_at END,
                lease_expires_at = NULL,
-               last_error       = i.error,
-               finished_at      = CASE WHEN pgfence._fail_status(i.permanent, j.attempts, j.max_attempts) = 'failed'
-                                       THEN v_now END,
+               last_error       = t.error,
+               finished_at      = CASE WHEN t.new_status = 'failed' THEN v_now END,
                updated_at       = v_now
-          FROM (SELECT t.id, t.token, t.error, t.retry_in, coalesce(t.permanent, false) AS permanent, t.ord
-                  FROM unnest(job_ids, attempt_tokens, errors, retry_ins, permanents)
-                       WITH ORDINALITY AS t(id, token, error, retry_in, permanent, ord)) i
-         WHERE j.id = i.id AND j.status = 'processing' AND j.attempt_token = i.token
-        RETURNING i.ord
+          FROM target t
+         WHERE j.id = t.id AND j.status = 'processing' AND j.attempt_token = t.attempt_token
+        RETURNING t.*
+    ), hist AS (
+        INSERT INTO pgfence.attempts (job_id, attempt, attempt_token, worker, claimed_at, heartbeat_at,
+                                      ended_at, outcome, error)
+        SELECT u.id, u.attempts, u.attempt_token, u.reserved_by, u.reserved_at, u.heartbeat_at, v_now,
+               'failed', u.error
+          FROM upd u
     )
-    SELECT coalesce(array_agg(upd.ord::integer), '{}') INTO v_ords FROM upd;
+    SELECT coalesce(array_agg(upd.ord), '{}') INTO v_ords FROM upd;
     v_acc := array_fill(false, ARRAY[n]);
     FOREACH v_bad IN ARRAY v_ords LOOP
         v_acc[v_bad] := true;
     END LOOP;
+    IF cardinality(v_ords) < n THEN
+        -- Refused, unless already dead-lettered by this very token (an idempotent retry).
+        SELECT array_agg(v_acc[i.ord] OR coalesce(j.status = 'failed' AND j.attempt_token = i.token, false)
+                         ORDER BY i.ord)
+          INTO v_acc
+          FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord)
+          LEFT JOIN pgfence.jobs j ON j.id = i.id;
+        PERFORM pgfence._record_rejections(job_ids, attempt_tokens, v_acc, 'fail');
+    END IF;
 
     RETURN QUERY
     SELECT i.id, ok, j.status,
@@ -93,7 +111,7 @@ BEGIN
                 ELSE pgfence._fence_detail(j.status, j.attempt_token, i.token, j.last_error, j.reserved_by) END
       FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord)
       LEFT JOIN pgfence.jobs j ON j.id = i.id
-     CROSS JOIN LATERAL (SELECT v_acc[i.ord] OR coalesce(j.status = 'failed' AND j.attempt_token = i.token, false) AS ok) a
+     CROSS JOIN LATERAL (SELECT v_acc[i.ord] AS ok) a
      ORDER BY i.ord;
 END $$;
 
@@ -101,7 +119,8 @@ COMMENT ON FUNCTION pgfence.fail_many(bigint[], uuid[], text[], interval[], bool
 $$Fail 1..10000 attempts in one call, each with errors[i]; retry_ins[i] (0..365 days) overrides the
 backoff least(1 s * 2^(attempts-1), 5 min); permanents[i] dead-letters at once. Returns (id, accepted,
 status, detail) per input in input order; status is queued (retry) or failed (dead letter) when accepted.
-Errors: 22004, 22023.$$;
+Each ended attempt is recorded in pgfence.attempts (outcome failed, with its error); refused rows change
+nothing and are recorded in pgfence.rejections. Errors: 22004, 22023, PF004.$$;
 
 CREATE FUNCTION pgfence._check_error(arg text, value text) RETURNS void
 LANGUAGE plpgsql AS $$

@@ -18,15 +18,27 @@ LANGUAGE plpgsql AS $$
 DECLARE
     n integer := pgfence._check_batch(job_ids, attempt_tokens);
     v_now timestamptz;
+    v_count integer;
+    v_acc boolean[];
 BEGIN
     PERFORM pgfence._check_lease(lease);
     v_now := clock_timestamp();
+    -- Rows in id order: a fixed lock order, so no deadlock against complete_many.
     UPDATE pgfence.jobs j
        SET lease_expires_at = v_now + lease, heartbeat_at = v_now, updated_at = v_now
-      FROM unnest(job_ids, attempt_tokens) AS i(id, token)
+      FROM (SELECT t.id, t.token FROM unnest(job_ids, attempt_tokens) AS t(id, token) ORDER BY t.id) i
      WHERE j.id = i.id AND j.status = 'processing' AND j.attempt_token = i.token;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
 
     -- Tokens are fresh per claim, so processing with this token now means we extended it.
+    IF v_count < n THEN
+        SELECT array_agg(coalesce(j.status = 'processing' AND j.attempt_token = i.token, false) ORDER BY i.ord)
+          INTO v_acc
+          FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord)
+          LEFT JOIN pgfence.jobs j ON j.id = i.id;
+        PERFORM pgfence._record_rejections(job_ids, attempt_tokens, v_acc, 'heartbeat');
+    END IF;
+
     RETURN QUERY
     SELECT i.id, ok, CASE WHEN ok THEN j.lease_expires_at END, j.status,
            CASE WHEN ok THEN NULL
@@ -40,7 +52,7 @@ END $$;
 COMMENT ON FUNCTION pgfence.heartbeat_many(bigint[], uuid[], interval) IS
 $$Extend 1..10000 leases in one call to clock_timestamp() + lease (1 ms..1 day) where the token is
 current. Returns (id, accepted, lease_expires_at, status, detail) per input in input order; refused rows
-change nothing. Errors: 22004, 22023.$$;
+change nothing and are recorded in pgfence.rejections. Errors: 22004, 22023, PF004.$$;
 
 CREATE FUNCTION pgfence.heartbeat(job_id bigint, attempt_token uuid, lease interval DEFAULT '30 seconds')
 RETURNS timestamptz

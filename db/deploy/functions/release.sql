@@ -33,7 +33,9 @@ BEGIN
                SET status = 'queued', attempts = j.attempts - 1, available_at = v_now, attempt_token = NULL,
                    reserved_by = NULL, reserved_at = NULL, heartbeat_at = NULL, lease_expires_at = NULL,
                    updated_at = v_now
-              FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord)
+              FROM (SELECT t.id, t.token, t.ord
+                      FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS t(id, token, ord)
+                     ORDER BY t.id) i
              WHERE j.id = i.id AND j.status = 'processing' AND j.attempt_token = i.token
             RETURNING i.ord
         )
@@ -43,6 +45,9 @@ BEGIN
     FOREACH v_i IN ARRAY v_ords LOOP
         v_acc[v_i] := true;
     END LOOP;
+    IF cardinality(v_ords) < n THEN
+        PERFORM pgfence._record_rejections(job_ids, attempt_tokens, v_acc, 'release');
+    END IF;
 
     RETURN QUERY
     SELECT i.id, v_acc[i.ord], j.status,

@@ -1,6 +1,7 @@
 -- Deploy pgfence:functions/sweep to pg
 -- requires: functions/reclaim_expired
 -- requires: tables/sweeper_status
+-- requires: functions/retention
 
 BEGIN;
 
@@ -13,10 +14,16 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_batch bigint;
 BEGIN
-    PERFORM pgfence._check_range('batch_size', batch_size, 1, 10000);
+    -- Checked inline: this procedure runs with the caller's rights (it commits, so
+    -- it cannot be SECURITY DEFINER), and the private helpers are the owner's.
+    IF batch_size IS NULL OR batch_size NOT BETWEEN 1 AND 10000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('pgfence: invalid batch_size %s: outside 1..10000', coalesce(batch_size::text, 'NULL')),
+            HINT = 'pass a batch_size between 1 and 10000';
+    END IF;
     reclaimed := 0;
     LOOP
-        SELECT count(*) INTO v_batch FROM pgfence._reclaim(batch_size);
+        SELECT count(*) INTO v_batch FROM pgfence.reclaim_expired(batch_size);
         reclaimed := reclaimed + v_batch;
         COMMIT;
         EXIT WHEN v_batch < batch_size;
@@ -37,11 +44,14 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_until timestamptz := coalesce(run_until, date_trunc('minute', clock_timestamp()) + interval '1 minute');
     v_reclaimed bigint;
+    v_purged bigint;
+    v_next_purge timestamptz;
     v_wake timestamptz;
 BEGIN
     IF pass_interval IS NULL OR pass_interval < interval '10 milliseconds' OR pass_interval > interval '1 minute' THEN
-        PERFORM pgfence._raise_invalid('pass_interval', coalesce(pass_interval::text, 'NULL'),
-            'outside 10 ms..1 minute', 'pass an interval such as ''0.5 seconds''');
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('pgfence: invalid pass_interval %s: outside 10 ms..1 minute', coalesce(pass_interval::text, 'NULL')),
+            HINT = 'pass an interval such as ''0.5 seconds''';
     END IF;
     -- Keep pg_cron's run log bounded: a day of this job's runs.
     IF to_regclass('cron.job_run_details') IS NOT NULL THEN
@@ -62,6 +72,17 @@ BEGIN
             UPDATE pgfence.sweeper_status
                SET last_pass_at = clock_timestamp(), last_reclaimed = v_reclaimed,
                    total_reclaimed = total_reclaimed + v_reclaimed;
+            -- Every 10 s: delete finished jobs past their retention, a batch per transaction.
+            IF v_next_purge IS NULL OR clock_timestamp() >= v_next_purge THEN
+                LOOP
+                    v_purged := pgfence.purge_finished(1000);
+                    UPDATE pgfence.sweeper_status
+                       SET last_purge_at = clock_timestamp(), total_purged = total_purged + v_purged;
+                    COMMIT;
+                    EXIT WHEN v_purged < 1000;
+                END LOOP;
+                v_next_purge := clock_timestamp() + interval '10 seconds';
+            END IF;
         END IF;
         COMMIT;
         EXIT WHEN clock_timestamp() + pass_interval >= v_until;
@@ -76,9 +97,18 @@ BEGIN
     END LOOP;
 END $$;
 
+-- When the background sweeper last completed a pass (NULL: never). Workers use
+-- it to decide whether to sweep themselves.
+CREATE FUNCTION pgfence.sweeper_last_pass() RETURNS timestamptz
+LANGUAGE sql STABLE AS $$ SELECT last_pass_at FROM pgfence.sweeper_status $$;
+
+COMMENT ON FUNCTION pgfence.sweeper_last_pass() IS
+  'When the background sweeper (run_sweeper) last completed a pass; NULL if never.';
+
 COMMENT ON PROCEDURE pgfence.run_sweeper(interval, timestamptz) IS
 $$Background sweeper: CALL pgfence.sweep() every pass_interval (default 0.5 s) until run_until (default:
-the end of the current minute), recording each pass in pgfence.sweeper_status. pg_cron job
+the end of the current minute), recording each pass in pgfence.sweeper_status, and purge_finished every
+10 s. pg_cron job
 'pgfence-reclaim' starts it every minute. Holding pg_advisory_lock(hashtext('pgfence.sweep')) pauses it.$$;
 
 COMMIT;

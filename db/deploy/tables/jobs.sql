@@ -27,6 +27,7 @@ CREATE TABLE pgfence.jobs (
     created_at       timestamptz NOT NULL DEFAULT now(),
     updated_at       timestamptz NOT NULL DEFAULT now(),
     finished_at      timestamptz,
+    enqueued_by      text        NOT NULL DEFAULT current_user,
 
     CONSTRAINT jobs_status_valid CHECK (
         status IN ('queued', 'processing', 'done', 'failed', 'manual_review', 'cancelled')),
@@ -68,6 +69,8 @@ COMMENT ON COLUMN pgfence.jobs.lease_expires_at IS
 COMMENT ON COLUMN pgfence.jobs.heartbeat_at IS 'Last heartbeat of the current attempt (for humans; never decides anything).';
 COMMENT ON COLUMN pgfence.jobs.reserved_at IS 'When the current or last attempt claimed the job (audit only).';
 COMMENT ON COLUMN pgfence.jobs.reclaim_count IS 'How many times an expired lease was reclaimed.';
+COMMENT ON COLUMN pgfence.jobs.enqueued_by IS
+  'The role that called enqueue (SET ROLE respected); producers see only their own jobs (row-level security).';
 
 -- Claim order: per queue, priority DESC, available_at, id. Partial, so finished
 -- jobs and in-flight jobs never sit in it.

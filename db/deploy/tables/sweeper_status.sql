@@ -10,6 +10,8 @@ CREATE TABLE pgfence.sweeper_status (
     last_pass_at     timestamptz,
     last_reclaimed   bigint      NOT NULL DEFAULT 0,
     total_reclaimed  bigint      NOT NULL DEFAULT 0,
+    last_purge_at    timestamptz,
+    total_purged     bigint      NOT NULL DEFAULT 0,
     last_error       text,
     last_error_at    timestamptz
 ) WITH (fillfactor = 50);

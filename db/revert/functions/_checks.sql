@@ -2,6 +2,9 @@
 
 BEGIN;
 
+DROP FUNCTION pgfence._invoker();
+DROP FUNCTION pgfence._check_isolation(text);
+
 DROP FUNCTION pgfence._check_batch(bigint[], uuid[]);
 DROP FUNCTION pgfence._check_payload(text, jsonb);
 DROP FUNCTION pgfence._check_range(text, integer, integer, integer);

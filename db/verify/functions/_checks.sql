@@ -8,6 +8,8 @@ SELECT 'pgfence._raise_null(text, text)'::regprocedure,
        'pgfence._check_lease(interval)'::regprocedure,
        'pgfence._check_range(text, integer, integer, integer)'::regprocedure,
        'pgfence._check_payload(text, jsonb)'::regprocedure,
-       'pgfence._check_batch(bigint[], uuid[])'::regprocedure;
+       'pgfence._check_batch(bigint[], uuid[])'::regprocedure,
+       'pgfence._check_isolation(text)'::regprocedure,
+       'pgfence._invoker()'::regprocedure;
 
 ROLLBACK;

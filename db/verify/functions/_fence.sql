@@ -2,6 +2,7 @@
 
 BEGIN;
 
-SELECT 'pgfence._raise_fence(bigint, text, text)'::regprocedure;
+SELECT 'pgfence._raise_fence(bigint, text, text)'::regprocedure,
+       'pgfence._record_rejections(bigint[], uuid[], boolean[], text)'::regprocedure;
 
 ROLLBACK;

@@ -3,6 +3,7 @@
 BEGIN;
 
 SELECT 'pgfence.sweep(bigint, integer)'::regprocedure,
-       'pgfence.run_sweeper(interval, timestamptz)'::regprocedure;
+       'pgfence.run_sweeper(interval, timestamptz)'::regprocedure,
+       'pgfence.sweeper_last_pass()'::regprocedure;
 
 ROLLBACK;

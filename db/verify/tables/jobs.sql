@@ -5,7 +5,7 @@ BEGIN;
 SELECT id, queue, kind, payload, status, priority, attempts, max_attempts, available_at,
        recovery_policy, idempotency_key, attempt_token, reserved_by, reserved_at,
        heartbeat_at, lease_expires_at, reclaim_count, last_error, result,
-       created_at, updated_at, finished_at
+       created_at, updated_at, finished_at, enqueued_by
   FROM pgfence.jobs WHERE false;
 
 SELECT 1 / (count(*) = 3)::int FROM pg_catalog.pg_indexes

@@ -1,0 +1,8 @@
+-- Revert pgfence:tables/attempts from pg
+
+BEGIN;
+
+DROP TABLE pgfence.rejections;
+DROP TABLE pgfence.attempts;
+
+COMMIT;
