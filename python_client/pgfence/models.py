@@ -25,17 +25,22 @@ class Job:
     max_attempts: int
     attempt_token: uuid.UUID
     lease_expires_at: datetime
-    _lease_lost: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
-    _stopping: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
+    # Set by the worker: a flag (one bool, cheap to create per job) and the worker's
+    # shared shutdown event. Reads and writes of a list element are atomic.
+    _lost: list[bool] = field(default_factory=lambda: [False], repr=False, compare=False)
+    _stopping: Optional[threading.Event] = field(default=None, repr=False, compare=False)
 
     @property
     def lease_lost(self) -> bool:
-        """True once a heartbeat was refused: this attempt's result will not be recorded."""
-        return self._lease_lost.is_set()
+        """True once a heartbeat or report was refused: this attempt's result will not be recorded."""
+        return self._lost[0]
 
     def should_stop(self) -> bool:
         """True when the handler should wind down: the lease is lost or the worker is shutting down."""
-        return self._lease_lost.is_set() or self._stopping.is_set()
+        return self._lost[0] or (self._stopping is not None and self._stopping.is_set())
+
+    def _mark_lease_lost(self) -> None:
+        self._lost[0] = True
 
 
 @dataclass(frozen=True)

@@ -23,13 +23,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import queue as queue_mod
 import random
 import signal
 import socket
 import threading
 import time
 import traceback
+from collections import deque
 from dataclasses import dataclass
 from datetime import timedelta
 from types import FrameType
@@ -129,8 +129,11 @@ class Worker:
         self._inflight: dict[int, Job] = {}     # claimed and not yet settled in the database
         self._running: set[int] = set()         # handed to a handler, handler not returned
         self._finishing: set[int] = set()       # handler returned, outcome not yet settled
-        self._ready: queue_mod.Queue[Job] = queue_mod.Queue()
-        self._results: queue_mod.Queue[_Result] = queue_mod.Queue()
+        # Hand-offs are deques (append/popleft are atomic under the GIL) plus one
+        # event per batch, not a lock and a wake-up per job.
+        self._ready: deque[Job] = deque()       # claimed, waiting for a handler thread
+        self._work = threading.Event()          # set when jobs were added to _ready
+        self._results: deque[_Result] = deque()  # handler outcomes waiting for the flusher
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._done = threading.Event()          # background threads: exit now
@@ -144,10 +147,8 @@ class Worker:
         """Begin a graceful shutdown (what SIGTERM/SIGINT do): stop claiming, let running
         handlers finish within ``shutdown_grace``, give the rest back."""
         self._stopping.set()
-        with self._lock:
-            for job in self._inflight.values():
-                job._stopping.set()
         self._wake.set()
+        self._work.set()
 
     def run(self) -> None:
         """Run until :meth:`stop` (or SIGTERM/SIGINT when called from the main thread)."""
@@ -197,7 +198,7 @@ class Worker:
             self._wake.clear()
             with self._lock:
                 free = self.capacity - len(self._inflight)
-            idle_threads = self._ready.empty()
+            idle_threads = not self._ready
             drained = False
             if free > 0 and (free >= threshold or idle_threads):
                 try:
@@ -222,28 +223,39 @@ class Worker:
             return
         with self._lock:
             for job in jobs:
+                object.__setattr__(job, "_stopping", self._stopping)
                 self._inflight[job.id] = job
         self.counters["claimed"] += len(jobs)
-        for job in jobs:
-            log.info("claimed job %s kind=%s attempt=%s/%s", job.id, job.kind, job.attempts, job.max_attempts)
-            self._ready.put(job)
+        if log.isEnabledFor(logging.INFO):
+            for job in jobs:
+                log.info("claimed job %s kind=%s attempt=%s/%s", job.id, job.kind, job.attempts, job.max_attempts)
+        self._ready.extend(jobs)
+        self._work.set()
 
     def _handler_loop(self) -> None:
+        ready, work, lock = self._ready, self._work, self._lock
         while not self._done.is_set():
-            try:
-                job = self._ready.get(timeout=0.2)
-            except queue_mod.Empty:
-                continue
-            with self._lock:
-                if self._stopping.is_set() or job.id not in self._inflight:
-                    self._ready.put(job)  # left for the shutdown to release unstarted
+            # Taking a job and marking it running is one step under the lock, so the
+            # shutdown sees every job as either running or still waiting (to release).
+            with lock:
+                if self._stopping.is_set():
                     return
-                self._running.add(job.id)
+                job = ready.popleft() if ready else None
+                if job is not None:
+                    if job.id not in self._inflight:
+                        continue  # its lease was lost while it waited: never started
+                    self._running.add(job.id)
+            if job is None:
+                work.clear()
+                if not ready:
+                    work.wait(0.2)
+                continue
             result = self._run_handler(job)
-            with self._lock:
+            with lock:
                 self._running.discard(job.id)
                 self._finishing.add(job.id)
-            self._results.put(result)
+            self._results.append(result)
+            time.sleep(0)  # let the claimer and flusher threads have the GIL between jobs
 
     def _run_handler(self, job: Job) -> _Result:
         handler = self.handlers.get(job.kind)
@@ -268,22 +280,16 @@ class Worker:
         return _Result(job, True, RawJson(text))
 
     def _flush_loop(self) -> None:
+        results = self._results
         while True:
-            try:
-                first = self._results.get(timeout=0.2)
-            except queue_mod.Empty:
+            if not results:
                 if self._done.is_set():
                     return
+                time.sleep(self.flush_interval)
                 continue
-            batch = [first]
-            deadline = time.monotonic() + self.flush_interval
-            while len(batch) < 1000:
-                remaining = deadline - time.monotonic()
-                try:
-                    batch.append(self._results.get(timeout=remaining) if remaining > 0
-                                 else self._results.get_nowait())
-                except queue_mod.Empty:
-                    break
+            batch: list[_Result] = []
+            while results and len(batch) < 1000:
+                batch.append(results.popleft())
             self._flush(batch)
 
     def _flush(self, batch: list[_Result]) -> None:
@@ -319,10 +325,10 @@ class Worker:
                     log.info("failed job %s kind=%s attempt=%s -> %s: %s", job.id, job.kind, job.attempts,
                              o.status, (r.value or "").splitlines()[0][:200])
             else:
-                job._lease_lost.set()
+                job._mark_lease_lost()
                 self.counters["lease_lost"] += 1
                 log.warning("job %s kind=%s attempt=%s: lease lost, %s refused: %s", job.id, job.kind,
-                            job.attempts, verb[:-1] if verb.endswith("d") else verb, o.detail)
+                            job.attempts, "complete" if verb == "completed" else "fail", o.detail)
         self._settle([r.job for r in results])
 
     def _settle(self, jobs: list[Job]) -> None:
@@ -369,7 +375,7 @@ class Worker:
                         settling = job.id in self._finishing or job.id not in self._inflight
                     if settling:
                         continue  # its outcome is being reported: the flusher learns the truth
-                    job._lease_lost.set()
+                    job._mark_lease_lost()
                     self.counters["lease_lost"] += 1
                     log.warning("job %s kind=%s attempt=%s: lease lost on heartbeat: %s", job.id, job.kind,
                                 job.attempts, o.detail)
@@ -421,16 +427,14 @@ class Worker:
         log.info("worker %s stopping: releasing unstarted jobs, waiting up to %ss for running handlers",
                  self.worker_id, self.shutdown_grace)
         # 1. Jobs claimed but never started go back without counting the attempt.
-        unstarted: list[Job] = []
-        while True:
-            try:
-                unstarted.append(self._ready.get_nowait())
-            except queue_mod.Empty:
-                break
+        # Handler threads take no job once _stopping is set (checked under the lock).
+        with self._lock:
+            unstarted = [job for job in self._ready if job.id in self._inflight]
+            self._ready.clear()
         self._release(unstarted, started=False)
         # 2. Let running handlers finish within the grace period.
-        deadline = time.monotonic() + self.shutdown_grace
-        while time.monotonic() < deadline:
+        began = time.monotonic()
+        while time.monotonic() < began + self.shutdown_grace:  # a second signal sets the grace to 0
             with self._lock:
                 if not self._running:
                     break
@@ -439,12 +443,12 @@ class Worker:
         with self._lock:
             running = [self._inflight[i] for i in self._running if i in self._inflight]
         for job in running:
-            job._lease_lost.set()
+            job._mark_lease_lost()
         self._release(running, started=True)
         # 4. Report every outcome already produced before leaving.
         while True:
             with self._lock:
-                pending = bool(self._finishing) or not self._results.empty()
+                pending = bool(self._finishing) or bool(self._results)
             if not pending:
                 break
             time.sleep(0.01)
