@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import uuid
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -19,8 +20,10 @@ from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from .errors import JobNotFound, PgfenceError, SchemaMismatch, translate
+from .errors import JobNotFound, LeaseLost, PgfenceError, SchemaMismatch, translate
 from .models import Attempt, Enqueued, Job, JobRecord, Outcome, QueueStats, Reclaimed, Rejection
+
+log = logging.getLogger("pgfence.client")
 
 #: The ``pgfence.schema_version()`` this client speaks.
 SCHEMA_VERSION = 1
@@ -131,6 +134,19 @@ class Client:
                 raise mapped from exc
             raise
 
+    def _fenced(self, operation: str, job_id: int, attempt_token: uuid.UUID, query: str, params: Any) -> Any:
+        """Run a single fenced call; when it raises :class:`LeaseLost`, record the refusal
+        with ``report_rejection`` (the refused call's own transaction was rolled back)."""
+        try:
+            return self._scalar(query, params)
+        except LeaseLost:
+            if self._conn is None or self._conn.autocommit:
+                try:
+                    self.report_rejection(job_id, attempt_token, operation)
+                except (PgfenceError, psycopg.Error) as exc:  # never hide the LeaseLost
+                    log.debug("could not report the refused %s of job %s: %s", operation, job_id, exc)
+            raise
+
     def check_schema(self) -> int:
         """Check that ``pgfence.schema_version()`` is the one this client speaks; return it."""
         try:
@@ -189,7 +205,7 @@ class Client:
     def heartbeat(self, job_id: int, attempt_token: uuid.UUID, *,
                   lease: timedelta = timedelta(seconds=30)) -> datetime:
         """``pgfence.heartbeat``: extend the lease; returns the new expiry. Raises :class:`LeaseLost`."""
-        value: datetime = self._scalar(
+        value: datetime = self._fenced("heartbeat", job_id, attempt_token,
             "SELECT pgfence.heartbeat(job_id => %s, attempt_token => %s, lease => %s)",
             (job_id, attempt_token, lease))
         return value
@@ -204,7 +220,8 @@ class Client:
 
     def complete(self, job_id: int, attempt_token: uuid.UUID, result: Any = None) -> None:
         """``pgfence.complete``: processing -> done with ``result`` (JSON). Raises :class:`LeaseLost`."""
-        self._scalar("SELECT pgfence.complete(job_id => %s, attempt_token => %s, result => %s)",
+        self._fenced("complete", job_id, attempt_token,
+                     "SELECT pgfence.complete(job_id => %s, attempt_token => %s, result => %s)",
                      (job_id, attempt_token, _json(result)))
 
     def complete_many(self, job_ids: Sequence[int], attempt_tokens: Sequence[uuid.UUID],
@@ -222,7 +239,7 @@ class Client:
     def fail(self, job_id: int, attempt_token: uuid.UUID, error: str, *,
              retry_in: Optional[timedelta] = None, permanent: bool = False) -> str:
         """``pgfence.fail``: record ``error``; returns the new status, ``queued`` (retry) or ``failed``."""
-        return str(self._scalar(
+        return str(self._fenced("fail", job_id, attempt_token,
             "SELECT pgfence.fail(job_id => %s, attempt_token => %s, error => %s, retry_in => %s, "
             "permanent => %s)", (job_id, attempt_token, error, retry_in, permanent)))
 
@@ -239,7 +256,7 @@ class Client:
 
     def release(self, job_id: int, attempt_token: uuid.UUID, *, started: bool = True) -> str:
         """``pgfence.release``: give an attempt back without a result; returns the new status."""
-        return str(self._scalar(
+        return str(self._fenced("release", job_id, attempt_token,
             "SELECT pgfence.release(job_id => %s, attempt_token => %s, started => %s)",
             (job_id, attempt_token, started)))
 
