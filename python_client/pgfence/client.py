@@ -35,10 +35,6 @@ _JOB_COLUMNS = sql.SQL(", ").join(
 )
 
 
-def _json(value: Any) -> Optional[Jsonb]:
-    return None if value is None else Jsonb(value)
-
-
 class Client:
     """Calls the pgfence SQL API.
 
@@ -219,10 +215,11 @@ class Client:
             (list(job_ids), list(attempt_tokens), lease))
 
     def complete(self, job_id: int, attempt_token: uuid.UUID, result: Any = None) -> None:
-        """``pgfence.complete``: processing -> done with ``result`` (JSON). Raises :class:`LeaseLost`."""
+        """``pgfence.complete``: processing -> done with ``result`` (a JSON-able value, or
+        :class:`RawJson` text). Raises :class:`LeaseLost`."""
         self._fenced("complete", job_id, attempt_token,
-                     "SELECT pgfence.complete(job_id => %s, attempt_token => %s, result => %s)",
-                     (job_id, attempt_token, _json(result)))
+                     "SELECT pgfence.complete(job_id => %s, attempt_token => %s, result => %s::jsonb)",
+                     (job_id, attempt_token, _dump(result)))
 
     def complete_many(self, job_ids: Sequence[int], attempt_tokens: Sequence[uuid.UUID],
                       results: Optional[Sequence[Any]] = None) -> list[Outcome]:

@@ -242,8 +242,8 @@ class Worker:
                     return
                 job = ready.popleft() if ready else None
                 if job is not None:
-                    if job.id not in self._inflight:
-                        continue  # its lease was lost while it waited: never started
+                    if self._inflight.get(job.id) is not job:
+                        continue  # this attempt's lease was lost while it waited: never started
                     self._running.add(job.id)
             if job is None:
                 work.clear()
@@ -336,8 +336,10 @@ class Worker:
             return
         with self._lock:
             for job in jobs:
-                self._inflight.pop(job.id, None)
-                self._finishing.discard(job.id)
+                # Keyed by job id, but only this attempt: the job may have been claimed again.
+                if self._inflight.get(job.id) is job:
+                    del self._inflight[job.id]
+                    self._finishing.discard(job.id)
         self._wake.set()
 
     def _retrying(self, call: Callable[[], list[Outcome]]) -> list[Outcome]:
@@ -372,7 +374,8 @@ class Worker:
                     if o.accepted:
                         continue
                     with self._lock:
-                        settling = job.id in self._finishing or job.id not in self._inflight
+                        current = self._inflight.get(job.id) is job
+                        settling = not current or job.id in self._finishing
                     if settling:
                         continue  # its outcome is being reported: the flusher learns the truth
                     job._mark_lease_lost()
@@ -380,8 +383,8 @@ class Worker:
                     log.warning("job %s kind=%s attempt=%s: lease lost on heartbeat: %s", job.id, job.kind,
                                 job.attempts, o.detail)
                     with self._lock:
-                        if job.id not in self._running:
-                            self._inflight.pop(job.id, None)  # never started: drop it here
+                        if job.id not in self._running and self._inflight.get(job.id) is job:
+                            del self._inflight[job.id]  # never started: drop it here
 
     def _listen_loop(self) -> None:
         backoff = 0.1
@@ -429,7 +432,7 @@ class Worker:
         # 1. Jobs claimed but never started go back without counting the attempt.
         # Handler threads take no job once _stopping is set (checked under the lock).
         with self._lock:
-            unstarted = [job for job in self._ready if job.id in self._inflight]
+            unstarted = [job for job in self._ready if self._inflight.get(job.id) is job]
             self._ready.clear()
         self._release(unstarted, started=False)
         # 2. Let running handlers finish within the grace period.

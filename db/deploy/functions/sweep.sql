@@ -66,7 +66,9 @@ BEGIN
     COMMIT;
     LOOP
         EXIT WHEN to_regclass('pgfence.jobs') IS NULL;  -- reverted under us
-        IF pg_try_advisory_xact_lock(hashtext('pgfence.sweep')) THEN
+        -- A session-level lock: it must outlive the COMMITs inside the pass, so that
+        -- a session holding it (another sweeper, an operator) really pauses us.
+        IF pg_try_advisory_lock(hashtext('pgfence.sweep')) THEN
             v_reclaimed := 0;
             CALL pgfence.sweep(v_reclaimed);
             UPDATE pgfence.sweeper_status
@@ -83,6 +85,7 @@ BEGIN
                 END LOOP;
                 v_next_purge := clock_timestamp() + interval '10 seconds';
             END IF;
+            PERFORM pg_advisory_unlock(hashtext('pgfence.sweep'));
         END IF;
         COMMIT;
         EXIT WHEN clock_timestamp() + pass_interval >= v_until;

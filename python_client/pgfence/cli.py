@@ -1,0 +1,511 @@
+"""The ``pgfence`` command line: run a worker, enqueue, inspect and repair jobs.
+
+Every command is a thin wrapper over one :class:`~pgfence.Client` method (or,
+for ``worker``, :class:`~pgfence.Worker`); the queue decisions stay in SQL.
+
+Global options (before or after the command):
+
+* ``--dsn`` [env ``PGFENCE_DSN``, else empty so that the libpq variables
+  PGHOST/PGPORT/PGDATABASE/PGUSER apply]: the database to use.
+* ``-v/--verbose``: more logging (DEBUG for pgfence), and a traceback on
+  unexpected errors.
+
+Exit codes: 0 success, 1 a database or queue error (unknown job, refused
+transition, cannot connect, schema not deployed), 2 a usage error (bad
+option, bad JSON, bad ``MODULE:HANDLERS``), 130 interrupted. Errors are one
+line on stderr, ``pgfence: error: ...``, followed by a ``hint:`` line when the
+server (or the CLI) has one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import json
+import logging
+import os
+import sys
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any, Callable, NoReturn, Optional, Sequence
+
+import psycopg
+from psycopg_pool import PoolTimeout
+
+from .client import Client
+from .errors import PgfenceError
+from .models import JobRecord
+from .worker import Handler, Worker
+
+PROG = "pgfence"
+log = logging.getLogger("pgfence.cli")
+
+
+class CliError(Exception):
+    """A failure to report as ``pgfence: error: message`` (+ ``hint:``) with exit code ``code``."""
+
+    def __init__(self, message: str, *, hint: Optional[str] = None, code: int = 1) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.code = code
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but usage errors are reported like every other error (exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise CliError(message, hint=f"run '{self.prog} --help' for usage", code=2)
+
+
+# -- argument types -------------------------------------------------------
+
+def _positive_int(text: str) -> int:
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text!r}")
+    return value
+
+
+def _nonnegative_int(text: str) -> int:
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text!r}")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+
+
+def _seconds(text: str, *, allow_zero: bool) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if value != value or value < 0 or (value == 0 and not allow_zero) or value == float("inf"):
+        raise argparse.ArgumentTypeError(
+            f"must be {'0 or more' if allow_zero else 'more than 0'} seconds, got {text!r}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    return _seconds(text, allow_zero=False)
+
+
+def _nonnegative_seconds(text: str) -> float:
+    return _seconds(text, allow_zero=True)
+
+
+def _timestamp(text: str) -> datetime:
+    """ISO-8601; a trailing ``Z`` means UTC; without an offset, this machine's local time."""
+    raw = text.strip()
+    if raw.endswith(("Z", "z")):
+        raw = raw[:-1] + "+00:00"
+    try:
+        value = datetime.fromisoformat(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not an ISO-8601 timestamp: {text!r} (e.g. 2030-01-31T12:00:00Z)") from None
+    return value if value.tzinfo is not None else value.astimezone()
+
+
+# -- the parser -------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``pgfence`` argument parser (one subcommand per operation)."""
+    # Global options are accepted before and after the command; SUPPRESS keeps a
+    # value given before the command from being reset by the subparser's default.
+    common = _Parser(add_help=False)
+    common.add_argument("--dsn", default=argparse.SUPPRESS,
+                        help="database connection string (default: $PGFENCE_DSN, else the libpq "
+                             "variables PGHOST, PGPORT, PGDATABASE, PGUSER, ...)")
+    common.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                        help="more logging; repeat for psycopg's own logging")
+
+    parser = _Parser(prog=PROG, parents=[common],
+                     description="pgfence: a fenced job queue that lives in PostgreSQL.",
+                     epilog="Run 'pgfence COMMAND --help' for a command's options.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    def command(name: str, summary: str, description: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], help=summary, description=description)
+
+    w = command("worker", "run a worker in the foreground",
+                "Run handlers for claimed jobs until SIGTERM/SIGINT (graceful: running handlers get "
+                "--shutdown-grace seconds, then their jobs are given back). Logs one line per claim, "
+                "completion, failure and lost lease to stderr.")
+    w.add_argument("handlers", metavar="MODULE:HANDLERS",
+                   help="import MODULE (the current directory is importable) and use its attribute "
+                        "HANDLERS, a dict {kind: callable(job)}; e.g. myapp.jobs:HANDLERS")
+    w.add_argument("--queue", dest="queues", action="append", metavar="QUEUE",
+                   help="claim from this queue (repeatable; default: every queue)")
+    w.add_argument("--concurrency", type=_positive_int, default=8, help="handler threads (default 8)")
+    w.add_argument("--prefetch", type=_nonnegative_int, default=0,
+                   help="jobs claimed ahead of free threads (default 0)")
+    w.add_argument("--lease", type=_positive_seconds, default=30.0, metavar="SECONDS",
+                   help="lease per claim, heartbeated every lease/3 (default 30)")
+    w.add_argument("--poll-interval", type=_positive_seconds, default=1.0, metavar="SECONDS",
+                   help="longest wait between claims without a NOTIFY (default 1.0)")
+    w.add_argument("--shutdown-grace", type=_nonnegative_seconds, default=30.0, metavar="SECONDS",
+                   help="on SIGTERM/SIGINT, how long running handlers may finish (default 30)")
+    w.add_argument("--sweep", action=argparse.BooleanOptionalAction, default=None,
+                   help="run the reclaim sweep in this process (default: only when the pg_cron job "
+                        "pgfence-reclaim does not exist)")
+    w.add_argument("--worker-id", metavar="ID", help="recorded as reserved_by (default host:pid:random)")
+    w.set_defaults(func=cmd_worker)
+
+    e = command("enqueue", "enqueue one job and print its id",
+                "Enqueue one job (pgfence.enqueue) and print its id. With --idempotency-key, prints the "
+                "id of the live or done job holding that key instead of creating one.")
+    e.add_argument("kind", metavar="KIND", help="the job kind (selects the handler)")
+    e.add_argument("payload", metavar="PAYLOAD_JSON", nargs="?", default="{}",
+                   help="a JSON object (default {}); '-' reads it from stdin")
+    e.add_argument("--queue", default="default", help="queue name (default 'default')")
+    e.add_argument("--priority", type=_int, default=0, help="higher runs first (default 0)")
+    e.add_argument("--run-at", type=_timestamp, metavar="TIMESTAMP",
+                   help="not runnable before this ISO-8601 time (default now); without an offset, "
+                        "local time")
+    e.add_argument("--max-attempts", type=_positive_int, default=3, help="claims before dead-lettering (default 3)")
+    e.add_argument("--recovery-policy", choices=("auto", "manual"), default="auto",
+                   help="when a lease expires: auto requeues, manual sends to manual_review (default auto)")
+    e.add_argument("--idempotency-key", metavar="KEY", help="at most one live or done job per (queue, key)")
+    e.set_defaults(func=cmd_enqueue)
+
+    s = command("stats", "jobs per queue and status, and the sweeper's health",
+                "Jobs per queue and status (pgfence.stats()), with the age of the oldest runnable job "
+                "and the number of expired leases waiting for the sweep; then when the background "
+                "sweeper last ran and whether its pg_cron job exists.")
+    s.add_argument("--queue", dest="queues", action="append", metavar="QUEUE",
+                   help="only this queue (repeatable; default: every queue)")
+    s.set_defaults(func=cmd_stats)
+
+    sh = command("show", "print every field of a job", "Print every column of one job; payload and "
+                 "result as indented JSON.")
+    sh.add_argument("job_id", metavar="ID", type=_positive_int, help="the job id")
+    sh.set_defaults(func=cmd_show)
+
+    rq = command("requeue", "put a failed, manual_review or cancelled job back in the queue",
+                 "pgfence.requeue: failed, manual_review or cancelled -> queued, runnable now (an "
+                 "exhausted job gets one more attempt).")
+    rq.add_argument("job_id", metavar="ID", type=_positive_int, help="the job id")
+    rq.set_defaults(func=cmd_requeue)
+
+    c = command("cancel", "cancel a queued, processing or manual_review job",
+                "pgfence.cancel: queued, processing or manual_review -> cancelled. A worker running "
+                "the job loses its lease and its result is never recorded.")
+    c.add_argument("job_id", metavar="ID", type=_positive_int, help="the job id")
+    c.set_defaults(func=cmd_cancel)
+
+    r = command("reclaim", "reclaim every expired lease now",
+                "CALL pgfence.sweep(): reclaim every expired lease now (what the background sweeper "
+                "does every 0.5 s) and print how many jobs were reclaimed.")
+    r.set_defaults(func=cmd_reclaim)
+    return parser
+
+
+# -- connections ------------------------------------------------------------
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(part.strip() for part in str(exc).splitlines() if part.strip()) or type(exc).__name__
+
+
+def _connect_error(exc: BaseException) -> CliError:
+    return CliError(f"cannot connect to the database: {_one_line(exc)}",
+                    hint="pass --dsn or set PGFENCE_DSN (or PGHOST, PGPORT, PGDATABASE, PGUSER)")
+
+
+def _open(dsn: str) -> psycopg.Connection[Any]:
+    try:
+        return psycopg.connect(dsn, autocommit=True)
+    except psycopg.OperationalError as exc:
+        raise _connect_error(exc) from exc
+    except psycopg.ProgrammingError as exc:  # a malformed connection string
+        raise CliError(f"invalid connection string: {_one_line(exc)}",
+                       hint="use postgresql://user@host:port/dbname or 'host=... dbname=...'", code=2) from exc
+
+
+def _with_client(args: argparse.Namespace, body: Callable[[Client, psycopg.Connection[Any]], int]) -> int:
+    """Run a one-shot command on one autocommit connection."""
+    conn = _open(args.dsn)
+    try:
+        return body(Client(conn), conn)
+    finally:
+        conn.close()
+
+
+# -- commands ---------------------------------------------------------------
+
+def load_handlers(spec: str) -> dict[str, Handler]:
+    """Import ``MODULE:HANDLERS`` (cwd importable) and check it is a dict of kind -> callable."""
+    module_name, sep, attr = spec.partition(":")
+    hint = "pass MODULE:HANDLERS, e.g. myapp.jobs:HANDLERS, where HANDLERS = {'kind': function}"
+    if not sep or not module_name or not attr or ":" in attr:
+        raise CliError(f"invalid handler spec {spec!r}: expected MODULE:HANDLERS", hint=hint, code=2)
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise CliError(f"invalid handler spec {spec!r}: no module named {module_name!r}",
+                           hint=f"run from the directory that contains {module_name.split('.')[0]!r} "
+                                "or add it to PYTHONPATH", code=2) from exc
+        raise CliError(f"importing {module_name!r} failed: {type(exc).__name__}: {exc}",
+                       hint="run with -v for the traceback") from exc
+    except Exception as exc:
+        raise CliError(f"importing {module_name!r} failed: {type(exc).__name__}: {_one_line(exc)}",
+                       hint="run with -v for the traceback") from exc
+    value: Any = module
+    for part in attr.split("."):
+        try:
+            value = getattr(value, part)
+        except AttributeError:
+            raise CliError(f"invalid handler spec {spec!r}: module {module_name!r} has no attribute {attr!r}",
+                           hint=hint, code=2) from None
+    if not isinstance(value, Mapping):
+        raise CliError(f"invalid handler spec {spec!r}: {attr} is a {type(value).__name__}, not a dict",
+                       hint=hint, code=2)
+    bad = [k for k, v in value.items() if not isinstance(k, str) or not callable(v)]
+    if bad:
+        raise CliError(f"invalid handler spec {spec!r}: {attr}[{bad[0]!r}] is not a str -> callable entry",
+                       hint=hint, code=2)
+    if not value:
+        raise CliError(f"invalid handler spec {spec!r}: {attr} is empty", hint=hint, code=2)
+    return dict(value)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    handlers = load_handlers(args.handlers)
+    _open(args.dsn).close()  # fail fast, before the pool retries for its whole timeout
+    try:
+        client = Client.connect(args.dsn)
+    except (psycopg.OperationalError, PoolTimeout) as exc:
+        raise _connect_error(exc) from exc
+    try:
+        worker = Worker(client, handlers, queues=args.queues, concurrency=args.concurrency,
+                        prefetch=args.prefetch, lease=timedelta(seconds=args.lease),
+                        poll_interval=args.poll_interval, shutdown_grace=args.shutdown_grace,
+                        run_sweeper=args.sweep, worker_id=args.worker_id)
+        worker.run()
+    finally:
+        client.close()
+    return 0
+
+
+def _read_payload(text: str) -> Any:
+    if text == "-":
+        text = sys.stdin.read()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"PAYLOAD_JSON is not valid JSON: {exc}",
+                       hint="""pass a JSON object in single quotes, e.g. '{"to": "a@example.com"}'""",
+                       code=2) from None
+
+
+def cmd_enqueue(args: argparse.Namespace) -> int:
+    payload = _read_payload(args.payload)
+
+    def body(client: Client, conn: psycopg.Connection[Any]) -> int:
+        job_id = client.enqueue(args.kind, payload, queue=args.queue, priority=args.priority,
+                                run_at=args.run_at, max_attempts=args.max_attempts,
+                                recovery_policy=args.recovery_policy, idempotency_key=args.idempotency_key)
+        print(job_id)
+        return 0
+    return _with_client(args, body)
+
+
+def format_age(value: Optional[timedelta]) -> str:
+    """A short human duration: 850ms, 12.3s, 4m05s, 3h04m, 2d03h; '-' for None."""
+    if value is None:
+        return "-"
+    secs = value.total_seconds()
+    sign = "-" if secs < 0 else ""
+    secs = abs(secs)
+    if secs < 1:
+        return f"{sign}{secs * 1000:.0f}ms"
+    if secs < 60:
+        return f"{sign}{secs:.1f}s"
+    whole = int(secs)
+    if whole < 3600:
+        return f"{sign}{whole // 60}m{whole % 60:02d}s"
+    if whole < 86400:
+        return f"{sign}{whole // 3600}h{whole % 3600 // 60:02d}m"
+    return f"{sign}{whole // 86400}d{whole % 86400 // 3600:02d}h"
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool]) -> str:
+    """Plain aligned text: a header line, then one line per row (numbers right-aligned)."""
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        out = [c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right)]
+        return "  ".join(out).rstrip()
+    return "\n".join([line(headers)] + [line(r) for r in rows])
+
+
+SWEEPER_MAX_AGE = timedelta(minutes=2)
+
+
+def _sweeper_line(client: Client, conn: psycopg.Connection[Any]) -> str:
+    """When the background sweeper last completed a pass (``pgfence.sweeper_last_pass()``,
+    aged by the database clock) and whether it counts as running."""
+    last = client.sweeper_last_pass()
+    row = conn.execute("SELECT clock_timestamp()").fetchone()
+    now: Optional[datetime] = None if row is None else row[0]
+    if last is None:
+        text = "sweeper: last pass never"
+    else:
+        age = None if now is None else now - last
+        text = f"sweeper: last pass {last.isoformat(sep=' ', timespec='seconds')} ({format_age(age)} ago)"
+    if client.sweeper_active(SWEEPER_MAX_AGE):
+        return f"{text}; pg_cron job pgfence-reclaim: active"
+    return (f"{text}; pg_cron job pgfence-reclaim: NOT active (no pass within "
+            f"{format_age(SWEEPER_MAX_AGE)}: schedule it with pg_cron, run workers with --sweep, or "
+            "CALL pgfence.sweep() from a scheduler)")
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    def body(client: Client, conn: psycopg.Connection[Any]) -> int:
+        stats = client.stats()
+        if args.queues:
+            stats = [s for s in stats if s.queue in args.queues]
+        if stats:
+            print(format_table(
+                ["QUEUE", "STATUS", "JOBS", "OLDEST RUNNABLE", "EXPIRED LEASES"],
+                [[s.queue, s.status, str(s.jobs), format_age(s.oldest_runnable_age), str(s.expired_leases)]
+                 for s in stats],
+                [False, False, True, True, True]))
+        else:
+            print("no jobs" + (f" in queue {', '.join(args.queues)}" if args.queues else ""))
+        print()
+        print(_sweeper_line(client, conn))
+        return 0
+    return _with_client(args, body)
+
+
+def _show_value(name: str, value: Any) -> str:
+    if name in ("payload", "result"):
+        return "null" if value is None else json.dumps(value, indent=2, ensure_ascii=False)
+    if value is None:
+        return "-"
+    if isinstance(value, datetime):
+        return value.isoformat(sep=" ")
+    return str(value)
+
+
+def format_job(job: JobRecord) -> str:
+    """Every field of a job, one per line; multi-line values (JSON, tracebacks) indented."""
+    names = [f.name for f in dataclasses.fields(job)]
+    width = max(len(n) for n in names)
+    lines = []
+    for name in names:
+        text = _show_value(name, getattr(job, name))
+        first, *rest = text.splitlines() or [""]
+        lines.append(f"{name.ljust(width)}  {first}")
+        lines.extend(" " * (width + 2) + r for r in rest)
+    return "\n".join(lines)
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    def body(client: Client, conn: psycopg.Connection[Any]) -> int:
+        print(format_job(client.get_job(args.job_id)))
+        return 0
+    return _with_client(args, body)
+
+
+def cmd_requeue(args: argparse.Namespace) -> int:
+    def body(client: Client, conn: psycopg.Connection[Any]) -> int:
+        client.requeue(args.job_id)
+        print(f"job {args.job_id} requeued")
+        return 0
+    return _with_client(args, body)
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    def body(client: Client, conn: psycopg.Connection[Any]) -> int:
+        client.cancel(args.job_id)
+        print(f"job {args.job_id} cancelled")
+        return 0
+    return _with_client(args, body)
+
+
+def cmd_reclaim(args: argparse.Namespace) -> int:
+    def body(client: Client, conn: psycopg.Connection[Any]) -> int:
+        n = client.sweep()
+        print(f"reclaimed {n} expired lease{'' if n == 1 else 's'}")
+        return 0
+    return _with_client(args, body)
+
+
+# -- entry point ------------------------------------------------------------
+
+def _setup_logging(verbose: int, command: str) -> None:
+    level = logging.DEBUG if verbose else (logging.INFO if command == "worker" else logging.WARNING)
+    logging.basicConfig(level=level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if verbose < 2:
+        logging.getLogger("psycopg").setLevel(max(level, logging.WARNING))
+
+
+def _report(message: str, hint: Optional[str]) -> None:
+    if message.startswith(f"{PROG}: "):
+        message = message[len(PROG) + 2:]
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    if hint:
+        print(f"hint: {hint}", file=sys.stderr)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the ``pgfence`` command line; returns the exit code."""
+    verbose = 0
+    try:
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit as exc:  # --help
+            return exc.code if isinstance(exc.code, int) else 0
+        if not hasattr(args, "dsn"):
+            args.dsn = os.environ.get("PGFENCE_DSN", "")
+        verbose = getattr(args, "verbose", 0) or 0
+        _setup_logging(verbose, args.command)
+        code: int = args.func(args)
+        return code
+    except CliError as exc:
+        _report(exc.message, exc.hint)
+        return exc.code
+    except PgfenceError as exc:
+        message = exc.message + (f" ({exc.detail})" if exc.detail else "")
+        _report(message, exc.hint)
+        return 1
+    except (psycopg.OperationalError, PoolTimeout) as exc:
+        _report(f"database connection failed: {_one_line(exc)}",
+                "check that the database is reachable (--dsn / PGFENCE_DSN)")
+        return 1
+    except psycopg.errors.InsufficientPrivilege as exc:
+        _report(f"database error: {_one_line(exc)}",
+                "connect as a role granted pgfence_producer (enqueue), pgfence_worker (worker) or "
+                "pgfence_operator (stats, show, requeue, cancel, reclaim)")
+        return 1
+    except psycopg.Error as exc:
+        diag = getattr(exc, "diag", None)
+        _report(f"database error: {_one_line(exc)}", getattr(diag, "message_hint", None))
+        return 1
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if verbose:
+            log.exception("unexpected error")
+        _report(f"unexpected {type(exc).__name__}: {_one_line(exc)}",
+                None if verbose else "run with -v for the traceback")
+        return 1
+
+
+__all__ = ["main", "build_parser", "load_handlers", "format_table", "format_age", "format_job"]

@@ -1,0 +1,544 @@
+"""The Python client: one method per SQL function, rows to dataclasses, SQLSTATEs to exceptions.
+
+The queue rules themselves are tested at the SQL level (tests/test_sql_*.py); here
+we check that every Client method reaches its function with the right arguments,
+maps what comes back (ids, dataclasses, datetimes, timedeltas, JSON) and raises
+the right PgfenceError subclass with the server's message, detail and hint.
+"""
+from __future__ import annotations
+
+import secrets
+import uuid
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from typing import Any, Optional
+
+import psycopg
+import pytest
+from psycopg.conninfo import make_conninfo
+
+from clienthelpers import LEASE_EXPIRED, RELEASED, UNKNOWN_ID, wait_for
+from helpers import connect
+from pgfence import (SCHEMA_VERSION, Attempt, Client, Enqueued, InvalidArgument, InvalidTransition, Job,
+                     JobNotFound, JobRecord, LeaseLost, Outcome, PgfenceError, QueueStats, RawJson,
+                     Reclaimed, Rejection, SchemaMismatch, WrongIsolation)
+
+W = "test-client-worker"
+
+
+@pytest.fixture
+def client(dsn: str) -> Iterator[Client]:
+    c = Client.connect(dsn, max_size=4)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def db_now(conn: psycopg.Connection[Any]) -> datetime:
+    row = conn.execute("SELECT clock_timestamp()").fetchone()
+    assert row is not None
+    return row[0]  # type: ignore[no-any-return]
+
+
+def job_if(client: Client, job_id: int, status: str) -> Optional[JobRecord]:
+    row = client.get_job(job_id)
+    return row if row.status == status else None
+
+
+def claim_one(client: Client, queue: str, lease: timedelta = timedelta(seconds=30)) -> Job:
+    jobs = client.claim(W, [queue], lease=lease)
+    assert len(jobs) == 1
+    return jobs[0]
+
+
+# ------------------------------------------------------------ producer ----
+def test_enqueue_stores_every_option_and_returns_the_id(client: Client, queue: str) -> None:
+    run_at = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=timezone(timedelta(hours=2)))
+    job_id = client.enqueue("email", {"to": "a@example.com", "n": [1, 2.5, None, True]}, queue=queue,
+                            priority=-7, run_at=run_at, max_attempts=9, recovery_policy="manual",
+                            idempotency_key="k-1")
+    assert isinstance(job_id, int)
+    j = client.get_job(job_id)
+    assert isinstance(j, JobRecord)
+    assert (j.id, j.queue, j.kind, j.status, j.priority, j.attempts, j.max_attempts, j.recovery_policy,
+            j.idempotency_key, j.reclaim_count) == (job_id, queue, "email", "queued", -7, 0, 9, "manual", "k-1", 0)
+    assert j.payload == {"to": "a@example.com", "n": [1, 2.5, None, True]}
+    assert j.available_at == run_at and j.available_at.tzinfo is not None
+    assert (j.attempt_token, j.reserved_by, j.lease_expires_at, j.result, j.last_error, j.finished_at) == \
+        (None, None, None, None, None, None)
+
+
+def test_enqueue_defaults_are_an_empty_payload_runnable_now(client: Client, conn: psycopg.Connection[Any],
+                                                            queue: str) -> None:
+    before = db_now(conn)
+    j = client.get_job(client.enqueue("noop", queue=queue))
+    assert (j.payload, j.priority, j.max_attempts, j.recovery_policy, j.idempotency_key) == ({}, 0, 3, "auto", None)
+    assert before <= j.available_at <= db_now(conn)
+
+
+def test_enqueue_with_a_held_idempotency_key_returns_the_existing_job(client: Client, queue: str) -> None:
+    first = client.enqueue("email", {"v": 1}, queue=queue, idempotency_key="same")
+    second = client.enqueue("email", {"v": 2}, queue=queue, idempotency_key="same")
+    assert second == first
+    assert client.get_job(first).payload == {"v": 1}
+
+
+def test_enqueue_many_returns_one_row_per_input_in_order(client: Client, queue: str) -> None:
+    run_at = datetime(2030, 1, 1, tzinfo=timezone.utc)
+    rows = client.enqueue_many(["a", "b", "c", "d"], [{"i": 1}, None, {"i": "é✓"}, {"i": 4}], queue=queue,
+                               priorities=[1, 2, 3, 4], run_ats=[None, run_at, None, None], max_attempts=5,
+                               recovery_policy="manual", idempotency_keys=[None, "k", "k", None])
+    assert all(isinstance(r, Enqueued) for r in rows)
+    assert [r.ordinal for r in rows] == [1, 2, 3, 4]
+    assert [r.created for r in rows] == [True, True, False, True]
+    assert rows[2].id == rows[1].id and len({rows[0].id, rows[1].id, rows[3].id}) == 3
+    a, b, d = client.get_job(rows[0].id), client.get_job(rows[1].id), client.get_job(rows[3].id)
+    assert (a.kind, a.payload, a.priority, a.max_attempts, a.recovery_policy) == ("a", {"i": 1}, 1, 5, "manual")
+    assert (b.kind, b.payload, b.priority, b.available_at, b.idempotency_key) == ("b", {}, 2, run_at, "k")
+    assert (d.kind, d.payload, d.priority) == ("d", {"i": 4}, 4)
+
+
+def test_enqueue_joins_the_callers_transaction(dsn: str, client: Client, queue: str) -> None:
+    with connect(dsn, autocommit=False) as tx:
+        in_tx = Client(tx)
+        rolled_back = in_tx.enqueue("email", {"n": 1}, queue=queue)
+        assert in_tx.get_job(rolled_back).status == "queued"  # visible inside the transaction
+        with pytest.raises(JobNotFound):
+            client.get_job(rolled_back)                          # not outside it
+        tx.rollback()
+        with pytest.raises(JobNotFound):
+            client.get_job(rolled_back)
+        committed = in_tx.enqueue("email", {"n": 2}, queue=queue)
+        with pytest.raises(JobNotFound):
+            client.get_job(committed)
+        tx.commit()
+    assert client.get_job(committed).payload == {"n": 2}
+    assert [(s.status, s.jobs) for s in client.stats() if s.queue == queue] == [("queued", 1)]
+
+
+# -------------------------------------------------------------- worker ----
+def test_claim_returns_jobs_with_a_token_and_a_lease_in_priority_order(client: Client, queue: str) -> None:
+    low = client.enqueue("k", {"p": "low"}, queue=queue, priority=1)
+    high = client.enqueue("k", {"p": "high"}, queue=queue, priority=9)
+    later = client.enqueue("k", queue=queue, run_at=datetime.now(timezone.utc) + timedelta(hours=1))
+    jobs = client.claim(W, [queue], lease=timedelta(seconds=42), max_jobs=5)
+    assert [j.id for j in jobs] == [high, low]
+    job = jobs[0]
+    assert isinstance(job, Job) and isinstance(job.attempt_token, uuid.UUID)
+    assert (job.queue, job.kind, job.payload, job.attempts, job.max_attempts) == (queue, "k", {"p": "high"}, 1, 3)
+    assert not job.lease_lost and not job.should_stop()
+    row = client.get_job(high)
+    assert (row.status, row.attempt_token, row.reserved_by, row.lease_expires_at) == \
+        ("processing", job.attempt_token, W, job.lease_expires_at)
+    assert row.reserved_at is not None and job.lease_expires_at - row.reserved_at == timedelta(seconds=42)
+    assert client.get_job(later).status == "queued"
+    assert client.claim(W, [queue]) == []
+
+
+def test_heartbeat_extends_the_lease_by_the_given_timedelta(client: Client, queue: str) -> None:
+    client.enqueue("k", queue=queue)
+    job = claim_one(client, queue)
+    expires = client.heartbeat(job.id, job.attempt_token, lease=timedelta(minutes=7))
+    row = client.get_job(job.id)
+    assert isinstance(expires, datetime) and expires == row.lease_expires_at
+    assert row.heartbeat_at is not None and expires - row.heartbeat_at == timedelta(minutes=7)
+
+
+def test_heartbeat_many_reports_each_job(client: Client, queue: str) -> None:
+    client.enqueue_many(["k", "k"], queue=queue)
+    a, b = client.claim(W, [queue], max_jobs=2)
+    out = client.heartbeat_many([a.id, b.id], [a.attempt_token, uuid.uuid4()], lease=timedelta(seconds=90))
+    assert all(isinstance(o, Outcome) for o in out)
+    assert [(o.id, o.accepted, o.status) for o in out] == [(a.id, True, "processing"), (b.id, False, "processing")]
+    assert out[0].detail is None and out[0].lease_expires_at == client.get_job(a.id).lease_expires_at
+    assert out[1].detail and out[1].lease_expires_at is None
+    assert client.get_job(b.id).heartbeat_at is None
+
+
+def test_complete_stores_the_result_json(client: Client, queue: str) -> None:
+    result = {"s": "héllo ✓", "n": [1, -2.5, 10 ** 15], "nested": {"null": None, "t": True}, "empty": []}
+    client.enqueue("k", queue=queue)
+    job = claim_one(client, queue)
+    assert client.complete(job.id, job.attempt_token, result) is None
+    row = client.get_job(job.id)
+    assert (row.status, row.result, row.lease_expires_at) == ("done", result, None)
+    assert row.finished_at is not None
+    client.complete(job.id, job.attempt_token, result)  # a retry by the same attempt is accepted
+
+
+def test_complete_without_a_result_stores_null(client: Client, queue: str) -> None:
+    client.enqueue("k", queue=queue)
+    job = claim_one(client, queue)
+    client.complete(job.id, job.attempt_token)
+    row = client.get_job(job.id)
+    assert (row.status, row.result) == ("done", None)
+
+
+def test_complete_takes_raw_json_as_json_like_complete_many(client: Client, queue: str) -> None:
+    client.enqueue("k", queue=queue)
+    job = claim_one(client, queue)
+    client.complete(job.id, job.attempt_token, RawJson('{"raw": true}'))
+    assert client.get_job(job.id).result == {"raw": True}
+
+
+def test_complete_many_stores_results_and_refuses_a_stale_token(client: Client, queue: str) -> None:
+    client.enqueue_many(["k"] * 4, queue=queue)
+    a, b, c, d = client.claim(W, [queue], max_jobs=4)
+    out = client.complete_many([a.id, b.id, c.id, d.id],
+                               [a.attempt_token, b.attempt_token, c.attempt_token, uuid.uuid4()],
+                               [{"x": [1]}, RawJson('{"raw": true}'), None, {"never": 1}])
+    assert [(o.id, o.accepted, o.status) for o in out] == \
+        [(a.id, True, "done"), (b.id, True, "done"), (c.id, True, "done"), (d.id, False, "processing")]
+    assert [o.detail is None for o in out] == [True, True, True, False]
+    assert [client.get_job(j.id).result for j in (a, b, c, d)] == [{"x": [1]}, {"raw": True}, None, None]
+
+
+def test_fail_retries_after_retry_in_then_dead_letters(client: Client, queue: str) -> None:
+    job_id = client.enqueue("k", queue=queue, max_attempts=2)
+    job = claim_one(client, queue)
+    assert client.fail(job.id, job.attempt_token, "E1: first", retry_in=timedelta(0)) == "queued"
+    row = client.get_job(job_id)
+    assert (row.status, row.attempts, row.last_error, row.attempt_token) == ("queued", 1, "E1: first", None)
+    assert row.available_at == row.updated_at
+    job2 = claim_one(client, queue)
+    assert job2.attempts == 2 and job2.attempt_token != job.attempt_token
+    assert client.fail(job2.id, job2.attempt_token, "E2: second") == "failed"
+    row = client.get_job(job_id)
+    assert (row.status, row.attempts, row.last_error) == ("failed", 2, "E2: second")
+    assert row.finished_at is not None
+
+
+def test_fail_retry_in_timedelta_sets_available_at(client: Client, queue: str) -> None:
+    client.enqueue("k", queue=queue)
+    job = claim_one(client, queue)
+    assert client.fail(job.id, job.attempt_token, "later", retry_in=timedelta(minutes=5, milliseconds=250)) == "queued"
+    row = client.get_job(job.id)
+    assert row.available_at - row.updated_at == timedelta(minutes=5, milliseconds=250)
+    assert client.claim(W, [queue]) == []
+
+
+def test_fail_without_retry_in_uses_the_database_backoff(client: Client, queue: str) -> None:
+    client.enqueue("k", queue=queue)
+    job = claim_one(client, queue)
+    assert client.fail(job.id, job.attempt_token, "boom") == "queued"
+    row = client.get_job(job.id)
+    assert row.available_at - row.updated_at == timedelta(seconds=1)  # 1 s * 2^(1-1)
+
+
+def test_fail_permanent_dead_letters_at_once(client: Client, queue: str) -> None:
+    client.enqueue("k", queue=queue, max_attempts=10)
+    job = claim_one(client, queue)
+    assert client.fail(job.id, job.attempt_token, "bad input", permanent=True) == "failed"
+    assert (client.get_job(job.id).status, client.get_job(job.id).attempts) == ("failed", 1)
+
+
+def test_fail_many_applies_each_retry_in_and_permanent(client: Client, queue: str) -> None:
+    client.enqueue_many(["k"] * 3, queue=queue)
+    a, b, c = client.claim(W, [queue], max_jobs=3)
+    out = client.fail_many([a.id, b.id, c.id], [a.attempt_token, b.attempt_token, c.attempt_token],
+                           ["ea", "eb", "ec"], retry_ins=[timedelta(0), None, None],
+                           permanents=[False, True, False])
+    assert [(o.id, o.accepted, o.status) for o in out] == [(a.id, True, "queued"), (b.id, True, "failed"),
+                                                           (c.id, True, "queued")]
+    ra, rb, rc = client.get_job(a.id), client.get_job(b.id), client.get_job(c.id)
+    assert [r.last_error for r in (ra, rb, rc)] == ["ea", "eb", "ec"]
+    assert ra.available_at == ra.updated_at
+    assert rc.available_at - rc.updated_at == timedelta(seconds=1)
+
+
+def test_release_started_counts_the_attempt_and_unstarted_does_not(client: Client, queue: str) -> None:
+    client.enqueue_many(["k", "k"], queue=queue)
+    a, b = client.claim(W, [queue], max_jobs=2)
+    assert client.release(a.id, a.attempt_token) == "queued"
+    assert client.release(b.id, b.attempt_token, started=False) == "queued"
+    ra, rb = client.get_job(a.id), client.get_job(b.id)
+    assert (ra.status, ra.attempts, ra.last_error, ra.reclaim_count) == ("queued", 1, RELEASED, 0)
+    assert (rb.status, rb.attempts, rb.last_error) == ("queued", 0, None)
+
+
+def test_release_many_reports_each_job(client: Client, queue: str) -> None:
+    client.enqueue_many(["k", "k"], queue=queue)
+    a, b = client.claim(W, [queue], max_jobs=2)
+    out = client.release_many([a.id, b.id], [a.attempt_token, uuid.uuid4()], started=False)
+    assert [(o.id, o.accepted, o.status) for o in out] == [(a.id, True, "queued"), (b.id, False, "processing")]
+    assert out[1].detail
+    assert client.get_job(a.id).attempts == 0
+
+
+# Any session's claim reclaims expired leases from every queue (and other sessions
+# may be claiming while these tests run), so a lease that expires in autocommit
+# mode may be reclaimed by someone else first. The tests that need to be the
+# reclaimer claim and reclaim inside one transaction: the uncommitted claim is
+# invisible to, and row-locked against, everyone else.
+def test_reclaim_expired_returns_the_reclaimed_jobs(dsn: str, client: Client, queue: str) -> None:
+    client.enqueue_many(["k", "k"], queue=queue)
+    with connect(dsn, autocommit=False) as tx:
+        in_tx = Client(tx)
+        in_tx.claim(W, [queue], lease=timedelta(hours=1))  # a live lease: left alone
+        # (claimed last: a claim first reclaims expired leases, ours included)
+        expired = in_tx.claim(W, [queue], lease=timedelta(milliseconds=1))[0]
+        tx.execute("SELECT pg_sleep(0.01)")
+        reclaimed = [r for r in in_tx.reclaim_expired(max_jobs=10000) if r.id == expired.id]
+        tx.commit()
+    assert reclaimed == [Reclaimed(id=expired.id, status="queued", reclaim_count=1)]
+    row = client.get_job(expired.id)
+    assert (row.status, row.reclaim_count, row.last_error, row.attempts) == ("queued", 1, LEASE_EXPIRED, 1)
+    assert [(s.status, s.jobs) for s in client.stats() if s.queue == queue] == [("processing", 1), ("queued", 1)]
+
+
+def test_stats_counts_expired_leases(dsn: str, client: Client, queue: str) -> None:
+    client.enqueue_many(["k", "k"], queue=queue)
+    with connect(dsn, autocommit=False) as tx:
+        in_tx = Client(tx)
+        in_tx.claim(W, [queue], lease=timedelta(hours=1))
+        in_tx.claim(W, [queue], lease=timedelta(milliseconds=1))
+        tx.execute("SELECT pg_sleep(0.01)")
+        rows = [(s.status, s.jobs, s.expired_leases) for s in in_tx.stats() if s.queue == queue]
+        tx.rollback()
+    assert rows == [("processing", 2, 1)]
+
+
+def test_sweep_reclaims_every_expired_lease_and_returns_the_count(client: Client, sweep_paused: Any,
+                                                                   queue: str) -> None:
+    client.enqueue_many(["k"] * 3, queue=queue)
+    jobs = client.claim(W, [queue], lease=timedelta(milliseconds=1), max_jobs=3)
+    n = client.sweep()
+    # n counts every queue's expired leases; another session's claim may have
+    # reclaimed ours first, so only its type is certain. The SQL tests pin the count.
+    assert isinstance(n, int) and n >= 0
+    for j in jobs:
+        row = wait_for(lambda: job_if(client, j.id, "queued"), 5, f"job {j.id} reclaimed")
+        assert (row.reclaim_count, row.last_error, row.attempts) == (1, LEASE_EXPIRED, 1)
+
+
+def test_requeue_and_cancel_move_the_job(client: Client, queue: str) -> None:
+    job_id = client.enqueue("k", queue=queue)
+    assert client.cancel(job_id) is None
+    row = client.get_job(job_id)
+    assert (row.status, row.finished_at is not None) == ("cancelled", True)
+    assert client.requeue(job_id) is None
+    row = client.get_job(job_id)
+    assert (row.status, row.finished_at) == ("queued", None)
+
+
+def test_stats_counts_jobs_per_queue_and_status(client: Client, queue: str) -> None:
+    client.enqueue_many(["k"] * 3, queue=queue)
+    client.claim(W, [queue], max_jobs=1)
+    rows = [s for s in client.stats() if s.queue == queue]
+    assert all(isinstance(s, QueueStats) for s in rows)
+    assert [(s.status, s.jobs, s.expired_leases) for s in rows] == [("processing", 1, 0), ("queued", 2, 0)]
+    processing, queued = rows
+    assert processing.oldest_runnable_age is None
+    assert isinstance(queued.oldest_runnable_age, timedelta) and queued.oldest_runnable_age >= timedelta(0)
+
+
+def test_get_job_of_an_unknown_id_raises_job_not_found(client: Client) -> None:
+    with pytest.raises(JobNotFound) as exc:
+        client.get_job(UNKNOWN_ID)
+    assert exc.value.sqlstate == "PF002" and str(UNKNOWN_ID) in exc.value.message
+
+
+def test_check_schema_returns_the_deployed_version(client: Client) -> None:
+    assert client.check_schema() == SCHEMA_VERSION == 1
+
+
+def test_sweeper_last_pass_and_active_follow_the_background_sweeper(
+        dsn: str, client: Client, conn: psycopg.Connection[Any]) -> None:
+    first = wait_for(client.sweeper_last_pass, 90, "a first pass of the pg_cron sweeper")
+    assert isinstance(first, datetime) and first.tzinfo is not None and first <= db_now(conn)
+    assert client.sweeper_active() is True
+    assert client.sweep_scheduled() is True  # the deprecated name
+    # Paused (the advisory lock), it completes no pass: a short max_age sees it idle.
+    with connect(dsn) as pause:
+        pause.execute("SET lock_timeout = '60s'")
+        pause.execute("SELECT pg_advisory_lock(hashtext('pgfence.sweep'))")
+        # The pass that held the lock drops it at its first COMMIT, before it records
+        # last_pass_at: let that record land first.
+        conn.execute("SELECT pg_sleep(0.2)")
+        paused_at = client.sweeper_last_pass()
+        conn.execute("SELECT pg_sleep(0.3)")
+        assert client.sweeper_last_pass() == paused_at
+        assert client.sweeper_active(timedelta(milliseconds=200)) is False
+        assert client.sweeper_active() is True
+        pause.execute("SELECT pg_advisory_unlock(hashtext('pgfence.sweep'))")
+
+
+def test_attempts_lists_each_ended_attempt(client: Client, queue: str) -> None:
+    job_id = client.enqueue("k", queue=queue)
+    first = claim_one(client, queue)
+    client.fail(first.id, first.attempt_token, "E1", retry_in=timedelta(0))
+    second = claim_one(client, queue)
+    client.complete(second.id, second.attempt_token, {"ok": True})
+    history = client.attempts(job_id)
+    assert all(isinstance(a, Attempt) for a in history)
+    assert [(a.job_id, a.attempt, a.attempt_token, a.worker, a.outcome, a.error) for a in history] == [
+        (job_id, 1, first.attempt_token, W, "failed", "E1"),
+        (job_id, 2, second.attempt_token, W, "done", None)]
+    assert all(a.claimed_at <= a.ended_at for a in history)
+    assert client.attempts(UNKNOWN_ID) == []
+
+
+def test_a_refused_single_call_is_recorded_as_a_rejection(client: Client, queue: str) -> None:
+    client.enqueue("k", queue=queue)
+    job = claim_one(client, queue)
+    client.cancel(job.id)
+    with pytest.raises(LeaseLost):
+        client.complete(job.id, job.attempt_token, {"late": True})
+    with pytest.raises(LeaseLost):
+        client.heartbeat(job.id, job.attempt_token)
+    refused = client.rejections(job.id)
+    assert all(isinstance(r, Rejection) for r in refused)
+    assert [(r.job_id, r.attempt_token, r.operation) for r in refused] == \
+        [(job.id, job.attempt_token, "complete"), (job.id, job.attempt_token, "heartbeat")]
+    assert all(r.caller and r.detail and "cancelled" in r.detail for r in refused)
+
+
+def test_refused_batch_calls_record_their_own_rejections(client: Client, queue: str) -> None:
+    client.enqueue("k", queue=queue)
+    job = claim_one(client, queue)
+    stale = uuid.uuid4()
+    assert [o.accepted for o in client.complete_many([job.id], [stale])] == [False]
+    assert [o.accepted for o in client.fail_many([job.id], [stale], ["late"])] == [False]
+    assert [(r.operation, r.attempt_token) for r in client.rejections(job.id)] == \
+        [("complete", stale), ("fail", stale)]
+    assert client.get_job(job.id).status == "processing"
+
+
+def test_report_rejection_refuses_the_current_token(client: Client, queue: str) -> None:
+    client.enqueue("k", queue=queue)
+    job = claim_one(client, queue)
+    with pytest.raises(InvalidArgument) as exc:
+        client.report_rejection(job.id, job.attempt_token, "complete")
+    assert exc.value.sqlstate == "22023" and exc.value.hint
+    with pytest.raises(InvalidArgument):
+        client.report_rejection(job.id, uuid.uuid4(), "explode")
+    with pytest.raises(JobNotFound):
+        client.report_rejection(UNKNOWN_ID, uuid.uuid4(), "complete")
+    client.report_rejection(job.id, uuid.uuid4(), "release")
+    assert [r.operation for r in client.rejections(job.id)] == ["release"]
+
+
+# -------------------------------------------------------------- errors ----
+def test_complete_with_a_stale_token_raises_lease_lost_with_detail(client: Client, queue: str) -> None:
+    client.enqueue("k", queue=queue)
+    job = claim_one(client, queue)
+    with pytest.raises(LeaseLost) as exc:
+        client.complete(job.id, uuid.uuid4(), {"x": 1})
+    e = exc.value
+    assert isinstance(e, PgfenceError) and e.sqlstate == "PF001"
+    assert str(job.id) in e.message and e.detail and e.hint
+    assert f"DETAIL: {e.detail}" in str(e)
+    assert client.get_job(job.id).status == "processing"
+
+
+@pytest.mark.parametrize("call", ["heartbeat", "complete", "fail", "release"])
+def test_every_fenced_call_of_a_cancelled_attempt_raises_lease_lost(client: Client, queue: str, call: str) -> None:
+    client.enqueue("k", queue=queue)
+    job = claim_one(client, queue)
+    client.cancel(job.id)
+    calls = {
+        "heartbeat": lambda: client.heartbeat(job.id, job.attempt_token),
+        "complete": lambda: client.complete(job.id, job.attempt_token, {"late": True}),
+        "fail": lambda: client.fail(job.id, job.attempt_token, "late"),
+        "release": lambda: client.release(job.id, job.attempt_token),
+    }
+    with pytest.raises(LeaseLost) as exc:
+        calls[call]()
+    assert exc.value.sqlstate == "PF001" and exc.value.detail and "cancelled" in exc.value.detail
+    row = client.get_job(job.id)
+    assert (row.status, row.result, row.last_error) == ("cancelled", None, None)
+
+
+@pytest.mark.parametrize("call", ["heartbeat", "complete", "fail", "release", "requeue", "cancel"])
+def test_calls_on_an_unknown_job_raise_job_not_found(client: Client, call: str) -> None:
+    token = uuid.uuid4()
+    calls = {
+        "heartbeat": lambda: client.heartbeat(UNKNOWN_ID, token),
+        "complete": lambda: client.complete(UNKNOWN_ID, token),
+        "fail": lambda: client.fail(UNKNOWN_ID, token, "e"),
+        "release": lambda: client.release(UNKNOWN_ID, token),
+        "requeue": lambda: client.requeue(UNKNOWN_ID),
+        "cancel": lambda: client.cancel(UNKNOWN_ID),
+    }
+    with pytest.raises(JobNotFound) as exc:
+        calls[call]()
+    assert exc.value.sqlstate == "PF002" and exc.value.hint
+
+
+def test_refused_transitions_raise_invalid_transition(client: Client, queue: str) -> None:
+    job_id = client.enqueue("k", queue=queue)
+    with pytest.raises(InvalidTransition) as exc:
+        client.requeue(job_id)  # queued cannot be requeued
+    assert exc.value.sqlstate == "PF003" and "queued" in exc.value.message and exc.value.hint
+    job = claim_one(client, queue)
+    client.complete(job.id, job.attempt_token)
+    with pytest.raises(InvalidTransition) as exc:
+        client.cancel(job_id)   # done cannot be cancelled
+    assert exc.value.sqlstate == "PF003" and "done" in exc.value.message
+    assert client.get_job(job_id).status == "done"
+
+
+def test_claim_inside_a_repeatable_read_transaction_raises_wrong_isolation(dsn: str, queue: str) -> None:
+    with connect(dsn, autocommit=False) as tx:
+        tx.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        in_tx = Client(tx)
+        in_tx.enqueue("k", queue=queue)
+        with pytest.raises(WrongIsolation) as exc:
+            in_tx.claim(W, [queue])
+        assert exc.value.sqlstate == "PF004" and "READ COMMITTED" in exc.value.message and exc.value.hint
+        tx.rollback()
+
+
+def test_a_bad_argument_raises_invalid_argument_with_message_and_hint(client: Client, queue: str) -> None:
+    with pytest.raises(InvalidArgument) as exc:
+        client.claim(W, [queue], max_jobs=0)
+    e = exc.value
+    assert isinstance(e, ValueError)
+    assert e.sqlstate == "22023" and "max_jobs" in e.message and "0" in e.message
+    assert e.hint and "max_jobs" in e.hint and f"HINT: {e.hint}" in str(e)
+    with pytest.raises(InvalidArgument) as exc:
+        client.enqueue("k", [1, 2], queue=queue)
+    assert exc.value.sqlstate == "22023" and "payload" in exc.value.message and exc.value.hint
+    with pytest.raises(InvalidArgument) as exc:
+        client.claim(W, [queue], lease=timedelta(0))
+    assert exc.value.sqlstate == "22023" and "lease" in exc.value.message
+
+
+def test_a_null_argument_raises_invalid_argument_22004(client: Client, queue: str) -> None:
+    with pytest.raises(InvalidArgument) as exc:
+        client.enqueue(None, queue=queue)  # type: ignore[arg-type]
+    e = exc.value
+    assert e.sqlstate == "22004" and "kind" in e.message and "NULL" in e.message and e.hint
+    with pytest.raises(InvalidArgument) as exc:
+        client.fail_many([1], [uuid.uuid4()], [None])  # type: ignore[list-item]
+    assert exc.value.sqlstate == "22004" and "errors[1]" in exc.value.message
+    assert [s for s in client.stats() if s.queue == queue] == []
+
+
+@pytest.fixture
+def undeployed_dsn(dsn: str) -> Iterator[str]:
+    """A scratch database without the pgfence schema, dropped afterwards."""
+    name = f"pgfence_nodeploy_{secrets.token_hex(4)}"
+    with connect(dsn) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield make_conninfo(dsn, dbname=name)
+    finally:
+        with connect(dsn) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_a_database_without_the_schema_raises_schema_mismatch(undeployed_dsn: str) -> None:
+    with connect(undeployed_dsn) as c:
+        with pytest.raises(SchemaMismatch) as exc:
+            Client(c)
+        assert "sqitch deploy" in str(exc.value)
+    with pytest.raises(SchemaMismatch) as exc:
+        Client.connect(undeployed_dsn)
+    assert "sqitch deploy" in str(exc.value)
+
+
+def test_a_client_needs_exactly_one_connection_source(dsn: str) -> None:
+    with pytest.raises(TypeError):
+        Client()
