@@ -65,6 +65,8 @@ ALTER FUNCTION pgfence.purge_finished(integer) SECURITY DEFINER SET search_path 
 ALTER FUNCTION pgfence.set_retention(text, interval, interval)
     SECURITY DEFINER SET search_path = pg_catalog, pgfence, pg_temp;
 ALTER FUNCTION pgfence.sweeper_last_pass() SECURITY DEFINER SET search_path = pg_catalog, pgfence, pg_temp;
+ALTER FUNCTION pgfence.note_sweeper_pass(bigint, bigint)
+    SECURITY DEFINER SET search_path = pg_catalog, pgfence, pg_temp;
 
 -- 3. What each role may call.
 GRANT EXECUTE ON FUNCTION pgfence.schema_version() TO pgfence_producer, pgfence_worker, pgfence_operator;
@@ -89,7 +91,8 @@ GRANT EXECUTE ON FUNCTION pgfence.requeue(bigint),
                           pgfence.purge_finished(integer),
                           pgfence.set_retention(text, interval, interval),
                           pgfence.stats(),
-                          pgfence.sweeper_last_pass()
+                          pgfence.sweeper_last_pass(),
+                          pgfence.note_sweeper_pass(bigint, bigint)
     TO pgfence_operator;
 GRANT EXECUTE ON PROCEDURE pgfence.sweep(bigint, integer),
                            pgfence.run_sweeper(interval, timestamptz)

@@ -25,23 +25,30 @@ BEGIN
         PERFORM pgfence._raise_invalid('results length', cardinality(results)::text,
             format('job_ids has %s elements', n), 'pass NULL, or one result (or NULL) per job id');
     END IF;
-    -- The UPDATE walks the primary key per input row, in id order (a fixed lock
-    -- order: no deadlock against a concurrent heartbeat_many of the same jobs), and
-    -- records each ended attempt. The answer is read back afterwards: our updated
-    -- rows are locked by us, and done keeps the finishing token.
-    WITH upd AS (
+    -- target reads each finishing attempt (its lease, for the history); rows are
+    -- updated in id order (a fixed lock order: no deadlock against a concurrent
+    -- heartbeat_many of the same jobs) and each ended attempt is recorded. The
+    -- answer is read back afterwards: our updated rows are locked by us, and done
+    -- keeps the finishing token.
+    WITH target AS (
+        SELECT j.id, j.attempt_token, j.lease_expires_at, i.result
+          FROM unnest(job_ids, attempt_tokens, results) AS i(id, token, result)
+          JOIN pgfence.jobs j ON j.id = i.id AND j.attempt_token = i.token
+         WHERE j.status = 'processing'
+         ORDER BY j.id
+    ), upd AS (
         UPDATE pgfence.jobs j
-           SET status = 'done', result = i.result, lease_expires_at = NULL,
+           SET status = 'done', result = t.result, lease_expires_at = NULL,
                finished_at = v_now, updated_at = v_now
-          FROM (SELECT t.id, t.token, t.result
-                  FROM unnest(job_ids, attempt_tokens, results) AS t(id, token, result)
-                 ORDER BY t.id) i
-         WHERE j.id = i.id AND j.status = 'processing' AND j.attempt_token = i.token
-        RETURNING j.id, j.attempts, j.attempt_token, j.reserved_by, j.reserved_at, j.heartbeat_at
+          FROM target t
+         WHERE j.id = t.id AND j.status = 'processing' AND j.attempt_token = t.attempt_token
+        RETURNING j.id, j.attempts, j.attempt_token, j.reserved_by, j.reserved_at, j.heartbeat_at,
+                  t.lease_expires_at
     )
     INSERT INTO pgfence.attempts (job_id, attempt, attempt_token, worker, claimed_at, heartbeat_at,
-                                  ended_at, outcome)
-    SELECT u.id, u.attempts, u.attempt_token, u.reserved_by, u.reserved_at, u.heartbeat_at, v_now, 'done'
+                                  lease_expires_at, ended_at, outcome)
+    SELECT u.id, u.attempts, u.attempt_token, u.reserved_by, u.reserved_at, u.heartbeat_at,
+           u.lease_expires_at, v_now, 'done'
       FROM upd u;
     GET DIAGNOSTICS v_count = ROW_COUNT;
 

@@ -60,7 +60,7 @@ BEGIN
     -- token, so acceptance cannot be read back from the row afterwards.
     WITH target AS (
         SELECT j.id, j.attempt_token, j.attempts, j.reserved_by, j.reserved_at, j.heartbeat_at,
-               i.error, i.ord::integer AS ord,
+               j.lease_expires_at, i.error, i.ord::integer AS ord,
                pgfence._fail_status(i.permanent, j.attempts, j.max_attempts) AS new_status,
                coalesce(i.retry_in, pgfence._backoff(j.attempts)) AS delay
           FROM unnest(job_ids, attempt_tokens, errors, retry_ins, permanents)
@@ -85,9 +85,9 @@ BEGIN
         RETURNING t.*
     ), hist AS (
         INSERT INTO pgfence.attempts (job_id, attempt, attempt_token, worker, claimed_at, heartbeat_at,
-                                      ended_at, outcome, error)
-        SELECT u.id, u.attempts, u.attempt_token, u.reserved_by, u.reserved_at, u.heartbeat_at, v_now,
-               'failed', u.error
+                                      lease_expires_at, ended_at, outcome, error)
+        SELECT u.id, u.attempts, u.attempt_token, u.reserved_by, u.reserved_at, u.heartbeat_at,
+               u.lease_expires_at, v_now, 'failed', u.error
           FROM upd u
     )
     SELECT coalesce(array_agg(upd.ord), '{}') INTO v_ords FROM upd;

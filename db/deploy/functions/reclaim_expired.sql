@@ -14,12 +14,13 @@ RETURNS TABLE(id bigint, status text, reclaim_count integer)
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM pgfence._check_range('max_jobs', max_jobs, 1, 10000);
+    PERFORM pgfence._check_isolation('reclaim_expired');
     RETURN QUERY SELECT * FROM pgfence._reclaim(max_jobs);
 END $$;
 
 COMMENT ON FUNCTION pgfence.reclaim_expired(integer) IS
 $$Reclaim one batch (max_jobs 1..10000) of expired leases, oldest first, SKIP LOCKED: auto with attempts
 left -> queued, manual -> manual_review, exhausted -> failed. Returns (id, status, reclaim_count) per
-reclaimed job. For all of them, CALL pgfence.sweep().$$;
+reclaimed job. For all of them, CALL pgfence.sweep(). Needs READ COMMITTED (PF004).$$;
 
 COMMIT;

@@ -34,6 +34,22 @@ COMMENT ON PROCEDURE pgfence.sweep(bigint, integer) IS
 $$Reclaim every expired lease (batch_size 1..10000 per transaction, each committed). CALL pgfence.sweep();
 outside a transaction block. Returns reclaimed = total jobs reclaimed. Safe to run concurrently.$$;
 
+-- Record a sweeper pass (reclaimed) or purge (purged) in pgfence.sweeper_status.
+-- A function of its own so that run_sweeper, which runs with its caller's
+-- rights, needs no write access to the table.
+CREATE FUNCTION pgfence.note_sweeper_pass(reclaimed bigint, purged bigint) RETURNS void
+LANGUAGE sql AS $$
+    UPDATE pgfence.sweeper_status
+       SET last_pass_at    = CASE WHEN reclaimed IS NULL THEN last_pass_at ELSE clock_timestamp() END,
+           last_reclaimed  = coalesce(reclaimed, last_reclaimed),
+           total_reclaimed = total_reclaimed + coalesce(reclaimed, 0),
+           last_purge_at   = CASE WHEN purged IS NULL THEN last_purge_at ELSE clock_timestamp() END,
+           total_purged    = total_purged + coalesce(purged, 0)
+$$;
+
+COMMENT ON FUNCTION pgfence.note_sweeper_pass(bigint, bigint) IS
+  'Record a sweeper pass (reclaimed, or NULL) and/or a purge (purged, or NULL) in pgfence.sweeper_status; used by run_sweeper.';
+
 -- The background sweeper pg_cron starts every minute: a pass every pass_interval
 -- until the end of the current minute (pg_cron 1.4 schedules by the minute only),
 -- so a lease is reclaimed within about pass_interval of its expiry. A pass is
@@ -53,16 +69,17 @@ BEGIN
             MESSAGE = format('pgfence: invalid pass_interval %s: outside 10 ms..1 minute', coalesce(pass_interval::text, 'NULL')),
             HINT = 'pass an interval such as ''0.5 seconds''';
     END IF;
-    -- Keep pg_cron's run log bounded: a day of this job's runs.
-    IF to_regclass('cron.job_run_details') IS NOT NULL THEN
-        BEGIN
+    -- Keep pg_cron's run log bounded: a day of this job's runs. (A caller without
+    -- access to schema cron, e.g. an operator running this by hand, skips it.)
+    BEGIN
+        IF to_regclass('cron.job_run_details') IS NOT NULL THEN
             DELETE FROM cron.job_run_details
              WHERE end_time < now() - interval '1 day'
                AND jobid IN (SELECT jobid FROM cron.job WHERE jobname = 'pgfence-reclaim');
-        EXCEPTION WHEN insufficient_privilege THEN
-            RAISE NOTICE 'pgfence: cannot trim cron.job_run_details (%); trim it yourself', SQLERRM;
-        END;
-    END IF;
+        END IF;
+    EXCEPTION WHEN insufficient_privilege THEN
+        RAISE NOTICE 'pgfence: cannot trim cron.job_run_details (%); trim it yourself', SQLERRM;
+    END;
     COMMIT;
     LOOP
         EXIT WHEN to_regclass('pgfence.jobs') IS NULL;  -- reverted under us
@@ -71,15 +88,12 @@ BEGIN
         IF pg_try_advisory_lock(hashtext('pgfence.sweep')) THEN
             v_reclaimed := 0;
             CALL pgfence.sweep(v_reclaimed);
-            UPDATE pgfence.sweeper_status
-               SET last_pass_at = clock_timestamp(), last_reclaimed = v_reclaimed,
-                   total_reclaimed = total_reclaimed + v_reclaimed;
+            PERFORM pgfence.note_sweeper_pass(v_reclaimed, NULL);
             -- Every 10 s: delete finished jobs past their retention, a batch per transaction.
             IF v_next_purge IS NULL OR clock_timestamp() >= v_next_purge THEN
                 LOOP
                     v_purged := pgfence.purge_finished(1000);
-                    UPDATE pgfence.sweeper_status
-                       SET last_purge_at = clock_timestamp(), total_purged = total_purged + v_purged;
+                    PERFORM pgfence.note_sweeper_pass(NULL, v_purged);
                     COMMIT;
                     EXIT WHEN v_purged < 1000;
                 END LOOP;

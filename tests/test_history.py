@@ -1,0 +1,432 @@
+"""History: every ended attempt is a row in pgfence.attempts (token, worker, when it
+was claimed, its last heartbeat, the lease it held, when and how it ended); every
+refused fenced call is a row in pgfence.rejections (batch calls record their own,
+single calls are reported with report_rejection); and the retention purge deletes
+finished jobs with both, per queue and status, freeing their idempotency keys."""
+from __future__ import annotations
+
+import secrets
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from pgfence import Client, LeaseLost
+from securityhelpers import ZERO_TOKEN, connect_as, delete_queues, id_floor, login_roles, set_role
+from sqlhelpers import (LEASE_EXPIRED, RELEASED, UNKNOWN_ID, assert_error, claim_job, claim_short, complete,
+                        enqueue, fail, heartbeat, job, lease_expired_under_lock, one, reclaim_expired,
+                        reclaimed_ids, release, rows, sql_error)
+from sqlhelpers import tx_conn  # noqa: F401  (fixture)
+
+Conn = psycopg.Connection[Any]
+
+# Roles are cluster-wide: a per-run suffix keeps concurrent runs on one cluster apart.
+_RUN = secrets.token_hex(3)
+WORKER_ROLE = f"t_hist_worker_{_RUN}"
+OPERATOR_ROLE = f"t_hist_oper_{_RUN}"
+TAKEN_OVER_BY_B = "the lease was taken over: another attempt (worker worker-B) now holds the job"
+
+
+@pytest.fixture(scope="module")
+def hist_roles(dsn: str) -> Iterator[None]:
+    with login_roles(dsn, {WORKER_ROLE: "pgfence_worker", OPERATOR_ROLE: "pgfence_operator"}):
+        yield
+
+
+@pytest.fixture
+def worker_conn(dsn: str, hist_roles: None) -> Iterator[Conn]:
+    c = connect_as(dsn, WORKER_ROLE)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture
+def oper_conn(dsn: str, hist_roles: None) -> Iterator[Conn]:
+    c = connect_as(dsn, OPERATOR_ROLE)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture
+def q(conn: Conn, queue: str) -> Iterator[str]:
+    """The test's queue; its jobs, history and retention row are removed afterwards."""
+    floor = id_floor(conn)
+    yield queue
+    delete_queues(conn, [queue, queue + "_keep"], floor)
+
+
+# Short leases that expire during a test: long enough that the row lock which keeps
+# other reclaimers away is surely taken before the expiry, even on a loaded machine.
+SHORT_LEASE = "1 second"
+
+
+def make_stale(conn: Conn, tx: Conn, queue: str) -> tuple[int, uuid.UUID, uuid.UUID]:
+    """A job whose first attempt (worker-A) lost its lease: reclaimed by this test's
+    reclaim_expired, then claimed by worker-B (1 hour lease). Returns (job id, A's
+    stale token, B's current token). (sqlhelpers.make_stale with a longer first lease.)"""
+    job_id, stale = claim_short(conn, queue, "worker-A", lease=SHORT_LEASE)
+    with lease_expired_under_lock(tx, job_id):
+        assert reclaimed_ids(reclaim_expired(tx)).get(job_id) == {"id": job_id, "status": "queued",
+                                                                  "reclaim_count": 1}
+        current = claim_job(tx, queue, job_id, "worker-B", lease="1 hour")
+    assert current != stale
+    return job_id, stale, current
+
+
+def attempts_of(conn: Conn, job_id: int) -> list[dict[str, Any]]:
+    return rows(conn, "SELECT * FROM pgfence.attempts WHERE job_id = %s ORDER BY attempt, ended_at", (job_id,))
+
+
+def rejections_of(conn: Conn, job_id: int) -> list[dict[str, Any]]:
+    return rows(conn, "SELECT * FROM pgfence.rejections WHERE job_id = %s ORDER BY rejected_at", (job_id,))
+
+
+def without(d: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if k not in keys}
+
+
+# ================================================================ attempts ==
+def test_complete_records_a_done_attempt_with_token_worker_and_times(conn: Conn, q: str) -> None:
+    jid = enqueue(conn, q)
+    tok = claim_job(conn, q, jid, "worker-A", lease="1 hour")
+    heartbeat(conn, jid, tok, "1 hour")
+    running = job(conn, jid)
+    assert attempts_of(conn, jid) == []  # the running attempt lives on the jobs row
+    complete(conn, jid, tok, {"ok": True})
+    done = job(conn, jid)
+    [a] = attempts_of(conn, jid)
+    assert without(a, "lease_expires_at") == {
+        "job_id": jid, "attempt": 1, "attempt_token": tok, "worker": "worker-A",
+        "claimed_at": running["reserved_at"], "heartbeat_at": running["heartbeat_at"],
+        "ended_at": done["finished_at"], "outcome": "done", "error": None}
+    assert a["claimed_at"] <= a["heartbeat_at"] <= a["ended_at"]
+
+
+def test_complete_without_heartbeat_records_no_heartbeat(conn: Conn, q: str) -> None:
+    jid = enqueue(conn, q)
+    tok = claim_job(conn, q, jid, "worker-A", lease="1 hour")
+    complete(conn, jid, tok)
+    [a] = attempts_of(conn, jid)
+    assert (a["outcome"], a["attempt_token"], a["heartbeat_at"]) == ("done", tok, None)
+
+
+@pytest.mark.parametrize("how", ["complete", "fail"])
+def test_done_and_failed_attempts_record_the_lease_they_held(conn: Conn, q: str, how: str) -> None:
+    jid = enqueue(conn, q)
+    tok = claim_job(conn, q, jid, "worker-A", lease="1 hour")
+    held = job(conn, jid)["lease_expires_at"]
+    if how == "complete":
+        complete(conn, jid, tok)
+    else:
+        fail(conn, jid, tok, "boom")
+    [a] = attempts_of(conn, jid)
+    assert a["lease_expires_at"] == held
+
+
+def test_fail_records_failed_attempts_for_retry_and_dead_letter(conn: Conn, q: str) -> None:
+    jid = enqueue(conn, q, max_attempts=2)
+    tok1 = claim_job(conn, q, jid, "worker-A", lease="1 hour")
+    assert fail(conn, jid, tok1, "boom 1", retry_in="0 seconds") == "queued"
+    [a1] = attempts_of(conn, jid)
+    assert (a1["attempt"], a1["attempt_token"], a1["worker"], a1["outcome"], a1["error"]) == (
+        1, tok1, "worker-A", "failed", "boom 1")
+    tok2 = claim_job(conn, q, jid, "worker-B", lease="1 hour")
+    heartbeat(conn, jid, tok2, "1 hour")
+    running = job(conn, jid)
+    assert fail(conn, jid, tok2, "boom 2") == "failed"  # attempts exhausted: dead letter
+    dead = job(conn, jid)
+    first, second = attempts_of(conn, jid)
+    assert first == a1
+    assert without(second, "lease_expires_at") == {
+        "job_id": jid, "attempt": 2, "attempt_token": tok2, "worker": "worker-B",
+        "claimed_at": running["reserved_at"], "heartbeat_at": running["heartbeat_at"],
+        "ended_at": dead["finished_at"], "outcome": "failed", "error": "boom 2"}
+    assert second["claimed_at"] >= first["ended_at"]
+
+    # a permanent failure dead-letters on the first attempt, recorded the same way
+    jp = enqueue(conn, q, max_attempts=5)
+    tokp = claim_job(conn, q, jp, "worker-C", lease="1 hour")
+    assert fail(conn, jp, tokp, "bad input", permanent=True) == "failed"
+    [ap] = attempts_of(conn, jp)
+    assert (ap["attempt"], ap["attempt_token"], ap["outcome"], ap["error"], ap["ended_at"]) == (
+        1, tokp, "failed", "bad input", job(conn, jp)["finished_at"])
+
+
+def test_reclaim_records_the_expired_lease(conn: Conn, tx_conn: Conn, q: str) -> None:
+    jid, tok = claim_short(conn, q, "worker-A", lease=SHORT_LEASE)
+    held = job(conn, jid)
+    with lease_expired_under_lock(tx_conn, jid):
+        assert reclaimed_ids(reclaim_expired(tx_conn))[jid]["status"] == "queued"
+    [a] = attempts_of(conn, jid)
+    assert without(a, "ended_at") == {
+        "job_id": jid, "attempt": 1, "attempt_token": tok, "worker": "worker-A",
+        "claimed_at": held["reserved_at"], "heartbeat_at": None, "lease_expires_at": held["lease_expires_at"],
+        "outcome": "reclaimed", "error": LEASE_EXPIRED}
+    assert a["ended_at"] >= a["lease_expires_at"]
+    assert a["ended_at"] == job(conn, jid)["updated_at"]
+
+
+def test_release_of_a_started_job_records_released(conn: Conn, q: str) -> None:
+    jid = enqueue(conn, q)
+    tok = claim_job(conn, q, jid, "worker-A", lease="1 hour")
+    held = job(conn, jid)
+    assert release(conn, jid, tok) == "queued"
+    [a] = attempts_of(conn, jid)
+    assert without(a, "ended_at") == {
+        "job_id": jid, "attempt": 1, "attempt_token": tok, "worker": "worker-A",
+        "claimed_at": held["reserved_at"], "heartbeat_at": None, "lease_expires_at": held["lease_expires_at"],
+        "outcome": "released", "error": RELEASED}
+    assert a["ended_at"] == job(conn, jid)["updated_at"]
+
+
+def test_release_of_an_unstarted_job_leaves_no_attempt(conn: Conn, q: str) -> None:
+    """started => false: the attempt does not count (attempts goes back down), so no
+    ended attempt is recorded and the next claim is attempt 1 again."""
+    jid = enqueue(conn, q)
+    tok = claim_job(conn, q, jid, "worker-A", lease="1 hour")
+    assert one(conn, "SELECT pgfence.release(%s, %s, started => false)", (jid, tok)) == "queued"
+    assert attempts_of(conn, jid) == []
+    tok2 = claim_job(conn, q, jid, "worker-B", lease="1 hour")
+    complete(conn, jid, tok2)
+    assert [(a["attempt"], a["attempt_token"], a["outcome"]) for a in attempts_of(conn, jid)] == [(1, tok2, "done")]
+
+
+def test_cancel_of_a_processing_job_records_cancelled(conn: Conn, q: str) -> None:
+    jid = enqueue(conn, q)
+    tok = claim_job(conn, q, jid, "worker-A", lease="1 hour")
+    heartbeat(conn, jid, tok, "1 hour")
+    held = job(conn, jid)
+    conn.execute("SELECT pgfence.cancel(%s)", (jid,))
+    [a] = attempts_of(conn, jid)
+    assert a == {
+        "job_id": jid, "attempt": 1, "attempt_token": tok, "worker": "worker-A",
+        "claimed_at": held["reserved_at"], "heartbeat_at": held["heartbeat_at"],
+        "lease_expires_at": held["lease_expires_at"], "ended_at": job(conn, jid)["finished_at"],
+        "outcome": "cancelled", "error": None}
+    # cancelling a queued job ends no attempt
+    jq = enqueue(conn, q)
+    conn.execute("SELECT pgfence.cancel(%s)", (jq,))
+    assert attempts_of(conn, jq) == []
+
+
+def test_reclaimed_then_completed_by_another_worker_tells_the_overlap_story(
+        conn: Conn, tx_conn: Conn, worker_conn: Conn, oper_conn: Conn, q: str) -> None:
+    jid, stale, current = make_stale(conn, tx_conn, q)  # A reclaimed, B holds the job
+    # the zombie A tries to complete through the client: refused, and reported
+    with pytest.raises(LeaseLost):
+        Client(worker_conn).complete(jid, stale, {"late": True})
+    complete(conn, jid, current, {"by": "B"})
+
+    ops = Client(oper_conn)
+    first, second = ops.attempts(jid)
+    assert (first.attempt, first.attempt_token, first.worker, first.outcome, first.error) == (
+        1, stale, "worker-A", "reclaimed", LEASE_EXPIRED)
+    assert first.lease_expires_at is not None and first.ended_at >= first.lease_expires_at
+    assert (second.attempt, second.attempt_token, second.worker, second.outcome, second.error) == (
+        2, current, "worker-B", "done", None)
+    assert second.claimed_at >= first.ended_at
+    assert second.ended_at == job(conn, jid)["finished_at"] >= second.claimed_at
+    [r] = ops.rejections(jid)
+    assert (r.job_id, r.attempt_token, r.operation, r.caller, r.detail) == (
+        jid, stale, "complete", WORKER_ROLE, TAKEN_OVER_BY_B)
+    assert second.claimed_at <= r.rejected_at <= second.ended_at
+    assert job(conn, jid)["result"] == {"by": "B"}
+
+
+# ============================================================== rejections ==
+BATCH_CALLS = {
+    "heartbeat": "SELECT accepted, status, detail FROM pgfence.heartbeat_many(%(ids)s, %(toks)s)",
+    "complete": "SELECT accepted, status, detail FROM pgfence.complete_many(%(ids)s, %(toks)s)",
+    "fail": "SELECT accepted, status, detail FROM pgfence.fail_many(%(ids)s, %(toks)s, ARRAY['late'])",
+    "release": "SELECT accepted, status, detail FROM pgfence.release_many(%(ids)s, %(toks)s)",
+}
+
+
+def test_stale_batch_calls_are_recorded_with_operation_caller_and_detail(
+        conn: Conn, tx_conn: Conn, worker_conn: Conn, q: str) -> None:
+    jid, stale, current = make_stale(conn, tx_conn, q)
+    before = job(conn, jid)
+    for op, query in BATCH_CALLS.items():
+        got = worker_conn.execute(query, {"ids": [jid], "toks": [stale]}).fetchall()
+        assert got == [(False, "processing", TAKEN_OVER_BY_B)], op
+    # SET ROLE is respected too: the caller is the role set, not the session user
+    with set_role(conn, "pgfence_worker"):
+        assert conn.execute(BATCH_CALLS["complete"], {"ids": [jid], "toks": [stale]}).fetchall() == [
+            (False, "processing", TAKEN_OVER_BY_B)]
+    got = rejections_of(conn, jid)
+    assert [(r["operation"], r["caller"], r["attempt_token"], r["detail"]) for r in got] == [
+        ("heartbeat", WORKER_ROLE, stale, TAKEN_OVER_BY_B),
+        ("complete", WORKER_ROLE, stale, TAKEN_OVER_BY_B),
+        ("fail", WORKER_ROLE, stale, TAKEN_OVER_BY_B),
+        ("release", WORKER_ROLE, stale, TAKEN_OVER_BY_B),
+        ("complete", "pgfence_worker", stale, TAKEN_OVER_BY_B),
+    ]
+    # refused calls change nothing
+    assert job(conn, jid) == before
+    assert [a["outcome"] for a in attempts_of(conn, jid)] == ["reclaimed"]
+
+
+def test_accepted_rows_of_a_batch_are_not_rejections(conn: Conn, worker_conn: Conn, q: str) -> None:
+    """A mixed batch records exactly its refused inputs (an unknown id is reported in the
+    answer but has no job to attach a rejection to)."""
+    j1, j2 = enqueue(conn, q), enqueue(conn, q)
+    t1 = claim_job(conn, q, j1, lease="1 hour")
+    t2 = claim_job(conn, q, j2, lease="1 hour")
+    got = worker_conn.execute(BATCH_CALLS["complete"],
+                              {"ids": [j1, j2, UNKNOWN_ID], "toks": [t1, uuid.UUID(ZERO_TOKEN), t2]}).fetchall()
+    assert [g[0] for g in got] == [True, False, False]
+    assert rejections_of(conn, j1) == []
+    assert [(r["operation"], r["attempt_token"]) for r in rejections_of(conn, j2)] == [
+        ("complete", uuid.UUID(ZERO_TOKEN))]
+    assert rejections_of(conn, UNKNOWN_ID) == []
+
+
+def test_a_refused_single_call_is_rolled_back_and_reported_with_report_rejection(
+        conn: Conn, tx_conn: Conn, worker_conn: Conn, q: str) -> None:
+    jid, stale, _ = make_stale(conn, tx_conn, q)
+    err = sql_error(worker_conn, "SELECT pgfence.heartbeat(%s, %s)", (jid, stale))
+    assert_error(err, "PF001", detail=True)
+    assert rejections_of(conn, jid) == []  # rolled back with the refused call
+    worker_conn.execute("SELECT pgfence.report_rejection(%s, %s, 'heartbeat')", (jid, stale))
+    [r] = rejections_of(conn, jid)
+    assert (r["operation"], r["caller"], r["attempt_token"], r["detail"]) == (
+        "heartbeat", WORKER_ROLE, stale, TAKEN_OVER_BY_B)
+
+
+def test_idempotent_retries_by_the_finishing_token_are_not_rejections(conn: Conn, worker_conn: Conn,
+                                                                       q: str) -> None:
+    jd, jf = enqueue(conn, q), enqueue(conn, q, max_attempts=1)
+    td = claim_job(conn, q, jd, lease="1 hour")
+    tf = claim_job(conn, q, jf, lease="1 hour")
+    worker_conn.execute("SELECT pgfence.complete(%s, %s)", (jd, td))
+    worker_conn.execute("SELECT pgfence.complete(%s, %s)", (jd, td))  # a retry after a lost reply
+    assert worker_conn.execute(BATCH_CALLS["complete"], {"ids": [jd], "toks": [td]}).fetchall() == [
+        (True, "done", None)]
+    assert one(worker_conn, "SELECT pgfence.fail(%s, %s, 'x')", (jf, tf)) == "failed"
+    assert one(worker_conn, "SELECT pgfence.fail(%s, %s, 'x')", (jf, tf)) == "failed"
+    assert worker_conn.execute(BATCH_CALLS["fail"], {"ids": [jf], "toks": [tf]}).fetchall() == [
+        (True, "failed", None)]
+    for j in (jd, jf):
+        assert rejections_of(conn, j) == []
+        assert len(attempts_of(conn, j)) == 1  # the retry ended no second attempt
+
+
+def test_report_rejection_refuses_what_was_not_refused(conn: Conn, worker_conn: Conn, q: str) -> None:
+    jid = enqueue(conn, q)
+    tok = claim_job(conn, q, jid, lease="1 hour")
+    err = sql_error(worker_conn, "SELECT pgfence.report_rejection(%s, %s, 'complete')", (jid, tok))
+    assert_error(err, "22023", "attempt_token")  # the token is current: nothing was refused
+    err = sql_error(worker_conn, "SELECT pgfence.report_rejection(%s, %s, 'complete')", (UNKNOWN_ID, tok))
+    assert_error(err, "PF002")
+    err = sql_error(worker_conn, "SELECT pgfence.report_rejection(%s, %s, 'finish')", (jid, ZERO_TOKEN))
+    assert_error(err, "22023", "operation")
+    err = sql_error(worker_conn, "SELECT pgfence.report_rejection(%s, %s, NULL)", (jid, ZERO_TOKEN))
+    assert_error(err, "22004", "operation")
+    err = sql_error(worker_conn, "SELECT pgfence.report_rejection(%s, NULL, 'complete')", (jid,))
+    assert_error(err, "22004", "attempt_token")
+    assert rejections_of(conn, jid) == []
+    assert rejections_of(conn, UNKNOWN_ID) == []
+    # a foreign token is reported, with the reason the fence would have given
+    worker_conn.execute("SELECT pgfence.report_rejection(%s, %s, 'release')", (jid, ZERO_TOKEN))
+    assert [(r["operation"], r["caller"], r["detail"]) for r in rejections_of(conn, jid)] == [
+        ("release", WORKER_ROLE, "the lease was taken over: another attempt (worker worker-A) now holds the job")]
+
+
+# =============================================================== retention ==
+def _finish_three(conn: Conn, q: str) -> dict[str, int]:
+    """A done job (with a refused call on record), a dead-lettered one, a cancelled
+    processing one; plus a queued and a processing job that no purge may touch."""
+    jd, jf, jc = enqueue(conn, q), enqueue(conn, q), enqueue(conn, q)
+    td = claim_job(conn, q, jd, lease="1 hour")
+    complete(conn, jd, td)
+    conn.execute("SELECT * FROM pgfence.complete_many(%s, %s)", ([jd], [ZERO_TOKEN]))  # a rejection
+    tf = claim_job(conn, q, jf, lease="1 hour")
+    fail(conn, jf, tf, "boom", permanent=True)
+    claim_job(conn, q, jc, lease="1 hour")
+    conn.execute("SELECT pgfence.cancel(%s)", (jc,))
+    jp = enqueue(conn, q)
+    claim_job(conn, q, jp, lease="1 hour")
+    jq = enqueue(conn, q)
+    ids = {"done": jd, "failed": jf, "cancelled": jc, "queued": jq, "processing": jp}
+    assert dict(conn.execute("SELECT status, id FROM pgfence.jobs WHERE queue = %s", (q,)).fetchall()) == {
+        s: i for s, i in ids.items()}
+    assert len(rejections_of(conn, jd)) == 1
+    return ids
+
+
+def _purge_until_gone(conn: Conn, ids: list[int]) -> None:
+    """purge_finished(10000) until none of ids is left or a batch comes back short
+    (other tests' finished jobs may come first in its oldest-first batches)."""
+    for _ in range(10):
+        n = one(conn, "SELECT pgfence.purge_finished(10000)")
+        if n < 10000 or not one(conn, "SELECT count(*) FROM pgfence.jobs WHERE id = ANY(%s)", (ids,)):
+            return
+
+
+def _present(conn: Conn, ids: list[int]) -> dict[str, set[int]]:
+    return {t: {r[0] for r in conn.execute(f"SELECT {c} FROM pgfence.{t} WHERE {c} = ANY(%s)", (ids,))}
+            for t, c in (("jobs", "id"), ("attempts", "job_id"), ("rejections", "job_id"))}
+
+
+def test_purge_deletes_finished_jobs_with_their_attempts_and_rejections(
+        conn: Conn, q: str, sweep_paused: Conn) -> None:
+    conn.execute("SELECT pgfence.set_retention(%s, '0 seconds', '0 seconds')", (q,))
+    ids = _finish_three(conn, q)
+    keep_q = q + "_keep"  # default retention: done 1 day
+    jk = enqueue(conn, keep_q)
+    complete(conn, jk, claim_job(conn, keep_q, jk, lease="1 hour"))
+    finished = [ids["done"], ids["failed"], ids["cancelled"]]
+    assert _present(conn, finished + [jk])["attempts"] == set(finished + [jk])
+    _purge_until_gone(conn, finished)
+    assert _present(conn, finished) == {"jobs": set(), "attempts": set(), "rejections": set()}
+    # unfinished jobs and a recent done job under the default retention stay
+    assert _present(conn, [ids["queued"], ids["processing"], jk])["jobs"] == {ids["queued"], ids["processing"], jk}
+    assert _present(conn, [jk])["attempts"] == {jk}
+
+
+def test_purge_keeps_failed_jobs_for_retain_failed(conn: Conn, q: str, sweep_paused: Conn) -> None:
+    conn.execute("SELECT pgfence.set_retention(%s, '0 seconds', '1 hour')", (q,))
+    ids = _finish_three(conn, q)
+    _purge_until_gone(conn, [ids["done"], ids["cancelled"]])
+    assert _present(conn, list(ids.values()))["jobs"] == {ids["failed"], ids["queued"], ids["processing"]}
+    assert _present(conn, [ids["failed"]])["attempts"] == {ids["failed"]}
+
+
+def test_a_purged_jobs_idempotency_key_can_be_reused(conn: Conn, q: str, sweep_paused: Conn) -> None:
+    conn.execute("SELECT pgfence.set_retention(%s, '0 seconds', '0 seconds')", (q,))
+    first = enqueue(conn, q, idempotency_key="k1")
+    complete(conn, first, claim_job(conn, q, first, lease="1 hour"))
+    assert enqueue(conn, q, idempotency_key="k1") == first  # done holds the key
+    _purge_until_gone(conn, [first])
+    assert _present(conn, [first])["jobs"] == set()
+    second = enqueue(conn, q, idempotency_key="k1")
+    assert second != first
+    assert job(conn, second)["status"] == "queued"
+
+
+@pytest.mark.parametrize(("done", "failed", "sqlstate", "names"), [
+    ("-1 second", "1 day", "22023", "retain_done"),
+    ("1 day", "-1 day", "22023", "retain_failed"),
+    (None, "1 day", "22004", "retain_done"),
+    ("1 day", None, "22004", "retain_failed"),
+])
+def test_set_retention_refuses_bad_intervals(conn: Conn, q: str, done: str | None, failed: str | None,
+                                             sqlstate: str, names: str) -> None:
+    defaults = conn.execute("SELECT * FROM pgfence.retention WHERE queue = ''").fetchall()
+    err = sql_error(conn, "SELECT pgfence.set_retention(%s, %s::interval, %s::interval)", (q, done, failed))
+    assert_error(err, sqlstate, names)
+    assert conn.execute("SELECT * FROM pgfence.retention WHERE queue = %s", (q,)).fetchall() == []
+    assert conn.execute("SELECT * FROM pgfence.retention WHERE queue = ''").fetchall() == defaults
+
+
+def test_set_retention_refuses_an_empty_queue_name(conn: Conn) -> None:
+    defaults = conn.execute("SELECT * FROM pgfence.retention WHERE queue = ''").fetchall()
+    err = sql_error(conn, "SELECT pgfence.set_retention('', '0 seconds', '0 seconds')")
+    assert_error(err, "22023", "queue")
+    assert conn.execute("SELECT * FROM pgfence.retention WHERE queue = ''").fetchall() == defaults
