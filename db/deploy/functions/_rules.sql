@@ -111,12 +111,15 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_ids bigint[];
     v_tokens uuid[];
+    -- A variable, not clock_timestamp() in the WHERE clause: a volatile call cannot
+    -- bound the index scan, and every processing row would be visited on every claim.
+    v_now timestamptz := clock_timestamp();
 BEGIN
     SELECT array_agg(e.id), array_agg(e.attempt_token) INTO v_ids, v_tokens
       FROM (SELECT j.id, j.attempt_token
               FROM pgfence.jobs j
              WHERE j.status = 'processing'
-               AND j.lease_expires_at < clock_timestamp()
+               AND j.lease_expires_at < v_now
              ORDER BY j.lease_expires_at
              LIMIT max_jobs
                FOR UPDATE SKIP LOCKED) e;
