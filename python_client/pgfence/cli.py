@@ -35,7 +35,7 @@ from psycopg_pool import PoolTimeout
 
 from .client import Client
 from .errors import PgfenceError
-from .models import JobRecord
+from .models import Attempt, JobRecord, Rejection
 from .worker import Handler, Worker
 
 PROG = "pgfence"
@@ -387,8 +387,20 @@ def cmd_stats(args: argparse.Namespace) -> int:
             print("no jobs" + (f" in queue {', '.join(args.queues)}" if args.queues else ""))
         print()
         print(_sweeper_line(client, conn))
+        print(_history_line(client))
         return 0
     return _with_client(args, body)
+
+
+def _history_line(client: Client) -> str:
+    """Attempts ended and calls refused in the last hour (needs pgfence_operator)."""
+    try:
+        counts = client.history_summary(timedelta(hours=1))
+    except psycopg.errors.InsufficientPrivilege:
+        return "last hour: attempt history needs the pgfence_operator role"
+    outcomes = ["done", "failed", "reclaimed", "released", "cancelled"]
+    parts = [f"{o} {counts.get(o, 0)}" for o in outcomes]
+    return f"last hour: attempts {', '.join(parts)}; refused stale calls {counts.get('rejected', 0)}"
 
 
 def _show_value(name: str, value: Any) -> str:
@@ -414,9 +426,38 @@ def format_job(job: JobRecord) -> str:
     return "\n".join(lines)
 
 
+def format_history(attempts: list[Attempt], rejections: list[Rejection]) -> str:
+    """The ended attempts and the refused stale calls of a job, as two tables."""
+    def ts(value: Optional[datetime]) -> str:
+        return "-" if value is None else value.isoformat(sep=" ", timespec="milliseconds")
+    out = ["", "attempts:"]
+    if attempts:
+        out.append(format_table(
+            ["#", "WORKER", "CLAIMED", "LAST HEARTBEAT", "LEASE", "ENDED", "OUTCOME", "ERROR", "TOKEN"],
+            [[str(a.attempt), a.worker, ts(a.claimed_at), ts(a.heartbeat_at), ts(a.lease_expires_at),
+              ts(a.ended_at), a.outcome, (a.error or "-").splitlines()[0][:60], str(a.attempt_token)]
+             for a in attempts],
+            [True, False, False, False, False, False, False, False, False]))
+    else:
+        out.append("  (none ended yet)")
+    out += ["", "refused stale calls:"]
+    if rejections:
+        out.append(format_table(
+            ["WHEN", "OPERATION", "CALLER", "TOKEN", "WHY"],
+            [[ts(r.rejected_at), r.operation, r.caller, str(r.attempt_token), r.detail or "-"] for r in rejections],
+            [False] * 5))
+    else:
+        out.append("  (none)")
+    return "\n".join(out)
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     def body(client: Client, conn: psycopg.Connection[Any]) -> int:
         print(format_job(client.get_job(args.job_id)))
+        try:
+            print(format_history(client.attempts(args.job_id), client.rejections(args.job_id)))
+        except psycopg.errors.InsufficientPrivilege:
+            print("\n(attempt history: needs the pgfence_operator role)")
         return 0
     return _with_client(args, body)
 

@@ -330,6 +330,23 @@ class Client:
             "SELECT job_id, attempt_token, operation, caller, detail, rejected_at FROM pgfence.rejections "
             "WHERE job_id = %s ORDER BY rejected_at", (job_id,))
 
+    def history_summary(self, since: timedelta = timedelta(hours=1)) -> dict[str, int]:
+        """Ended attempts per outcome (``done``, ``failed``, ``reclaimed``, ``released``,
+        ``cancelled``) and refused calls (``rejected``) within ``since``. Operators only."""
+        try:
+            with self._connection() as conn:
+                rows = conn.execute(
+                    "SELECT outcome, count(*) FROM pgfence.attempts "
+                    "WHERE ended_at > clock_timestamp() - %(since)s GROUP BY outcome "
+                    "UNION ALL SELECT 'rejected', count(*) FROM pgfence.rejections "
+                    "WHERE rejected_at > clock_timestamp() - %(since)s", {"since": since}).fetchall()
+        except psycopg.Error as exc:
+            mapped = translate(exc)
+            if mapped is not None:
+                raise mapped from exc
+            raise
+        return {str(outcome): int(n) for outcome, n in rows}
+
     # Kept for callers of the first release: the sweep counts as scheduled when it runs.
     def sweep_scheduled(self) -> bool:
         """Deprecated name of :meth:`sweeper_active`."""
