@@ -99,15 +99,19 @@ def test_show_prints_every_field(dsn: str, client: Client, queue: str) -> None:
     client.complete(job.id, job.attempt_token, {"pages": 12})
     out = ok(run_cli(dsn, "show", str(job_id)))
     fields = [name for name in JobRecord.__dataclass_fields__]
-    starts = [line.split()[0] for line in out.splitlines() if line and not line[0].isspace()]
+    record, _, history = out.partition("\n\nattempts:\n")
+    starts = [line.split()[0] for line in record.splitlines() if line and not line[0].isspace()]
     assert starts == fields
-    values = {line.split(None, 1)[0]: line.split(None, 1)[1] for line in out.splitlines()
+    values = {line.split(None, 1)[0]: line.split(None, 1)[1] for line in record.splitlines()
               if line and not line[0].isspace() and len(line.split(None, 1)) == 2}
+    attempt_rows = [line.split() for line in history.splitlines()[1:] if line.startswith("1 ")]
+    assert len(attempt_rows) == 1 and "done" in attempt_rows[0] and str(job.attempt_token) in attempt_rows[0]
+    assert "refused stale calls:\n  (none)" in history
     assert (values["id"], values["queue"], values["kind"], values["status"], values["attempts"],
             values["idempotency_key"], values["reserved_by"], values["last_error"]) == \
         (str(job_id), queue, "report", "done", "1", "show-1", "cli-test", "-")
     assert values["attempt_token"] == str(job.attempt_token)
-    lines = out.splitlines()
+    lines = record.splitlines()
     payload_at = [i for i, line in enumerate(lines) if line.startswith("payload ")][0]
     pad = " " * (len("lease_expires_at") + 2)
     assert lines[payload_at].endswith("  {")                      # pretty JSON, indented under its value
