@@ -61,7 +61,7 @@ demo: db deploy ## run the demo (python -m pgfence.demo)
 bench: db deploy ## run the benchmark (QUICK=1 for a short run)
 	cd $(REPO) && $(PY) bench/run.py $(if $(QUICK),--quick)
 
-chaos: db deploy ## run the full chaos tests
+chaos: setup ## run the full chaos suite (its own cluster on port 54339; make test runs the short form)
 	cd $(REPO) && $(PY) -m pytest -q tests/chaos --chaos-full $(PYTEST_ARGS)
 
 typecheck: setup ## mypy on python_client/pgfence

@@ -23,7 +23,7 @@ import pytest
 
 from clienthelpers import (LEASE_EXPIRED, RELEASED, app_dsn, backends, running, terminate_backends,
                            unique_name, wait_for, worker_process)
-from pgfence import Client, Job, JobRecord, PermanentFailure, RetryAfter, Worker
+from pgfence import Client, Interrupted, Job, JobRecord, PermanentFailure, RetryAfter, Worker
 
 
 @pytest.fixture
@@ -521,3 +521,26 @@ def test_a_second_sigterm_gives_running_jobs_back_at_once(dsn: str, client: Clie
         marker.unlink()
     row = client.get_job(job_id)
     assert (row.status, row.attempts, row.last_error) == ("queued", 1, RELEASED)
+
+
+def test_a_handler_that_raises_interrupted_on_stop_gives_its_job_back(
+        dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
+    started = threading.Event()
+
+    def interruptible(job: Job) -> Any:
+        started.set()
+        deadline = time.monotonic() + 15
+        while not job.should_stop() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        raise Interrupted()
+
+    job_id = client.enqueue("interruptible", queue=queue)
+    worker = start(dsn, queue, {"interruptible": interruptible}, workers, shutdown_grace=10)
+    with running(worker) as thread:
+        assert started.wait(15)
+        thread.stop()
+    row = client.get_job(job_id)
+    assert (row.status, row.result, row.attempts, row.last_error) == \
+        ("queued", None, 1, "released by worker before completion")
+    assert (worker.counters["completed"], worker.counters["released"]) == (0, 1)
+    assert [a.outcome for a in client.attempts(job_id)] == ["released"]

@@ -8,12 +8,12 @@ from .client import SCHEMA_VERSION, Client, RawJson
 from .errors import (InvalidArgument, InvalidTransition, JobNotFound, LeaseLost, PgfenceError,
                      SchemaMismatch, WrongIsolation)
 from .models import Attempt, Enqueued, Job, JobRecord, Outcome, QueueStats, Reclaimed, Rejection
-from .worker import PermanentFailure, RetryAfter, Worker
+from .worker import Interrupted, PermanentFailure, RetryAfter, Worker
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Client", "Worker", "Job", "JobRecord", "Attempt", "Rejection", "Enqueued", "Outcome", "QueueStats", "Reclaimed", "RawJson",
     "PgfenceError", "LeaseLost", "JobNotFound", "InvalidTransition", "InvalidArgument", "WrongIsolation",
-    "SchemaMismatch", "PermanentFailure", "RetryAfter", "SCHEMA_VERSION",
+    "SchemaMismatch", "Interrupted", "PermanentFailure", "RetryAfter", "SCHEMA_VERSION",
 ]

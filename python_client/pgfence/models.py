@@ -36,7 +36,9 @@ class Job:
         return self._lost[0]
 
     def should_stop(self) -> bool:
-        """True when the handler should wind down: the lease is lost or the worker is shutting down."""
+        """True when the handler should wind down: the lease is lost or the worker is shutting
+        down. A handler that stops early raises :class:`pgfence.Interrupted` (the job is given
+        back); returning normally completes the job with the returned result."""
         return self._lost[0] or (self._stopping is not None and self._stopping.is_set())
 
     def _mark_lease_lost(self) -> None:

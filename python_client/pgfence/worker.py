@@ -55,6 +55,14 @@ class PermanentFailure(Exception):
     """Raise from a handler to dead-letter the job now (no retry)."""
 
 
+class Interrupted(Exception):
+    """Raise from a handler that stops early because ``job.should_stop()`` became true
+    (shutdown, or a lost lease). The worker gives the job back with a fenced
+    ``release`` (by the reclaim rule: an ``auto`` job returns to the queue, a
+    ``manual`` one goes to ``manual_review``) instead of completing it.
+    Returning normally means the work is done: the return value is the result."""
+
+
 class RetryAfter(Exception):
     """Raise from a handler to retry after ``delay`` instead of the default backoff
     (the database still dead-letters the job when its attempts are exhausted)."""
@@ -71,6 +79,7 @@ class _Result:
     value: Optional[str] = None          # JSON text of the result (ok) or the error text
     retry_in: Optional[timedelta] = None
     permanent: bool = False
+    interrupted: bool = False
 
 
 def _error_text(exc: BaseException) -> str:
@@ -264,6 +273,8 @@ class Worker:
                            f"{self.worker_id} (known: {sorted(self.handlers)})", permanent=True)
         try:
             value = handler(job)
+        except Interrupted:
+            return _Result(job, False, None, interrupted=True)
         except PermanentFailure as exc:
             return _Result(job, False, _error_text(exc), permanent=True)
         except RetryAfter as exc:
@@ -300,8 +311,11 @@ class Worker:
                         r.job.attempts)
         self._settle([r.job for r in lost])
         batch = [r for r in batch if not r.job.lease_lost]
+        interrupted = [r.job for r in batch if r.interrupted]
         done = [r for r in batch if r.ok]
-        failed = [r for r in batch if not r.ok]
+        failed = [r for r in batch if not r.ok and not r.interrupted]
+        if interrupted:
+            self._release(interrupted, started=True)
         if done:
             outcomes = self._retrying(lambda: self.client.complete_many(
                 [r.job.id for r in done], [r.job.attempt_token for r in done],
@@ -491,4 +505,4 @@ class Worker:
         return restore
 
 
-__all__ = ["Worker", "PermanentFailure", "RetryAfter", "Handler"]
+__all__ = ["Worker", "Interrupted", "PermanentFailure", "RetryAfter", "Handler"]

@@ -1,0 +1,45 @@
+"""Fixtures of the chaos suite: its own throwaway cluster and one scenario per session.
+
+The suite crash-restarts PostgreSQL, so it never uses the shared cluster
+(port 54329): ``chaos_cluster`` wipes and starts ``<repo>/.pgdata-chaos`` on
+port 54339 (``PGFENCE_CHAOS_PGDATA`` / ``PGFENCE_CHAOS_PGPORT`` override),
+deploys with sqitch, and stops it at the end of the session. ``chaos_report``
+runs the scenario once (short form by default, ``--chaos-full`` for the long
+one); every test asserts one invariant of it, and the terminal summary prints
+the table of faults and invariants.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+import chaos_runner
+from chaos_runner import Cluster, Report
+
+
+@pytest.fixture(scope="session")
+def chaos_cluster() -> Iterator[Cluster]:
+    cluster = Cluster()
+    cluster.lock()
+    try:
+        cluster.fresh()
+        yield cluster
+    finally:
+        try:
+            cluster.stop()
+        finally:
+            cluster.unlock()
+
+
+@pytest.fixture(scope="session")
+def chaos_report(chaos_cluster: Cluster, chaos_full: bool, tmp_path_factory: pytest.TempPathFactory) -> Report:
+    return chaos_runner.run(chaos_cluster, chaos_full, tmp_path_factory.mktemp("chaos"))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,
+                            config: pytest.Config) -> None:
+    for report in chaos_runner.iter_reports():
+        terminalreporter.write_sep("=", f"pgfence chaos report ({report.form} form)")
+        for line in report.render().splitlines():
+            terminalreporter.write_line(line)
