@@ -42,19 +42,19 @@ END $$;
 COMMENT ON FUNCTION pgfence._check_name(text, text) IS
   'Private: check a kind, queue or worker id (not NULL, 1..128 characters).';
 
--- A lease: not NULL, > 0, <= 1 day.
+-- A lease: not NULL, 1 ms .. 1 day.
 CREATE FUNCTION pgfence._check_lease(lease interval) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     IF lease IS NULL THEN
         PERFORM pgfence._raise_null('lease', 'pass a lease between 1 millisecond and 1 day, e.g. ''30 seconds''');
-    ELSIF lease <= interval '0' OR lease > interval '1 day' THEN
-        PERFORM pgfence._raise_invalid('lease', lease::text, 'must be positive and at most 1 day',
+    ELSIF lease < interval '1 millisecond' OR lease > interval '1 day' THEN
+        PERFORM pgfence._raise_invalid('lease', lease::text, 'must be between 1 millisecond and 1 day',
             'pass a lease between 1 millisecond and 1 day, e.g. ''30 seconds''');
     END IF;
 END $$;
 COMMENT ON FUNCTION pgfence._check_lease(interval) IS
-  'Private: check a lease interval (positive, at most 1 day).';
+  'Private: check a lease interval (1 millisecond .. 1 day).';
 
 -- A count in lo..hi (max_jobs, max_attempts, batch sizes).
 CREATE FUNCTION pgfence._check_range(arg text, value integer, lo integer, hi integer) RETURNS void

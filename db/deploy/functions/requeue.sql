@@ -44,11 +44,24 @@ BEGIN
                 HINT = format('job %s is the live job for this key; requeue is refused so the key stays unique', v_holder);
         END IF;
     END IF;
-    UPDATE pgfence.jobs
-       SET status = 'queued', available_at = v_now, attempt_token = NULL, reserved_by = NULL,
-           reserved_at = NULL, heartbeat_at = NULL, lease_expires_at = NULL, finished_at = NULL,
-           max_attempts = greatest(max_attempts, attempts + 1), updated_at = v_now
-     WHERE id = job_id;
+    -- The check above cannot see a holder that commits after it (a concurrent
+    -- enqueue or requeue with the same key): the unique index decides, and its
+    -- violation is reported like the check's.
+    BEGIN
+        UPDATE pgfence.jobs
+           SET status = 'queued', available_at = v_now, attempt_token = NULL, reserved_by = NULL,
+               reserved_at = NULL, heartbeat_at = NULL, lease_expires_at = NULL, finished_at = NULL,
+               max_attempts = greatest(max_attempts, attempts + 1), updated_at = v_now
+         WHERE id = job_id;
+    EXCEPTION WHEN unique_violation THEN
+        SELECT h.id INTO v_holder FROM pgfence.jobs h
+         WHERE h.queue = j.queue AND h.idempotency_key = j.idempotency_key
+           AND h.status IN ('queued', 'processing', 'manual_review', 'done') AND h.id <> j.id;
+        RAISE EXCEPTION USING ERRCODE = 'PF003',
+            MESSAGE = format('pgfence: cannot requeue job %s: job %s now holds its idempotency key',
+                             job_id, coalesce(v_holder::text, 'another job')),
+            HINT = 'the live job for this key wins; requeue is refused so the key stays unique';
+    END;
     PERFORM pg_notify('pgfence_enqueue', j.queue);
 END $$;
 

@@ -1,0 +1,190 @@
+"""claim(): order, run_at, queue filters, batches, isolation level, the lease clock,
+and concurrent claimers (SKIP LOCKED: never one job to two callers)."""
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from typing import Any
+
+import psycopg
+import pytest
+
+from helpers import connect
+from sqlhelpers import (
+    assert_error, claim, claim_job, enqueue, job, now, one, queue_count, queue_jobs, sql_error,
+)
+from sqlhelpers import _job_id_floor, tx_conn  # noqa: F401 - fixtures
+
+
+Conn = psycopg.Connection[Any]
+
+
+def _ids(claimed: list[dict[str, Any]]) -> list[int]:
+    return [c["id"] for c in claimed]
+
+
+# -------------------------------------------------------------------- order --
+def test_claim_order_is_priority_desc_then_available_at_then_id(conn: Conn, queue: str) -> None:
+    t = now(conn)
+    old = t - dt.timedelta(minutes=10)
+    older = t - dt.timedelta(minutes=20)
+    low_old = enqueue(conn, queue, "low_old", priority=0, run_at=older)
+    mid_new = enqueue(conn, queue, "mid_new", priority=5, run_at=old)
+    mid_old = enqueue(conn, queue, "mid_old", priority=5, run_at=older)
+    high = enqueue(conn, queue, "high", priority=9, run_at=old)
+    tie_a = enqueue(conn, queue, "tie_a", priority=0, run_at=old)
+    tie_b = enqueue(conn, queue, "tie_b", priority=0, run_at=old)
+    neg = enqueue(conn, queue, "neg", priority=-3, run_at=older)
+    expected = [high, mid_old, mid_new, low_old, tie_a, tie_b, neg]
+    # one at a time ...
+    one_by_one = [claim(conn, [queue], max_jobs=1)[0]["id"] for _ in expected]
+    assert one_by_one == expected
+    assert claim(conn, [queue]) == []
+
+
+def test_claim_batch_returns_jobs_in_claim_order(conn: Conn, queue: str) -> None:
+    t = now(conn)
+    a = enqueue(conn, queue, priority=1, run_at=t - dt.timedelta(seconds=5))
+    b = enqueue(conn, queue, priority=3, run_at=t - dt.timedelta(seconds=1))
+    c = enqueue(conn, queue, priority=1, run_at=t - dt.timedelta(seconds=9))
+    d = enqueue(conn, queue, priority=3, run_at=t - dt.timedelta(seconds=1))
+    got = claim(conn, [queue], max_jobs=10)
+    assert _ids(got) == [b, d, c, a]
+    assert len({g["attempt_token"] for g in got}) == 4
+
+
+def test_claim_never_returns_more_than_max_jobs(conn: Conn, queue: str) -> None:
+    ids = [r[1] for r in conn.execute(
+        "SELECT * FROM pgfence.enqueue_many(kinds => array_fill('k'::text, ARRAY[25]), queue => %s)",
+        (queue,)).fetchall()]
+    batches = [claim(conn, [queue], max_jobs=n) for n in (1, 7, 10, 1000)]
+    assert [len(b) for b in batches] == [1, 7, 10, 7]
+    assert sorted(i for b in batches for i in _ids(b)) == sorted(ids)
+    assert queue_count(conn, queue, "processing") == 25
+
+
+def test_future_run_at_is_not_claimable_until_due(conn: Conn, queue: str) -> None:
+    job_id = one(conn, "SELECT pgfence.enqueue('later', queue => %s, run_at => clock_timestamp() + interval '1 second')",
+                 (queue,))
+    now_id = enqueue(conn, queue, "now", priority=-100)
+    assert _ids(claim(conn, [queue], max_jobs=10)) == [now_id]  # the due job only, despite its low priority
+    assert claim(conn, [queue], max_jobs=10) == []
+    assert job(conn, job_id)["status"] == "queued"
+    conn.execute("SELECT pg_sleep(greatest(0, extract(epoch FROM available_at - clock_timestamp())) + 0.02)"
+                 "  FROM pgfence.jobs WHERE id = %s", (job_id,))
+    assert _ids(claim(conn, [queue], max_jobs=10)) == [job_id]
+
+
+# ------------------------------------------------------------------- queues --
+def test_claim_takes_only_from_the_given_queues(conn: Conn, queue: str) -> None:
+    qa, qb, qc = f"{queue}_a", f"{queue}_b", f"{queue}_c"
+    a = enqueue(conn, qa, priority=1)
+    b = enqueue(conn, qb, priority=9)
+    c = enqueue(conn, qc, priority=5)
+    got = claim(conn, [qa, qc], max_jobs=10)
+    assert _ids(got) == [c, a]
+    assert {g["queue"] for g in got} == {qa, qc}
+    assert job(conn, b)["status"] == "queued"
+    assert _ids(claim(conn, [qb, qb], max_jobs=10)) == [b]  # a repeated name is one queue
+
+
+def test_claim_with_null_queues_claims_from_every_queue(conn: Conn, queue: str) -> None:
+    # claim(queues => NULL) may take any queue's jobs, so this test only makes
+    # its own jobs the best candidates (maximum priority) and claims exactly that many.
+    top = 2147483647
+    a = enqueue(conn, f"{queue}_x", priority=top)
+    b = enqueue(conn, f"{queue}_y", priority=top)
+    got = claim(conn, None, "worker-null", lease="1 hour", max_jobs=2)
+    assert _ids(got) == [a, b]
+    assert [g["queue"] for g in got] == [f"{queue}_x", f"{queue}_y"]
+    assert job(conn, a)["reserved_by"] == job(conn, b)["reserved_by"] == "worker-null"
+
+
+# ------------------------------------------------------------ lease & clock --
+def test_claim_in_a_long_transaction_gets_a_full_lease(tx_conn: Conn, conn: Conn, queue: str) -> None:
+    job_id = enqueue(conn, queue)
+    tx_conn.execute("SELECT pg_sleep(2)")
+    got = claim(tx_conn, [queue], lease="30 seconds")
+    assert _ids(got) == [job_id]
+    [(remaining, reserved_after_start)] = tx_conn.execute(
+        "SELECT lease_expires_at - clock_timestamp(), reserved_at - now() FROM pgfence.jobs WHERE id = %s",
+        (job_id,)).fetchall()
+    tx_conn.commit()
+    assert dt.timedelta(seconds=29) < remaining <= dt.timedelta(seconds=30)
+    assert reserved_after_start >= dt.timedelta(seconds=2)  # measured from clock_timestamp(), not now()
+    assert job(conn, job_id)["status"] == "processing"
+
+
+@pytest.mark.parametrize("level", ["REPEATABLE READ", "SERIALIZABLE"])
+def test_claim_outside_read_committed_raises_pf004(tx_conn: Conn, conn: Conn, queue: str, level: str) -> None:
+    job_id = enqueue(conn, queue)
+    tx_conn.execute(f"SET TRANSACTION ISOLATION LEVEL {level}")
+    err = sql_error(tx_conn, "SELECT * FROM pgfence.claim('worker-A', ARRAY[%s])", (queue,))
+    assert_error(err, "PF004", level.lower())
+    assert "READ COMMITTED" in (err.diag.message_hint or "")
+    r = job(conn, job_id)
+    assert (r["status"], r["attempts"], r["attempt_token"]) == ("queued", 0, None)
+
+
+def test_claim_in_read_committed_transaction_block_is_allowed(tx_conn: Conn, conn: Conn, queue: str) -> None:
+    job_id = enqueue(conn, queue)
+    tx_conn.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+    assert _ids(claim(tx_conn, [queue])) == [job_id]
+    tx_conn.rollback()  # the claim rolls back with its transaction
+    r = job(conn, job_id)
+    assert (r["status"], r["attempts"]) == ("queued", 0)
+    claim_job(conn, queue, job_id)
+
+
+# -------------------------------------------------------------- concurrency --
+N_JOBS = 3000
+MAX_JOBS = [1, 2, 3, 5, 10, 25, 100, 1000]  # one per thread
+
+
+def test_concurrent_claimers_never_claim_a_job_twice(dsn: str, conn: Conn, queue: str) -> None:
+    ids = [r[0] for r in conn.execute(
+        "SELECT id FROM pgfence.enqueue_many(kinds => array_fill('k'::text, ARRAY[%s]), queue => %s)",
+        (N_JOBS, queue)).fetchall()]
+    assert len(ids) == N_JOBS
+    barrier = threading.Barrier(len(MAX_JOBS))
+    results: dict[int, list[list[int]]] = {}
+    errors: list[BaseException] = []
+
+    def claimer(n: int, max_jobs: int) -> None:
+        calls: list[list[int]] = []
+        try:
+            with connect(dsn) as c:
+                c.execute("SET statement_timeout = '30s'")
+                barrier.wait(timeout=30)
+                while True:
+                    got = [r[0] for r in c.execute(
+                        "SELECT id FROM pgfence.claim(%s, ARRAY[%s], lease => '10 minutes', max_jobs => %s)",
+                        (f"claimer-{n}", queue, max_jobs)).fetchall()]
+                    calls.append(got)
+                    if not got and one(c, "SELECT count(*) FROM pgfence.jobs WHERE queue = %s AND status = 'queued'",
+                                       (queue,)) == 0:
+                        break
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+        finally:
+            results[n] = calls
+
+    threads = [threading.Thread(target=claimer, args=(n, m)) for n, m in enumerate(MAX_JOBS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads)
+    assert errors == []
+    for n, max_jobs in enumerate(MAX_JOBS):
+        assert all(len(call) <= max_jobs for call in results[n]), f"claimer {n} got more than {max_jobs}"
+    claimed = [i for calls in results.values() for call in calls for i in call]
+    assert len(claimed) == len(set(claimed)) == N_JOBS
+    assert set(claimed) == set(ids)
+    # every job claimed exactly once: one attempt each, by the claimer that returned it
+    owner = {i: f"claimer-{n}" for n, calls in results.items() for call in calls for i in call}
+    state = {r["id"]: r for r in queue_jobs(conn, queue)}
+    assert {r["status"] for r in state.values()} == {"processing"}
+    assert {r["attempts"] for r in state.values()} == {1}
+    assert all(state[i]["reserved_by"] == owner[i] for i in ids)
+    assert len({r["attempt_token"] for r in state.values()}) == N_JOBS

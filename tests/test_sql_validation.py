@@ -1,0 +1,278 @@
+"""Every bad argument is refused before anything is written: the SQLSTATE
+(22004 NULL, 22023 bad value), a message naming the argument, a HINT, and the
+queue's rows exactly as they were."""
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import pytest
+
+from sqlhelpers import (
+    assert_error, claim_job, enqueue, one, queue_jobs, rows, sql_error,
+)
+from sqlhelpers import _job_id_floor  # noqa: F401 - fixtures
+
+Conn = psycopg.Connection[Any]
+
+BIG_PAYLOAD = '{"blob": "' + "x" * (1024 * 1024 + 1) + '"}'  # just over 1 MiB
+NAME_129 = "n" * 129
+
+
+@dataclass
+class World:
+    queue: str
+    queued_id: int
+    processing_id: int
+    token: uuid.UUID
+
+
+@pytest.fixture
+def world(conn: Conn, queue: str) -> World:
+    processing_id = enqueue(conn, queue, "p", priority=1)
+    token = claim_job(conn, queue, processing_id, lease="1 hour")
+    queued_id = enqueue(conn, queue, "q", run_at=one(conn, "SELECT clock_timestamp() + interval '1 hour'"))
+    return World(queue, queued_id, processing_id, token)
+
+
+# (id, SQL using %(queue)s / %(qid)s / %(pid)s / %(token)s / %(big)s, SQLSTATE, text the message must contain)
+CASES: list[tuple[str, str, str, str]] = [
+    # enqueue: names
+    ("enqueue-kind-null", "SELECT pgfence.enqueue(NULL, queue => %(queue)s)", "22004", "kind"),
+    ("enqueue-kind-empty", "SELECT pgfence.enqueue('', queue => %(queue)s)", "22023", "kind"),
+    ("enqueue-kind-129", f"SELECT pgfence.enqueue('{NAME_129}', queue => %(queue)s)", "22023", "kind"),
+    ("enqueue-queue-null", "SELECT pgfence.enqueue('k', queue => NULL)", "22004", "queue"),
+    ("enqueue-queue-empty", "SELECT pgfence.enqueue('k', queue => '')", "22023", "queue"),
+    ("enqueue-queue-129", f"SELECT pgfence.enqueue('k', queue => '{NAME_129}')", "22023", "queue"),
+    # enqueue: options
+    ("enqueue-policy-unknown", "SELECT pgfence.enqueue('k', queue => %(queue)s, recovery_policy => 'sometimes')",
+     "22023", "recovery_policy"),
+    ("enqueue-policy-null", "SELECT pgfence.enqueue('k', queue => %(queue)s, recovery_policy => NULL)",
+     "22004", "recovery_policy"),
+    ("enqueue-max_attempts-0", "SELECT pgfence.enqueue('k', queue => %(queue)s, max_attempts => 0)",
+     "22023", "max_attempts"),
+    ("enqueue-max_attempts-1001", "SELECT pgfence.enqueue('k', queue => %(queue)s, max_attempts => 1001)",
+     "22023", "max_attempts"),
+    ("enqueue-max_attempts-null", "SELECT pgfence.enqueue('k', queue => %(queue)s, max_attempts => NULL)",
+     "22004", "max_attempts"),
+    ("enqueue-priority-null", "SELECT pgfence.enqueue('k', queue => %(queue)s, priority => NULL)", "22004", "priority"),
+    ("enqueue-key-empty", "SELECT pgfence.enqueue('k', queue => %(queue)s, idempotency_key => '')",
+     "22023", "idempotency_key"),
+    ("enqueue-key-256", f"SELECT pgfence.enqueue('k', queue => %(queue)s, idempotency_key => '{'k' * 256}')",
+     "22023", "idempotency_key"),
+    # enqueue: payload
+    ("enqueue-payload-null", "SELECT pgfence.enqueue('k', NULL, queue => %(queue)s)", "22004", "payload"),
+    ("enqueue-payload-array", "SELECT pgfence.enqueue('k', '[1, 2]', queue => %(queue)s)", "22023", "payload"),
+    ("enqueue-payload-string", "SELECT pgfence.enqueue('k', '\"text\"', queue => %(queue)s)", "22023", "payload"),
+    ("enqueue-payload-number", "SELECT pgfence.enqueue('k', '42', queue => %(queue)s)", "22023", "payload"),
+    ("enqueue-payload-json-null", "SELECT pgfence.enqueue('k', 'null', queue => %(queue)s)", "22023", "payload"),
+    ("enqueue-payload-over-1MiB", "SELECT pgfence.enqueue('k', %(big)s::jsonb, queue => %(queue)s)", "22023", "payload"),
+    # enqueue_many
+    ("enqueue_many-kinds-null", "SELECT * FROM pgfence.enqueue_many(NULL, queue => %(queue)s)", "22004", "kinds"),
+    ("enqueue_many-kinds-empty", "SELECT * FROM pgfence.enqueue_many('{}', queue => %(queue)s)", "22023", "kinds"),
+    ("enqueue_many-kinds-10001",
+     "SELECT * FROM pgfence.enqueue_many(array_fill('k'::text, ARRAY[10001]), queue => %(queue)s)", "22023", "kinds"),
+    ("enqueue_many-kind-null-element", "SELECT * FROM pgfence.enqueue_many(ARRAY['a', NULL], queue => %(queue)s)",
+     "22004", "kinds[2]"),
+    ("enqueue_many-kind-129-element",
+     f"SELECT * FROM pgfence.enqueue_many(ARRAY['a', 'b', '{NAME_129}'], queue => %(queue)s)", "22023", "kinds[3]"),
+    ("enqueue_many-queue-null", "SELECT * FROM pgfence.enqueue_many(ARRAY['a'], queue => NULL)", "22004", "queue"),
+    ("enqueue_many-queue-empty", "SELECT * FROM pgfence.enqueue_many(ARRAY['a'], queue => '')", "22023", "queue"),
+    ("enqueue_many-policy-unknown",
+     "SELECT * FROM pgfence.enqueue_many(ARRAY['a'], queue => %(queue)s, recovery_policy => 'never')",
+     "22023", "recovery_policy"),
+    ("enqueue_many-max_attempts-0",
+     "SELECT * FROM pgfence.enqueue_many(ARRAY['a'], queue => %(queue)s, max_attempts => 0)", "22023", "max_attempts"),
+    ("enqueue_many-payloads-length",
+     "SELECT * FROM pgfence.enqueue_many(ARRAY['a', 'b'], ARRAY['{}']::jsonb[], queue => %(queue)s)",
+     "22023", "payloads"),
+    ("enqueue_many-priorities-length",
+     "SELECT * FROM pgfence.enqueue_many(ARRAY['a'], queue => %(queue)s, priorities => ARRAY[1, 2])",
+     "22023", "priorities"),
+    ("enqueue_many-keys-length",
+     "SELECT * FROM pgfence.enqueue_many(ARRAY['a', 'b'], queue => %(queue)s, idempotency_keys => ARRAY['x'])",
+     "22023", "idempotency_keys"),
+    ("enqueue_many-run_ats-length",
+     "SELECT * FROM pgfence.enqueue_many(ARRAY['a', 'b'], queue => %(queue)s, run_ats => ARRAY[now(), now(), now()])",
+     "22023", "run_ats"),
+    ("enqueue_many-payload-not-object",
+     "SELECT * FROM pgfence.enqueue_many(ARRAY['a', 'b'], ARRAY['{}', '[]']::jsonb[], queue => %(queue)s)",
+     "22023", "payloads[2]"),
+    ("enqueue_many-payload-null-element",
+     "SELECT * FROM pgfence.enqueue_many(ARRAY['a', 'b'], ARRAY[NULL, '{}']::jsonb[], queue => %(queue)s)",
+     "22004", "payloads[1]"),
+    ("enqueue_many-payload-over-1MiB",
+     "SELECT * FROM pgfence.enqueue_many(ARRAY['a'], ARRAY[%(big)s::jsonb], queue => %(queue)s)",
+     "22023", "payloads[1]"),
+    ("enqueue_many-priority-null-element",
+     "SELECT * FROM pgfence.enqueue_many(ARRAY['a', 'b'], queue => %(queue)s, priorities => ARRAY[1, NULL])",
+     "22004", "priorities[2]"),
+    ("enqueue_many-key-empty-element",
+     "SELECT * FROM pgfence.enqueue_many(ARRAY['a', 'b'], queue => %(queue)s, idempotency_keys => ARRAY['x', ''])",
+     "22023", "idempotency_keys[2]"),
+    # claim
+    ("claim-worker-null", "SELECT * FROM pgfence.claim(NULL, ARRAY[%(queue)s])", "22004", "worker_id"),
+    ("claim-worker-empty", "SELECT * FROM pgfence.claim('', ARRAY[%(queue)s])", "22023", "worker_id"),
+    ("claim-worker-129", f"SELECT * FROM pgfence.claim('{NAME_129}', ARRAY[%(queue)s])", "22023", "worker_id"),
+    ("claim-queues-empty", "SELECT * FROM pgfence.claim('w', '{}'::text[])", "22023", "queues"),
+    ("claim-queues-null-element", "SELECT * FROM pgfence.claim('w', ARRAY[%(queue)s, NULL])", "22004", "queues[2]"),
+    ("claim-queues-empty-name", "SELECT * FROM pgfence.claim('w', ARRAY[''])", "22023", "queues[1]"),
+    ("claim-queues-129", f"SELECT * FROM pgfence.claim('w', ARRAY[%(queue)s, '{NAME_129}'])", "22023", "queues[2]"),
+    ("claim-lease-0", "SELECT * FROM pgfence.claim('w', ARRAY[%(queue)s], lease => '0 seconds')", "22023", "lease"),
+    ("claim-lease-negative", "SELECT * FROM pgfence.claim('w', ARRAY[%(queue)s], lease => '-5 seconds')",
+     "22023", "lease"),
+    ("claim-lease-over-1-day", "SELECT * FROM pgfence.claim('w', ARRAY[%(queue)s], lease => '1 day 1 second')",
+     "22023", "lease"),
+    ("claim-lease-25-hours", "SELECT * FROM pgfence.claim('w', ARRAY[%(queue)s], lease => '25 hours')",
+     "22023", "lease"),
+    ("claim-lease-null", "SELECT * FROM pgfence.claim('w', ARRAY[%(queue)s], lease => NULL)", "22004", "lease"),
+    ("claim-max_jobs-0", "SELECT * FROM pgfence.claim('w', ARRAY[%(queue)s], max_jobs => 0)", "22023", "max_jobs"),
+    ("claim-max_jobs-1001", "SELECT * FROM pgfence.claim('w', ARRAY[%(queue)s], max_jobs => 1001)",
+     "22023", "max_jobs"),
+    ("claim-max_jobs-null", "SELECT * FROM pgfence.claim('w', ARRAY[%(queue)s], max_jobs => NULL)",
+     "22004", "max_jobs"),
+    # heartbeat
+    ("heartbeat-job_id-null", "SELECT pgfence.heartbeat(NULL, %(token)s)", "22004", "job_id"),
+    ("heartbeat-token-null", "SELECT pgfence.heartbeat(%(pid)s, NULL)", "22004", "attempt_token"),
+    ("heartbeat-lease-0", "SELECT pgfence.heartbeat(%(pid)s, %(token)s, lease => '0')", "22023", "lease"),
+    ("heartbeat-lease-negative", "SELECT pgfence.heartbeat(%(pid)s, %(token)s, lease => '-1 minute')",
+     "22023", "lease"),
+    ("heartbeat-lease-over-1-day", "SELECT pgfence.heartbeat(%(pid)s, %(token)s, lease => '2 days')",
+     "22023", "lease"),
+    ("heartbeat-lease-null", "SELECT pgfence.heartbeat(%(pid)s, %(token)s, lease => NULL)", "22004", "lease"),
+    # complete
+    ("complete-job_id-null", "SELECT pgfence.complete(NULL, %(token)s)", "22004", "job_id"),
+    ("complete-token-null", "SELECT pgfence.complete(%(pid)s, NULL)", "22004", "attempt_token"),
+    # fail
+    ("fail-job_id-null", "SELECT pgfence.fail(NULL, %(token)s, 'e')", "22004", "job_id"),
+    ("fail-token-null", "SELECT pgfence.fail(%(pid)s, NULL, 'e')", "22004", "attempt_token"),
+    ("fail-error-null", "SELECT pgfence.fail(%(pid)s, %(token)s, NULL)", "22004", "error"),
+    ("fail-error-too-long", "SELECT pgfence.fail(%(pid)s, %(token)s, repeat('e', 100001))", "22023", "error"),
+    ("fail-permanent-null", "SELECT pgfence.fail(%(pid)s, %(token)s, 'e', permanent => NULL)", "22004", "permanent"),
+    ("fail-retry_in-negative", "SELECT pgfence.fail(%(pid)s, %(token)s, 'e', retry_in => '-1 second')",
+     "22023", "retry_in"),
+    ("fail-retry_in-over-365-days", "SELECT pgfence.fail(%(pid)s, %(token)s, 'e', retry_in => '366 days')",
+     "22023", "retry_in"),
+    # release, requeue, cancel
+    ("release-job_id-null", "SELECT pgfence.release(NULL, %(token)s)", "22004", "job_id"),
+    ("release-token-null", "SELECT pgfence.release(%(pid)s, NULL)", "22004", "attempt_token"),
+    ("release-started-null", "SELECT pgfence.release(%(pid)s, %(token)s, started => NULL)", "22004", "started"),
+    ("requeue-job_id-null", "SELECT pgfence.requeue(NULL)", "22004", "job_id"),
+    ("cancel-job_id-null", "SELECT pgfence.cancel(NULL)", "22004", "job_id"),
+    # reclaim_expired, sweep
+    ("reclaim_expired-max_jobs-0", "SELECT * FROM pgfence.reclaim_expired(0)", "22023", "max_jobs"),
+    ("reclaim_expired-max_jobs-10001", "SELECT * FROM pgfence.reclaim_expired(10001)", "22023", "max_jobs"),
+    ("reclaim_expired-max_jobs-null", "SELECT * FROM pgfence.reclaim_expired(NULL)", "22004", "max_jobs"),
+    ("sweep-batch_size-0", "CALL pgfence.sweep(batch_size => 0)", "22023", "batch_size"),
+    ("run_sweeper-pass_interval-0", "CALL pgfence.run_sweeper(pass_interval => '0')", "22023", "pass_interval"),
+]
+
+# The batch functions share _check_batch: check each of them with every array problem.
+BATCH_CALLS = {
+    "heartbeat_many": "SELECT * FROM pgfence.heartbeat_many({ids}, {tokens})",
+    "complete_many": "SELECT * FROM pgfence.complete_many({ids}, {tokens})",
+    "fail_many": "SELECT * FROM pgfence.fail_many({ids}, {tokens}, errors => {errors})",
+    "release_many": "SELECT * FROM pgfence.release_many({ids}, {tokens})",
+}
+ERRORS_FOR = {  # fail_many needs an errors array as long as the ids
+    1: "ARRAY['e']", 2: "ARRAY['e', 'e']", 10001: "array_fill('e'::text, ARRAY[10001])", 0: "'{}'::text[]",
+}
+BATCH_PROBLEMS = [
+    # (name, ids, tokens, n for errors, SQLSTATE, named argument)
+    ("ids-null", "NULL::bigint[]", "ARRAY[%(token)s::uuid]", 1, "22004", "job_ids"),
+    ("tokens-null", "ARRAY[%(pid)s::bigint]", "NULL::uuid[]", 1, "22004", "attempt_tokens"),
+    ("empty", "'{}'::bigint[]", "'{}'::uuid[]", 0, "22023", "job_ids length"),
+    ("over-10000", "ARRAY(SELECT g::bigint FROM generate_series(1, 10001) g)",
+     "ARRAY(SELECT gen_random_uuid() FROM generate_series(1, 10001))", 10001, "22023", "job_ids length"),
+    ("length-mismatch", "ARRAY[%(pid)s::bigint, %(qid)s::bigint]", "ARRAY[%(token)s::uuid]", 2,
+     "22023", "attempt_tokens length"),
+    ("duplicate-ids", "ARRAY[%(pid)s::bigint, %(pid)s::bigint]", "ARRAY[%(token)s::uuid, %(token)s::uuid]", 2,
+     "22023", "job_ids"),
+    ("null-id-element", "ARRAY[%(pid)s::bigint, NULL]", "ARRAY[%(token)s::uuid, gen_random_uuid()]", 2,
+     "22004", "job_ids[2]"),
+    ("null-token-element", "ARRAY[%(pid)s::bigint, %(qid)s::bigint]", "ARRAY[NULL, %(token)s::uuid]", 2,
+     "22004", "attempt_tokens[1]"),
+]
+for fn, template in BATCH_CALLS.items():
+    for name, ids, tokens, n, state, arg in BATCH_PROBLEMS:
+        CASES.append((f"{fn}-{name}", template.format(ids=ids, tokens=tokens, errors=ERRORS_FOR[n]), state, arg))
+CASES += [
+    ("complete_many-results-length",
+     "SELECT * FROM pgfence.complete_many(ARRAY[%(pid)s::bigint], ARRAY[%(token)s::uuid], ARRAY['{}', '{}']::jsonb[])",
+     "22023", "results length"),
+    ("fail_many-errors-null", "SELECT * FROM pgfence.fail_many(ARRAY[%(pid)s::bigint], ARRAY[%(token)s::uuid], NULL)",
+     "22004", "errors"),
+    ("fail_many-errors-length",
+     "SELECT * FROM pgfence.fail_many(ARRAY[%(pid)s::bigint], ARRAY[%(token)s::uuid], ARRAY['a', 'b'])",
+     "22023", "errors"),
+    ("fail_many-retry_ins-length",
+     "SELECT * FROM pgfence.fail_many(ARRAY[%(pid)s::bigint], ARRAY[%(token)s::uuid], ARRAY['a'],"
+     " retry_ins => ARRAY['1 s', '2 s']::interval[])", "22023", "retry_ins"),
+    ("fail_many-permanents-length",
+     "SELECT * FROM pgfence.fail_many(ARRAY[%(pid)s::bigint], ARRAY[%(token)s::uuid], ARRAY['a'],"
+     " permanents => ARRAY[true, false])", "22023", "permanents"),
+    ("fail_many-error-null-element",
+     "SELECT * FROM pgfence.fail_many(ARRAY[%(pid)s::bigint], ARRAY[%(token)s::uuid], ARRAY[NULL::text])",
+     "22004", "errors[1]"),
+    ("fail_many-retry_in-negative-element",
+     "SELECT * FROM pgfence.fail_many(ARRAY[%(pid)s::bigint], ARRAY[%(token)s::uuid], ARRAY['a'],"
+     " retry_ins => ARRAY['-1 s']::interval[])", "22023", "retry_ins[1]"),
+    ("heartbeat_many-lease-0",
+     "SELECT * FROM pgfence.heartbeat_many(ARRAY[%(pid)s::bigint], ARRAY[%(token)s::uuid], lease => '0')",
+     "22023", "lease"),
+]
+
+
+@pytest.mark.parametrize(("sql", "sqlstate", "arg"), [pytest.param(s, st, a, id=i) for i, s, st, a in CASES])
+def test_bad_argument_is_refused_and_changes_nothing(conn: Conn, world: World, sql: str, sqlstate: str,
+                                                      arg: str) -> None:
+    before = queue_jobs(conn, world.queue)
+    params = {"queue": world.queue, "qid": world.queued_id, "pid": world.processing_id, "token": world.token,
+              "big": BIG_PAYLOAD}
+    err = sql_error(conn, sql, {k: v for k, v in params.items() if f"%({k})s" in sql})
+    assert_error(err, sqlstate, arg)
+    assert queue_jobs(conn, world.queue) == before
+
+
+# ------------------------------------------------------- accepted boundaries --
+def test_boundary_values_are_accepted(conn: Conn, queue: str) -> None:
+    name128 = "n" * 128
+    a = enqueue(conn, queue, name128, max_attempts=1)
+    b = enqueue(conn, queue, "k", max_attempts=1000, idempotency_key="k" * 255)
+    got = rows(conn, "SELECT * FROM pgfence.claim(%s, ARRAY[%s], lease => '1 day', max_jobs => 1000)",
+               (name128, queue))
+    assert sorted(g["id"] for g in got) == sorted([a, b])
+    assert {r["id"]: r["lease_expires_at"] - r["reserved_at"] for r in queue_jobs(conn, queue)} == {
+        a: dt.timedelta(days=1), b: dt.timedelta(days=1)}
+    long_queue = queue + "q" * (128 - len(queue))
+    c = enqueue(conn, long_queue, "k", payload={"blob": "x" * (1024 * 1024 - 100)})  # just under 1 MiB
+    assert one(conn, "SELECT status FROM pgfence.jobs WHERE id = %s", (c,)) == "queued"
+
+
+def test_batch_of_10000_is_accepted(conn: Conn) -> None:
+    res = conn.execute(
+        "SELECT count(*), count(*) FILTER (WHERE NOT accepted) FROM pgfence.heartbeat_many("
+        " ARRAY(SELECT -g::bigint FROM generate_series(1, 10000) g),"
+        " ARRAY(SELECT gen_random_uuid() FROM generate_series(1, 10000)))").fetchone()
+    assert res == (10000, 10000)
+
+
+@pytest.mark.parametrize("call", ["claim", "heartbeat"])
+def test_sub_millisecond_lease_is_refused(conn: Conn, world: World, call: str) -> None:
+    before = queue_jobs(conn, world.queue)
+    if call == "claim":
+        sql = "SELECT * FROM pgfence.claim('w', ARRAY[%(queue)s], lease => '500 microseconds')"
+    else:
+        sql = "SELECT pgfence.heartbeat(%(pid)s, %(token)s, lease => '500 microseconds')"
+    err: psycopg.Error | None = None
+    try:
+        conn.execute(sql, {"queue": world.queue, "pid": world.processing_id, "token": world.token})
+    except psycopg.Error as e:
+        err = e
+    after = queue_jobs(conn, world.queue)
+    assert err is not None, f"lease '500 microseconds' accepted by {call}"
+    assert_error(err, "22023", "lease")
+    assert after == before
