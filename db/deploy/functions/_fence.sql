@@ -30,7 +30,7 @@ LANGUAGE sql AS $$
     SELECT i.id, i.token, operation, pgfence._invoker(),
            pgfence._fence_detail(j.status, j.attempt_token, i.token, j.last_error, j.reserved_by)
       FROM unnest(job_ids, attempt_tokens, accepted) AS i(id, token, ok)
-      JOIN pgfence.jobs j ON j.id = i.id
+      CROSS JOIN LATERAL (SELECT * FROM pgfence.jobs x WHERE x.id = i.id OFFSET 0) j
      WHERE NOT i.ok
 $$;
 COMMENT ON FUNCTION pgfence._record_rejections(bigint[], uuid[], boolean[], text) IS

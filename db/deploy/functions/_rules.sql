@@ -66,9 +66,10 @@ BEGIN
     WITH target AS (
         SELECT j.id, j.attempt_token, j.attempts, j.reserved_by, j.reserved_at, j.heartbeat_at,
                j.lease_expires_at, t.ord::integer AS ord,
-               pgfence._recovery_status(j.recovery_policy, j.attempts, j.max_attempts) AS new_status
+               pgfence._recovery_status(j.recovery_policy, j.attempts, j.max_attempts) AS new_status,
+               'processing'::text AS held
           FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS t(id, token, ord)
-          JOIN pgfence.jobs j ON j.id = t.id AND j.attempt_token = t.token
+          CROSS JOIN LATERAL (SELECT * FROM pgfence.jobs x WHERE x.id = t.id AND x.attempt_token = t.token OFFSET 0) j
          WHERE j.status = 'processing'
          ORDER BY j.id
     ), upd AS (
@@ -86,8 +87,11 @@ BEGIN
                updated_at       = v_now
           FROM target t
          WHERE j.id = t.id
-           AND j.status = 'processing'
+           AND j.status = t.held
            AND j.attempt_token = t.attempt_token
+        -- (j.status = <column> rather than = 'processing': the literal would let the
+        -- planner drive the join from the partial index jobs_reclaim_idx, whose row
+        -- estimate is tiny, and rescan the input for every processing row.)
         RETURNING j.id, j.status, j.reclaim_count, t.ord, t.attempts, t.attempt_token, t.reserved_by,
                   t.reserved_at, t.heartbeat_at, t.lease_expires_at
     ), hist AS (

@@ -34,7 +34,11 @@ CREATE FUNCTION pgfence.claim(
     max_jobs  integer  DEFAULT 1
 ) RETURNS TABLE(id bigint, queue text, kind text, payload jsonb, attempts integer,
                 max_attempts integer, attempt_token uuid, lease_expires_at timestamptz)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Generic plans: every input row is looked up by primary key (LATERAL ... OFFSET 0),
+-- so the plan never depends on the values, and replanning on every call (the
+-- custom-plan default, several partial indexes to prove) cost more than the work.
+SET plan_cache_mode = force_generic_plan AS $$
 #variable_conflict use_column
 DECLARE
     v_queues text[];

@@ -13,7 +13,11 @@ CREATE FUNCTION pgfence.complete_many(
     attempt_tokens uuid[],
     results        jsonb[] DEFAULT NULL
 ) RETURNS TABLE(id bigint, accepted boolean, status text, detail text)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Generic plans: every input row is looked up by primary key (LATERAL ... OFFSET 0),
+-- so the plan never depends on the values, and replanning on every call (the
+-- custom-plan default, several partial indexes to prove) cost more than the work.
+SET plan_cache_mode = force_generic_plan AS $$
 #variable_conflict use_column
 DECLARE
     n integer := pgfence._check_batch(job_ids, attempt_tokens);
@@ -31,9 +35,9 @@ BEGIN
     -- answer is read back afterwards: our updated rows are locked by us, and done
     -- keeps the finishing token.
     WITH target AS (
-        SELECT j.id, j.attempt_token, j.lease_expires_at, i.result
+        SELECT j.id, j.attempt_token, j.lease_expires_at, i.result, 'processing'::text AS held
           FROM unnest(job_ids, attempt_tokens, results) AS i(id, token, result)
-          JOIN pgfence.jobs j ON j.id = i.id AND j.attempt_token = i.token
+          CROSS JOIN LATERAL (SELECT * FROM pgfence.jobs x WHERE x.id = i.id AND x.attempt_token = i.token OFFSET 0) j
          WHERE j.status = 'processing'
          ORDER BY j.id
     ), upd AS (
@@ -41,7 +45,11 @@ BEGIN
            SET status = 'done', result = t.result, lease_expires_at = NULL,
                finished_at = v_now, updated_at = v_now
           FROM target t
-         WHERE j.id = t.id AND j.status = 'processing' AND j.attempt_token = t.attempt_token
+         WHERE j.id = t.id AND j.status = t.held AND j.attempt_token = t.attempt_token
+        -- (j.status = <column> rather than = 'processing': the literal would let the
+        -- planner drive the join from the partial index jobs_reclaim_idx, whose row
+        -- estimate is tiny, and rescan the input for every processing row.)
+
         RETURNING j.id, j.attempts, j.attempt_token, j.reserved_by, j.reserved_at, j.heartbeat_at,
                   t.lease_expires_at
     )
@@ -57,7 +65,7 @@ BEGIN
         SELECT array_agg(coalesce(j.status = 'done' AND j.attempt_token = i.token, false) ORDER BY i.ord)
           INTO v_acc
           FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord)
-          LEFT JOIN pgfence.jobs j ON j.id = i.id;
+          LEFT JOIN LATERAL (SELECT * FROM pgfence.jobs x WHERE x.id = i.id OFFSET 0) j ON true;
         PERFORM pgfence._record_rejections(job_ids, attempt_tokens, v_acc, 'complete');
     END IF;
 
@@ -68,7 +76,7 @@ BEGIN
            CASE WHEN j.status = 'done' AND j.attempt_token = i.token THEN NULL
                 ELSE pgfence._fence_detail(j.status, j.attempt_token, i.token, j.last_error, j.reserved_by) END
       FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord)
-      LEFT JOIN pgfence.jobs j ON j.id = i.id
+      LEFT JOIN LATERAL (SELECT * FROM pgfence.jobs x WHERE x.id = i.id OFFSET 0) j ON true
      ORDER BY i.ord;
 END $$;
 

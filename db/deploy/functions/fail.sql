@@ -27,7 +27,11 @@ CREATE FUNCTION pgfence.fail_many(
     retry_ins      interval[] DEFAULT NULL,
     permanents     boolean[]  DEFAULT NULL
 ) RETURNS TABLE(id bigint, accepted boolean, status text, detail text)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Generic plans: every input row is looked up by primary key (LATERAL ... OFFSET 0),
+-- so the plan never depends on the values, and replanning on every call (the
+-- custom-plan default, several partial indexes to prove) cost more than the work.
+SET plan_cache_mode = force_generic_plan AS $$
 #variable_conflict use_column
 DECLARE
     n integer := pgfence._check_batch(job_ids, attempt_tokens);
@@ -62,10 +66,10 @@ BEGIN
         SELECT j.id, j.attempt_token, j.attempts, j.reserved_by, j.reserved_at, j.heartbeat_at,
                j.lease_expires_at, i.error, i.ord::integer AS ord,
                pgfence._fail_status(i.permanent, j.attempts, j.max_attempts) AS new_status,
-               coalesce(i.retry_in, pgfence._backoff(j.attempts)) AS delay
+               coalesce(i.retry_in, pgfence._backoff(j.attempts)) AS delay, 'processing'::text AS held
           FROM unnest(job_ids, attempt_tokens, errors, retry_ins, permanents)
                WITH ORDINALITY AS i(id, token, error, retry_in, permanent, ord)
-          JOIN pgfence.jobs j ON j.id = i.id AND j.attempt_token = i.token
+          CROSS JOIN LATERAL (SELECT * FROM pgfence.jobs x WHERE x.id = i.id AND x.attempt_token = i.token OFFSET 0) j
          WHERE j.status = 'processing'
          ORDER BY j.id
     ), upd AS (
@@ -81,7 +85,11 @@ BEGIN
                finished_at      = CASE WHEN t.new_status = 'failed' THEN v_now END,
                updated_at       = v_now
           FROM target t
-         WHERE j.id = t.id AND j.status = 'processing' AND j.attempt_token = t.attempt_token
+         WHERE j.id = t.id AND j.status = t.held AND j.attempt_token = t.attempt_token
+        -- (j.status = <column> rather than = 'processing': the literal would let the
+        -- planner drive the join from the partial index jobs_reclaim_idx, whose row
+        -- estimate is tiny, and rescan the input for every processing row.)
+
         RETURNING t.*
     ), hist AS (
         INSERT INTO pgfence.attempts (job_id, attempt, attempt_token, worker, claimed_at, heartbeat_at,
@@ -101,7 +109,7 @@ BEGIN
                          ORDER BY i.ord)
           INTO v_acc
           FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord)
-          LEFT JOIN pgfence.jobs j ON j.id = i.id;
+          LEFT JOIN LATERAL (SELECT * FROM pgfence.jobs x WHERE x.id = i.id OFFSET 0) j ON true;
         PERFORM pgfence._record_rejections(job_ids, attempt_tokens, v_acc, 'fail');
     END IF;
 
@@ -110,7 +118,7 @@ BEGIN
            CASE WHEN ok THEN NULL
                 ELSE pgfence._fence_detail(j.status, j.attempt_token, i.token, j.last_error, j.reserved_by) END
       FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord)
-      LEFT JOIN pgfence.jobs j ON j.id = i.id
+      LEFT JOIN LATERAL (SELECT * FROM pgfence.jobs x WHERE x.id = i.id OFFSET 0) j ON true
      CROSS JOIN LATERAL (SELECT v_acc[i.ord] AS ok) a
      ORDER BY i.ord;
 END $$;

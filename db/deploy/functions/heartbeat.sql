@@ -13,7 +13,11 @@ CREATE FUNCTION pgfence.heartbeat_many(
     attempt_tokens uuid[],
     lease          interval DEFAULT '30 seconds'
 ) RETURNS TABLE(id bigint, accepted boolean, lease_expires_at timestamptz, status text, detail text)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Generic plans: every input row is looked up by primary key (LATERAL ... OFFSET 0),
+-- so the plan never depends on the values, and replanning on every call (the
+-- custom-plan default, several partial indexes to prove) cost more than the work.
+SET plan_cache_mode = force_generic_plan AS $$
 #variable_conflict use_column
 DECLARE
     n integer := pgfence._check_batch(job_ids, attempt_tokens);
@@ -26,8 +30,13 @@ BEGIN
     -- Rows in id order: a fixed lock order, so no deadlock against complete_many.
     UPDATE pgfence.jobs j
        SET lease_expires_at = v_now + lease, heartbeat_at = v_now, updated_at = v_now
-      FROM (SELECT t.id, t.token FROM unnest(job_ids, attempt_tokens) AS t(id, token) ORDER BY t.id) i
-     WHERE j.id = i.id AND j.status = 'processing' AND j.attempt_token = i.token;
+      FROM (SELECT t.id, t.token, 'processing'::text AS held
+              FROM unnest(job_ids, attempt_tokens) AS t(id, token) ORDER BY t.id) i
+     WHERE j.id = i.id AND j.status = i.held AND j.attempt_token = i.token;
+    -- (j.status = <column> rather than = 'processing': the literal would let the
+    -- planner drive the join from the partial index jobs_reclaim_idx, whose row
+    -- estimate is tiny, and rescan the input for every processing row.)
+
     GET DIAGNOSTICS v_count = ROW_COUNT;
 
     -- Tokens are fresh per claim, so processing with this token now means we extended it.
@@ -35,7 +44,7 @@ BEGIN
         SELECT array_agg(coalesce(j.status = 'processing' AND j.attempt_token = i.token, false) ORDER BY i.ord)
           INTO v_acc
           FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord)
-          LEFT JOIN pgfence.jobs j ON j.id = i.id;
+          LEFT JOIN LATERAL (SELECT * FROM pgfence.jobs x WHERE x.id = i.id OFFSET 0) j ON true;
         PERFORM pgfence._record_rejections(job_ids, attempt_tokens, v_acc, 'heartbeat');
     END IF;
 
@@ -44,7 +53,7 @@ BEGIN
            CASE WHEN ok THEN NULL
                 ELSE pgfence._fence_detail(j.status, j.attempt_token, i.token, j.last_error, j.reserved_by) END
       FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord)
-      LEFT JOIN pgfence.jobs j ON j.id = i.id
+      LEFT JOIN LATERAL (SELECT * FROM pgfence.jobs x WHERE x.id = i.id OFFSET 0) j ON true
      CROSS JOIN LATERAL (SELECT coalesce(j.status = 'processing' AND j.attempt_token = i.token, false) AS ok) a
      ORDER BY i.ord;
 END $$;

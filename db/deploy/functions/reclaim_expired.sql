@@ -11,7 +11,11 @@ BEGIN;
 -- Each row is re-checked against the token selected: the last fence.
 CREATE FUNCTION pgfence.reclaim_expired(max_jobs integer DEFAULT 50)
 RETURNS TABLE(id bigint, status text, reclaim_count integer)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Generic plans: every input row is looked up by primary key (LATERAL ... OFFSET 0),
+-- so the plan never depends on the values, and replanning on every call (the
+-- custom-plan default, several partial indexes to prove) cost more than the work.
+SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
     PERFORM pgfence._check_range('max_jobs', max_jobs, 1, 10000);
     PERFORM pgfence._check_isolation('reclaim_expired');

@@ -12,7 +12,11 @@ BEGIN;
 -- handler): back to the queue, and the attempt does not count.
 CREATE FUNCTION pgfence.release_many(job_ids bigint[], attempt_tokens uuid[], started boolean DEFAULT true)
 RETURNS TABLE(id bigint, accepted boolean, status text, detail text)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Generic plans: every input row is looked up by primary key (LATERAL ... OFFSET 0),
+-- so the plan never depends on the values, and replanning on every call (the
+-- custom-plan default, several partial indexes to prove) cost more than the work.
+SET plan_cache_mode = force_generic_plan AS $$
 #variable_conflict use_column
 DECLARE
     n integer := pgfence._check_batch(job_ids, attempt_tokens);
@@ -33,10 +37,10 @@ BEGIN
                SET status = 'queued', attempts = j.attempts - 1, available_at = v_now, attempt_token = NULL,
                    reserved_by = NULL, reserved_at = NULL, heartbeat_at = NULL, lease_expires_at = NULL,
                    updated_at = v_now
-              FROM (SELECT t.id, t.token, t.ord
+              FROM (SELECT t.id, t.token, t.ord, 'processing'::text AS held
                       FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS t(id, token, ord)
                      ORDER BY t.id) i
-             WHERE j.id = i.id AND j.status = 'processing' AND j.attempt_token = i.token
+             WHERE j.id = i.id AND j.status = i.held AND j.attempt_token = i.token  -- see complete_many
             RETURNING i.ord
         )
         SELECT coalesce(array_agg(upd.ord::integer), '{}') INTO v_ords FROM upd;
@@ -54,7 +58,7 @@ BEGIN
            CASE WHEN v_acc[i.ord] THEN NULL
                 ELSE pgfence._fence_detail(j.status, j.attempt_token, i.token, j.last_error, j.reserved_by) END
       FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord)
-      LEFT JOIN pgfence.jobs j ON j.id = i.id
+      LEFT JOIN LATERAL (SELECT * FROM pgfence.jobs x WHERE x.id = i.id OFFSET 0) j ON true
      ORDER BY i.ord;
 END $$;
 
