@@ -1,0 +1,363 @@
+"""pgfence side of the benchmark (main venv: stdlib + psycopg).
+
+One function per measurement. Enqueue goes straight to SQL through psycopg;
+drain, latency, depth and recovery run worker OS processes
+(bench/pgfence_worker.py: the real `pgfence.Worker` when `from pgfence import
+Client, Worker` works in the main venv, else the labelled stand-in). Every run
+uses a fresh queue name and deletes its jobs (+ VACUUM) afterwards.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from common import (BENCH_DIR, LOG_DIR, BenchError, DrainResult, connect, count_lines, log,
+                    measure_drain, median, percentile, read_floats, spawn, stop, wait_ready)
+
+PY = sys.executable
+WORKER = BENCH_DIR / "pgfence_worker.py"
+VICTIM = BENCH_DIR / "pgfence_victim.py"
+SWEEP_LOCK = "hashtext('pgfence.sweep')"
+
+SINGLE_SQL = "SELECT pgfence.enqueue(kind => 'noop', payload => %s::jsonb, queue => %s)"
+BATCH_SQL = "SELECT * FROM pgfence.enqueue_many(kinds => %s::text[], payloads => %s::jsonb[], queue => %s)"
+
+
+@dataclass
+class WorkerShape:
+    procs: int = 2
+    concurrency: int = 8
+    prefetch: int = 8
+    poll_interval: float = 0.05
+    impl: str = "auto"  # auto | client | standin
+
+
+def client_available() -> bool:
+    """`from pgfence import Client, Worker` works in this (the main) venv."""
+    r = subprocess.run([PY, "-c", "from pgfence import Client, Worker"], capture_output=True, timeout=60)
+    return r.returncode == 0
+
+
+def new_queue(tag: str) -> str:
+    return f"bench-{tag}-{time.strftime('%H%M%S')}-{os.getpid()}-{time.monotonic_ns() % 100000}"
+
+
+# Per-job side tables (attempt history, refused calls) in schema versions that have them.
+SIDE_TABLES = ("pgfence.attempts", "pgfence.rejections")
+
+
+def cleanup(dsn: str, queue: str) -> None:
+    """Delete this run's jobs (and their rows in the side tables), then VACUUM."""
+    with connect(dsn) as conn:
+        side = [t for t in SIDE_TABLES if scalar_in(conn, "SELECT to_regclass(%s) IS NOT NULL", (t,))]
+        with conn.transaction():
+            for t in side:
+                conn.execute(f"DELETE FROM {t} s USING pgfence.jobs j WHERE s.job_id = j.id AND j.queue = %s",
+                             (queue,))
+            conn.execute("DELETE FROM pgfence.jobs WHERE queue = %s", (queue,))
+        for t in ("pgfence.jobs", *side):
+            conn.execute(f"VACUUM (ANALYZE) {t}")
+
+
+def scalar_in(conn: Any, sql: str, params: Any = None) -> Any:
+    row = conn.execute(sql, params).fetchone()
+    return None if row is None else row[0]
+
+
+# ------------------------------------------------------------------ enqueue --
+def single_enqueue(dsn: str, n: int) -> dict[str, Any]:
+    """n sequential pgfence.enqueue calls from one autocommit connection."""
+    queue = new_queue("single")
+    try:
+        with connect(dsn) as conn:
+            t0 = time.perf_counter()
+            for i in range(n):
+                conn.execute(SINGLE_SQL, (json.dumps({"i": i}), queue))
+            secs = time.perf_counter() - t0
+        return {"n": n, "seconds": secs, "rate": n / secs}
+    finally:
+        cleanup(dsn, queue)
+
+
+def batch_enqueue(dsn: str, queue: str, n: int, batch: int = 1000, kind: str = "noop") -> tuple[float, list[int]]:
+    """n jobs into `queue` through pgfence.enqueue_many, `batch` per call; returns (seconds, ids)."""
+    ids: list[int] = []
+    with connect(dsn) as conn:
+        t0 = time.perf_counter()
+        for start in range(0, n, batch):
+            k = min(batch, n - start)
+            rows = conn.execute(BATCH_SQL, ([kind] * k, [json.dumps({"i": start + j}) for j in range(k)],
+                                            queue)).fetchall()
+            ids.extend(r[1] for r in rows)
+        secs = time.perf_counter() - t0
+    return secs, ids
+
+
+# ------------------------------------------------------------------ workers --
+def start_workers(dsn: str, queue: str, shape: WorkerShape, tag: str, mode: str = "noop",
+                  outs: Optional[list[Path]] = None) -> tuple[list[subprocess.Popen[bytes]], list[Path]]:
+    procs, logs = [], []
+    for i in range(shape.procs):
+        lp = LOG_DIR / f"pgfence-{tag}-w{i}.log"
+        cmd = [PY, str(WORKER), "--dsn", dsn, "--queue", queue, "--concurrency", str(shape.concurrency),
+               "--prefetch", str(shape.prefetch), "--poll-interval", str(shape.poll_interval),
+               "--mode", mode, "--impl", shape.impl]
+        if outs:
+            cmd += ["--out", str(outs[i])]
+        procs.append(spawn(cmd, log_path=lp))
+        logs.append(lp)
+    return procs, logs
+
+
+def worker_impl_used(log_paths: list[Path]) -> str:
+    for lp in log_paths:
+        if lp.exists():
+            for line in lp.read_text(errors="replace").splitlines():
+                if line.startswith("READY "):
+                    parts = line.split()
+                    return parts[2] if len(parts) > 2 else "?"
+    return "?"
+
+
+def batch_then_drain(dsn: str, n: int, shape: WorkerShape, timeout: float, tag: str) -> dict[str, Any]:
+    """Timed batch enqueue of n no-op jobs (1,000 per enqueue_many), ANALYZE, then a
+    timed drain by shape.procs worker processes x shape.concurrency."""
+    queue = new_queue(f"drain{tag}")
+    try:
+        secs, ids = batch_enqueue(dsn, queue, n, 1000)
+        lo, hi = min(ids), max(ids)
+        with connect(dsn) as conn:
+            conn.execute("ANALYZE pgfence.jobs")
+        poll = connect(dsn)
+        try:
+            def finished() -> int:
+                row = poll.execute("SELECT count(*) FROM pgfence.jobs WHERE id BETWEEN %s AND %s"
+                                   " AND status = 'done'", (lo, hi)).fetchone()
+                return int(row[0]) if row else 0
+            logs: list[Path] = []
+
+            def start() -> tuple[list[subprocess.Popen[bytes]], list[Path]]:
+                procs, lps = start_workers(dsn, queue, shape, f"drain{tag}")
+                logs.extend(lps)
+                return procs, lps
+            dr = measure_drain(start, finished, n, timeout)
+        finally:
+            poll.close()
+        return {"batch": {"n": n, "seconds": secs, "rate": n / secs}, "drain": asdict(dr),
+                "impl": worker_impl_used(logs)}
+    finally:
+        cleanup(dsn, queue)
+
+
+def latency(dsn: str, shape: WorkerShape, n: int = 100, rate: float = 20.0, tag: str = "") -> dict[str, Any]:
+    """Idle workers; n single enqueues at `rate`/s with payload {"t": time.time()};
+    each handler records time.time() - t. Returns p50/p95 in ms."""
+    queue = new_queue(f"lat{tag}")
+    outs = [LOG_DIR / f"pgfence-lat{tag}-w{i}.delays" for i in range(shape.procs)]
+    for o in outs:
+        o.unlink(missing_ok=True)
+    procs, logs = start_workers(dsn, queue, shape, f"lat{tag}", mode="latency", outs=outs)
+    try:
+        wait_ready(procs, logs, timeout=60)
+        time.sleep(0.5)  # let both workers reach their idle poll/listen state
+        with connect(dsn) as conn:
+            t0 = time.time()
+            for i in range(n):
+                d = t0 + i / rate - time.time()
+                if d > 0:
+                    time.sleep(d)
+                conn.execute(SINGLE_SQL, (json.dumps({"t": time.time(), "i": i}), queue))
+        deadline = time.time() + 30
+        while count_lines(outs) < n and time.time() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop(procs)
+        cleanup(dsn, queue)
+    delays = [d * 1000 for d in read_floats(outs)]
+    if len(delays) < n:
+        log(f"pgfence latency: only {len(delays)}/{n} jobs recorded a delay")
+    return {"n": len(delays), "p50_ms": percentile(delays, 50), "p95_ms": percentile(delays, 95),
+            "max_ms": max(delays) if delays else math.nan, "impl": worker_impl_used(logs)}
+
+
+# -------------------------------------------------------------------- depth --
+def depth(dsn: str, queued: int, measured: int, shape: WorkerShape, timeout: float) -> dict[str, Any]:
+    """claim+complete throughput for the first `measured` jobs of a queue holding
+    `queued` jobs (the rest sit behind them in claim order)."""
+    queue = new_queue(f"depth{queued}")
+    try:
+        t0 = time.perf_counter()
+        _, ids = batch_enqueue(dsn, queue, queued, 10000)
+        fill_s = time.perf_counter() - t0
+        lo, hi = ids[0], ids[measured - 1]
+        with connect(dsn) as conn:
+            conn.execute("VACUUM (ANALYZE) pgfence.jobs")
+        poll = connect(dsn)
+        try:
+            def finished() -> int:
+                row = poll.execute("SELECT count(*) FROM pgfence.jobs WHERE id BETWEEN %s AND %s"
+                                   " AND status = 'done'", (lo, hi)).fetchone()
+                return int(row[0]) if row else 0
+            dr = measure_drain(lambda: start_workers(dsn, queue, shape, f"depth{queued}"), finished,
+                               measured, timeout)
+        finally:
+            poll.close()
+        return {"queued": queued, "measured": measured, "fill_seconds": fill_s, "drain": asdict(dr)}
+    finally:
+        cleanup(dsn, queue)
+
+
+# -------------------------------------------------------------------- sweep --
+def sweep(dsn: str, n: int, idle_calls: int = 1000, idle_max_s: float = 30.0) -> dict[str, Any]:
+    """n processing rows with expired leases, reclaimed by one CALL pgfence.sweep().
+
+    Setup: enqueue_many, then claim in batches of 1,000 with a long lease, then
+    heartbeat_many (10,000 per call) sets each lease to '1 second' and we wait
+    for all to expire. (Claiming straight with lease '1 second' does not work at
+    this size: claim's on-claim recovery reclaims the earlier batches' expired
+    leases while later batches are still being claimed.) The pg_cron sweeper is
+    paused meanwhile by holding pg_advisory_lock(hashtext('pgfence.sweep')),
+    which pgfence.run_sweeper honours; nothing else claims from this queue.
+    Then: the cost of a sweep batch when nothing is expired, as the mean of
+    `idle_calls` x SELECT count(*) FROM pgfence.reclaim_expired(1000) (stopped
+    early after idle_max_s; the count of calls made is reported).
+    """
+    queue = new_queue("sweep")
+    lock = connect(dsn)
+    try:
+        lock.execute(f"SELECT pg_advisory_lock({SWEEP_LOCK})")
+        batch_enqueue(dsn, queue, n, 10000)
+        ids: list[int] = []
+        tokens: list[Any] = []
+        with connect(dsn) as conn:
+            while len(ids) < n:
+                rows = conn.execute("SELECT id, attempt_token FROM pgfence.claim('bench-sweep', %s,"
+                                    " '1 hour'::interval, 1000)", ([queue],)).fetchall()
+                if not rows:
+                    break
+                ids.extend(r[0] for r in rows)
+                tokens.extend(r[1] for r in rows)
+            if len(ids) != n:
+                raise BenchError(f"sweep setup claimed {len(ids)} of {n} jobs")
+            # Idle cost while our n leases are held but none expired (bounded: 100 calls / 5 s).
+            busy_calls, busy_s = _time_reclaim(conn, 100, 5.0)
+            for s in range(0, n, 10000):
+                conn.execute("SELECT count(*) FROM pgfence.heartbeat_many(%s, %s, '1 second'::interval)",
+                             (ids[s:s + 10000], tokens[s:s + 10000]))
+            conn.execute("VACUUM (ANALYZE) pgfence.jobs")
+            # Wait until every lease of ours has expired. Another session's claim (e.g. a
+            # test suite on the same database) reclaims expired leases too (on-claim
+            # recovery), so some of ours may be gone: `expired` is what is left to sweep.
+            deadline = time.time() + 30
+            while True:
+                row = conn.execute("SELECT count(*) FILTER (WHERE lease_expires_at < clock_timestamp()),"
+                                   " count(*) FROM pgfence.jobs WHERE queue = %s AND status = 'processing'",
+                                   (queue,)).fetchone()
+                assert row is not None
+                if row[0] == row[1]:
+                    break
+                if time.time() > deadline:
+                    raise BenchError(f"sweep setup: {row[0]} of {row[1]} processing rows expired after 30 s")
+                time.sleep(0.1)
+            expired = int(row[0])
+            if expired < n:
+                log(f"sweep: {n - expired} of our {n} expired leases were reclaimed by another session first")
+            t0 = time.perf_counter()
+            res = conn.execute("CALL pgfence.sweep()").fetchone()
+            sweep_s = time.perf_counter() - t0
+            reclaimed = int(res[0]) if res else -1
+            # Idle cost: nothing is expired any more (the reclaimed rows are queued now);
+            # VACUUM first so the dead index entries the sweep left do not count.
+            conn.execute("VACUUM (ANALYZE) pgfence.jobs")
+            row = conn.execute("SELECT count(*) FROM pgfence.jobs WHERE status = 'processing'").fetchone()
+            idle_processing = int(row[0]) if row else 0
+            calls, idle_s = _time_reclaim(conn, idle_calls, idle_max_s)
+        return {"expired": expired, "expired_target": n, "reclaimed": reclaimed, "sweep_seconds": sweep_s,
+                "reclaimed_per_s": reclaimed / sweep_s if sweep_s > 0 else math.nan,
+                "idle_calls": calls, "idle_us_per_call": idle_s / calls * 1e6,
+                "idle_processing_rows": idle_processing,
+                "busy_idle_calls": busy_calls, "busy_idle_us_per_call": busy_s / busy_calls * 1e6}
+    finally:
+        try:
+            lock.execute(f"SELECT pg_advisory_unlock({SWEEP_LOCK})")
+        finally:
+            lock.close()
+        cleanup(dsn, queue)
+
+
+def _time_reclaim(conn: Any, calls: int, max_seconds: float) -> tuple[int, float]:
+    """Time up to `calls` x reclaim_expired(1000) (stops early after max_seconds)."""
+    conn.execute("SELECT count(*) FROM pgfence.reclaim_expired(1000)")  # warm-up
+    t0 = time.perf_counter()
+    done = 0
+    while done < calls:
+        conn.execute("SELECT count(*) FROM pgfence.reclaim_expired(1000)")
+        done += 1
+        if time.perf_counter() - t0 > max_seconds:
+            break
+    return done, time.perf_counter() - t0
+
+
+# ----------------------------------------------------------------- recovery --
+def recovery(dsn: str, samples: int, shape: WorkerShape, stagger: float = 0.25) -> dict[str, Any]:
+    """Workers poll at shape.poll_interval (0.1 s). Each sample: a victim process
+    enqueues and claims one job with a 2 s lease in one transaction (priority
+    1000 + i, so it claims its own job and not an earlier victim's job that was
+    already put back to 'queued'), then SIGKILLs itself. Delay = the next attempt's reserved_at - the victim's lease_expires_at
+    (both from the database clock). The pg_cron sweeper keeps running (0.5 s passes);
+    the workers' claims also reclaim expired leases first (on-claim recovery)."""
+    queue = new_queue("recovery")
+    procs, logs = start_workers(dsn, queue, shape, "recovery")
+    victims: list[subprocess.Popen[bytes]] = []
+    try:
+        wait_ready(procs, logs, timeout=60)
+        time.sleep(0.5)
+        vlogs = []
+        for i in range(samples):
+            lp = LOG_DIR / f"pgfence-victim-{i}.log"
+            victims.append(spawn([PY, str(VICTIM), "--dsn", dsn, "--queue", queue, "--lease", "2 seconds",
+                                  "--priority", str(1000 + i)], log_path=lp))
+            vlogs.append(lp)
+            time.sleep(stagger)
+        claimed: dict[int, float] = {}
+        seen: list[str] = []
+        for v, lp in zip(victims, vlogs):
+            try:
+                v.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                raise BenchError(f"victim did not die ({lp})")
+            text = lp.read_text(errors="replace")
+            seen.append(text.strip()[-200:])
+            for line in text.splitlines():
+                if line.startswith("{"):
+                    d = json.loads(line)
+                    claimed[int(d["id"])] = float(d["lease_expires_epoch"])
+        if len(claimed) != samples:
+            raise BenchError(f"recovery: only {len(claimed)}/{samples} victims claimed a job: {seen}")
+        with connect(dsn) as conn:
+            deadline = time.time() + 30
+            rows: list[Any] = []
+            while time.time() < deadline:
+                rows = conn.execute("SELECT id, extract(epoch FROM reserved_at)::float8, attempts, reclaim_count"
+                                    " FROM pgfence.jobs WHERE id = ANY(%s) AND status = 'done'",
+                                    (list(claimed),)).fetchall()
+                if len(rows) == samples:
+                    break
+                time.sleep(0.1)
+        if len(rows) != samples:
+            raise BenchError(f"recovery: only {len(rows)}/{samples} killed jobs were finished after 30 s")
+        delays = [(r[1] - claimed[r[0]]) * 1000 for r in rows]
+        return {"samples": samples, "lease": "2 seconds", "poll_interval": shape.poll_interval,
+                "p50_ms": percentile(delays, 50), "p95_ms": percentile(delays, 95), "max_ms": max(delays),
+                "min_ms": min(delays), "median_ms": median(delays), "impl": worker_impl_used(logs)}
+    finally:
+        stop(victims)
+        stop(procs)
+        cleanup(dsn, queue)

@@ -1,0 +1,611 @@
+#!/usr/bin/env python3
+"""pgfence benchmark harness: pgfence vs pgqueuer, procrastinate and graphile-worker
+on the local throwaway cluster. `make bench` runs `.venv/bin/python bench/run.py [--quick]`
+after starting the cluster and deploying pgfence.
+
+Writes BENCHMARKS.md (repo top) and bench/results/latest.json, prints the table to
+stdout, and ends stdout with exactly one line
+`drain: pgfence N jobs/s, best peer NAME M jobs/s, ratio R`.
+Progress goes to stderr; worker/runner logs to bench/results/logs/.
+"""
+from __future__ import annotations
+
+import argparse
+import atexit
+import json
+import math
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import pgbench_bench  # noqa: E402
+import pgfence_bench as pf  # noqa: E402
+import peers as peers_mod  # noqa: E402
+from common import (LOG_DIR, REPO, RESULTS_DIR, BenchError, connect, count_lines, fmt_num,  # noqa: E402
+                    kill_all, log, measure_drain, median, percentile, read_floats, run_json, scalar, spawn,
+                    stop, wait_ready)
+
+
+@dataclass
+class Config:
+    quick: bool
+    procs: int = 2
+    concurrency: int = 8
+    single_n: int = 5000
+    drain_n: int = 100_000
+    batch: int = 1000
+    drain_runs: int = 3
+    drain_timeout: float = 60.0
+    drain_timeout_after_cap: float = 20.0  # later runs of a variant whose drain hit the cap
+    lat_n: int = 100
+    lat_rate: float = 20.0
+    depth_queued: int = 1_000_000
+    depth_measured: int = 20_000
+    sweep_n: int = 100_000
+    sweep_idle_max_s: float = 30.0
+    recovery_samples: int = 20
+    pgbench_seconds: int = 10
+    pgbench_prefill: int = 1_000_000
+    pgfence_prefetch: tuple[int, ...] = (8, 72)
+
+    @classmethod
+    def make(cls, quick: bool) -> "Config":
+        if not quick:
+            return cls(quick=False)
+        return cls(quick=True, single_n=2000, drain_n=20_000, drain_runs=1, drain_timeout=12.0,
+                   depth_queued=200_000, sweep_n=20_000, sweep_idle_max_s=3.0, recovery_samples=5,
+                   pgbench_seconds=5, pgbench_prefill=200_000)
+
+
+def default_dsn() -> str:
+    r = subprocess.run([str(REPO / "scripts" / "pg.sh"), "dsn"], capture_output=True, text=True, timeout=30)
+    if r.returncode != 0 or not r.stdout.strip():
+        return "postgresql://postgres@127.0.0.1:54329/pgfence"
+    return r.stdout.strip()
+
+
+def check_dsn(dsn: str) -> None:
+    try:
+        with connect(dsn) as conn:
+            conn.execute("SELECT 1")
+            row = conn.execute("SELECT to_regclass('pgfence.jobs') IS NOT NULL").fetchone()
+    except Exception as exc:
+        raise SystemExit(f"bench: cannot connect to {dsn}: {exc}\n(run `make db deploy` or `make bench`)")
+    if not row or not row[0]:
+        raise SystemExit(f"bench: schema pgfence is not deployed in {dsn} (run `make deploy`)")
+
+
+# ---------------------------------------------------------------- machine --
+def machine_info(dsn: str) -> dict[str, Any]:
+    def read(path: str) -> str:
+        try:
+            return Path(path).read_text()
+        except OSError:
+            return ""
+    cpu = next((ln.split(":", 1)[1].strip() for ln in read("/proc/cpuinfo").splitlines()
+                if ln.startswith("model name")), platform.processor() or "?")
+    mem_kb = next((int(ln.split()[1]) for ln in read("/proc/meminfo").splitlines() if ln.startswith("MemTotal")), 0)
+    settings: dict[str, str] = {}
+    with connect(dsn) as conn:
+        for name in ("fsync", "synchronous_commit", "full_page_writes", "shared_buffers", "wal_level",
+                     "max_connections"):
+            row = conn.execute("SELECT current_setting(%s)", (name,)).fetchone()
+            settings[name] = str(row[0]) if row else "?"
+        ver = conn.execute("SELECT version()").fetchone()
+        cron = conn.execute("SELECT count(*) FROM pg_extension WHERE extname = 'pg_cron'").fetchone()
+        others = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
+                              " AND pid <> pg_backend_pid()").fetchone()
+        sweeper = None
+        if cron and cron[0]:
+            row = conn.execute("SELECT schedule || ' ' || command FROM cron.job WHERE jobname = 'pgfence-reclaim'"
+                               ).fetchone()
+            sweeper = row[0] if row else None
+        jobs = conn.execute("SELECT count(*), count(*) FILTER (WHERE status = 'processing') FROM pgfence.jobs"
+                            ).fetchone()
+    return {
+        "nproc": os.cpu_count(), "mem_gib": round(mem_kb / 1024 / 1024, 1), "cpu": cpu,
+        "debian": read("/etc/debian_version").strip() or "?", "kernel": platform.release(),
+        "postgres": ver[0] if ver else "?", "pg_settings": settings,
+        "pg_cron_sweeper": sweeper, "other_client_sessions_at_start": int(others[0]) if others else 0,
+        "pgfence_jobs_rows_at_start": int(jobs[0]) if jobs else 0,
+        "pgfence_processing_rows_at_start": int(jobs[1]) if jobs else 0,
+        "loadavg_start": os.getloadavg()[0], "python": platform.python_version(), "node": peers_mod._node_version(),
+        "pgbench": subprocess.run(["pgbench", "--version"], capture_output=True, text=True).stdout.strip()
+        if shutil.which("pgbench") else None,
+    }
+
+
+# ------------------------------------------------------------------- rows --
+def new_row(system: str, variant: str, version: str, settings: str) -> dict[str, Any]:
+    return {"system": system, "variant": variant, "version": version, "settings": settings,
+            "single": None, "batch_runs": [], "drain_runs": [], "latency": None, "errors": []}
+
+
+def guarded(row: dict[str, Any], what: str, fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:
+        msg = f"{what}: {type(exc).__name__}: {exc}"
+        log(f"ERROR {row['variant']} {msg}")
+        (LOG_DIR / "errors.log").open("a").write(f"--- {row['variant']} {what}\n{traceback.format_exc()}\n")
+        row["errors"].append(msg)
+        return None
+
+
+def drain_cap(cfg: Config, row: dict[str, Any]) -> float:
+    """The time cap for the next drain of this row: shorter once a run hit the cap
+    (the rate of a capped run is finished/elapsed; waiting longer only costs time)."""
+    if any(r["timed_out"] for r in row["drain_runs"]):
+        return min(cfg.drain_timeout, cfg.drain_timeout_after_cap)
+    return cfg.drain_timeout
+
+
+def summarize(row: dict[str, Any]) -> None:
+    rates = [r["rate"] for r in row["drain_runs"]]
+    row["drain"] = ({"median": median(rates), "min": min(rates), "max": max(rates), "runs": len(rates),
+                     "timed_out_runs": sum(1 for r in row["drain_runs"] if r["timed_out"])} if rates else None)
+    brates = [b["rate"] for b in row["batch_runs"]]
+    row["batch"] = {"median": median(brates), "runs": len(brates)} if brates else None
+
+
+# ---------------------------------------------------------------- pgfence --
+def run_pgfence(cfg: Config, dsn: str, version: str) -> list[dict[str, Any]]:
+    impl = "client" if pf.client_available() else "standin"
+    label = "" if impl == "client" else " [stand-in worker]"
+    rows = []
+    single = None
+    for p in cfg.pgfence_prefetch:
+        shape = pf.WorkerShape(procs=cfg.procs, concurrency=cfg.concurrency, prefetch=p, poll_interval=0.05,
+                               impl=impl)
+        desc = (f"pgfence.Worker(Client.connect(dsn), concurrency={cfg.concurrency}, prefetch={p},"
+                f" poll_interval=0.05)" if impl == "client" else
+                f"STAND-IN worker loop (bench/standin_worker.py), concurrency={cfg.concurrency}, prefetch={p}")
+        row = new_row("pgfence", f"pgfence (prefetch {p}){label}", version, desc + "; enqueue: SQL via psycopg")
+        row["worker_impl"] = impl
+        if single is None:
+            log(f"pgfence: {cfg.single_n:,} single enqueues")
+            single = guarded(row, "single enqueue", lambda: pf.single_enqueue(dsn, cfg.single_n))
+        row["single"] = single
+        for i in range(cfg.drain_runs):
+            log(f"{row['variant']}: batch enqueue {cfg.drain_n:,} + drain, run {i + 1}/{cfg.drain_runs}")
+            cap = drain_cap(cfg, row)
+            r = guarded(row, f"drain run {i + 1}",
+                        lambda: pf.batch_then_drain(dsn, cfg.drain_n, shape, cap, f"p{p}r{i}"))
+            if r:
+                row["batch_runs"].append(r["batch"])
+                row["drain_runs"].append(r["drain"])
+                log(f"  batch {r['batch']['rate']:,.0f}/s, drain {r['drain']['rate']:,.0f} jobs/s"
+                    f" ({r['drain']['seconds']:.2f} s){' TIMED OUT' if r['drain']['timed_out'] else ''}")
+        log(f"{row['variant']}: latency, {cfg.lat_n} jobs at {cfg.lat_rate:g}/s")
+        row["latency"] = guarded(row, "latency", lambda: pf.latency(dsn, shape, cfg.lat_n, cfg.lat_rate, f"p{p}"))
+        summarize(row)
+        rows.append(row)
+    return rows
+
+
+def run_pgfence_only(cfg: Config, dsn: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"errors": []}
+    best_p = max(cfg.pgfence_prefetch)
+    impl = "client" if pf.client_available() else "standin"
+    shape = pf.WorkerShape(procs=cfg.procs, concurrency=cfg.concurrency, prefetch=best_p, impl=impl)
+    holder = {"variant": "pgfence-only", "errors": out["errors"]}
+    out["depth"] = []
+    for q in (cfg.depth_measured, cfg.depth_queued):
+        log(f"pgfence depth: first {cfg.depth_measured:,} jobs with {q:,} queued (prefetch {best_p})")
+        r = guarded(holder, f"depth {q}", lambda: pf.depth(dsn, q, cfg.depth_measured, shape,
+                                                             cfg.drain_timeout * 2))
+        if r:
+            r["prefetch"] = best_p
+            out["depth"].append(r)
+            log(f"  {r['drain']['rate']:,.0f} jobs/s (fill {r['fill_seconds']:.1f} s)")
+    log(f"pgfence sweep: {cfg.sweep_n:,} expired leases")
+    out["sweep"] = guarded(holder, "sweep", lambda: pf.sweep(dsn, cfg.sweep_n, 1000, cfg.sweep_idle_max_s))
+    log(f"pgfence recovery: {cfg.recovery_samples} killed workers, 2 s lease, workers polling at 0.1 s")
+    rshape = pf.WorkerShape(procs=cfg.procs, concurrency=cfg.concurrency, prefetch=8, poll_interval=0.1, impl=impl)
+    out["recovery"] = guarded(holder, "recovery", lambda: pf.recovery(dsn, cfg.recovery_samples, rshape))
+    return out
+
+
+# ------------------------------------------------------------------ peers --
+def peer_latency(peer: peers_mod.Peer, pdsn: str, variant: peers_mod.Variant, cfg: Config,
+                 tag: str) -> dict[str, Any]:
+    outs = [LOG_DIR / f"{peer.name}-lat{tag}-w{i}.delays" for i in range(cfg.procs)]
+    for o in outs:
+        o.unlink(missing_ok=True)
+    procs, logs = [], []
+    try:
+        for i in range(cfg.procs):
+            lp = LOG_DIR / f"{peer.name}-lat{tag}-w{i}.log"
+            procs.append(spawn(peer.worker_cmd(pdsn, variant, "latency", outs[i]), log_path=lp, env=peer.env))
+            logs.append(lp)
+        wait_ready(procs, logs, timeout=60)
+        time.sleep(0.5)  # let both workers reach their idle poll/listen state
+        run_json(peer.latency_cmd(pdsn, cfg.lat_n, cfg.lat_rate), log_path=LOG_DIR / f"{peer.name}-latency{tag}.log",
+                 timeout=cfg.lat_n / cfg.lat_rate + 60, env=peer.env)
+        deadline = time.time() + 30
+        while count_lines(outs) < cfg.lat_n and time.time() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop(procs)
+    delays = [d * 1000 for d in read_floats(outs)]
+    if len(delays) < cfg.lat_n:
+        log(f"{variant.name} latency: only {len(delays)}/{cfg.lat_n} jobs recorded a delay")
+    return {"n": len(delays), "p50_ms": percentile(delays, 50), "p95_ms": percentile(delays, 95),
+            "max_ms": max(delays) if delays else math.nan}
+
+
+def run_peer(peer: peers_mod.Peer, cfg: Config, admin_dsn: str) -> list[dict[str, Any]]:
+    rows = [new_row(peer.name, v.name, peer.version, v.settings) for v in peer.variants]
+    log(f"{peer.name} {peer.version}: database {peer.db}, schema install")
+    def setup() -> bool:
+        peer.setup(admin_dsn)
+        return True
+    if guarded(rows[0], "setup", setup) is None:
+        for r in rows[1:]:
+            r["errors"] = list(rows[0]["errors"])
+        for r in rows:
+            summarize(r)
+        return rows
+    pdsn = peer.dsn(admin_dsn)
+    peer.reset(pdsn)
+    log(f"{peer.name}: {cfg.single_n:,} single enqueues")
+    single = guarded(rows[0], "single enqueue", lambda: peer.single(pdsn, cfg.single_n, timeout=300))
+    for row, variant in zip(rows, peer.variants):
+        row["single"] = single
+        for i in range(cfg.drain_runs):
+            tag = f"-{peer.variants.index(variant)}r{i}"
+            log(f"{variant.name}: batch enqueue {cfg.drain_n:,} + drain, run {i + 1}/{cfg.drain_runs}")
+
+            def one_run() -> tuple[dict[str, Any], dict[str, Any]]:
+                peer.reset(pdsn)
+                b = peer.batch(pdsn, cfg.drain_n, cfg.batch, timeout=600, tag=tag)
+                with connect(pdsn) as conn:
+                    conn.execute("ANALYZE")
+                poll = connect(pdsn)
+                try:
+                    def start() -> tuple[list[subprocess.Popen[bytes]], list[Path]]:
+                        procs, logs = [], []
+                        for w in range(cfg.procs):
+                            lp = LOG_DIR / f"{peer.name}-drain{tag}-w{w}.log"
+                            procs.append(spawn(peer.worker_cmd(pdsn, variant, "noop", None), log_path=lp,
+                                               env=peer.env))
+                            logs.append(lp)
+                        return procs, logs
+                    d = measure_drain(start, lambda: peer.finished(poll, cfg.drain_n), cfg.drain_n,
+                                      drain_cap(cfg, row))
+                finally:
+                    poll.close()
+                return b, asdict(d)
+            r = guarded(row, f"drain run {i + 1}", one_run)
+            if r:
+                row["batch_runs"].append(r[0])
+                row["drain_runs"].append(r[1])
+                log(f"  batch {r[0]['rate']:,.0f}/s, drain {r[1]['rate']:,.0f} jobs/s ({r[1]['seconds']:.2f} s)"
+                    f"{' TIMED OUT: %d/%d finished' % (r[1]['finished'], r[1]['jobs']) if r[1]['timed_out'] else ''}")
+        peer.reset(pdsn)
+        log(f"{variant.name}: latency, {cfg.lat_n} jobs at {cfg.lat_rate:g}/s")
+        row["latency"] = guarded(row, "latency",
+                                 lambda: peer_latency(peer, pdsn, variant, cfg, f"-{peer.variants.index(variant)}"))
+        summarize(row)
+    peer.reset(pdsn)
+    return rows
+
+
+# ----------------------------------------------------------------- report --
+def _best(rows: list[dict[str, Any]], key: Callable[[dict[str, Any]], Optional[float]],
+          lower: bool = False) -> tuple[Optional[dict[str, Any]], Optional[float]]:
+    cands: list[tuple[float, dict[str, Any]]] = []
+    for r in rows:
+        v = key(r)
+        if v is not None and not math.isnan(v):
+            cands.append((v, r))
+    if not cands:
+        return None, None
+    v, r = (min if lower else max)(cands, key=lambda t: t[0])
+    return r, v
+
+
+COLUMNS: list[tuple[str, Callable[[dict[str, Any]], Optional[float]], bool]] = [
+    ("single enqueue/s", lambda r: r["single"]["rate"] if r.get("single") else None, False),
+    ("batch enqueue/s", lambda r: r["batch"]["median"] if r.get("batch") else None, False),
+    ("drain jobs/s", lambda r: r["drain"]["median"] if r.get("drain") else None, False),
+    ("latency p50 ms", lambda r: r["latency"]["p50_ms"] if r.get("latency") else None, True),
+    ("latency p95 ms", lambda r: r["latency"]["p95_ms"] if r.get("latency") else None, True),
+]
+
+
+def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    mine = [r for r in rows if r["system"] == "pgfence"]
+    others = [r for r in rows if r["system"] != "pgfence"]
+    out = []
+    for name, key, lower in COLUMNS:
+        pr, pv = _best(mine, key, lower)
+        orow, ov = _best(others, key, lower)
+        # Enqueue does not depend on the worker variant: name the system there.
+        label = "system" if "enqueue" in name else "variant"
+        out.append({"column": name, "pgfence": pv, "pgfence_variant": pr[label] if pr else None,
+                    "best_peer": orow[label] if orow else None, "peer_value": ov,
+                    "ratio": (pv / ov) if pv is not None and ov else None, "lower_is_better": lower})
+    return out
+
+
+def main_table(rows: list[dict[str, Any]], cfg: Config) -> str:
+    runs = "1 run (quick)" if cfg.drain_runs == 1 else f"median of {cfg.drain_runs}"
+    hdr = ("| system | single enqueue/s | batch enqueue/s | drain jobs/s (" + runs + ") | drain spread min-max |"
+           " latency p50 ms | latency p95 ms |")
+    lines = [hdr, "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        d = r.get("drain")
+        drain = fmt_num(d["median"]) if d else "n/a"
+        if d and d["timed_out_runs"]:
+            drain += f" (capped {d['timed_out_runs']}/{d['runs']})"
+        spread = f"{fmt_num(d['min'])}-{fmt_num(d['max'])}" if d and d["runs"] > 1 else ("1 run" if d else "n/a")
+        lat = r.get("latency")
+        lines.append(f"| {r['variant']} | {fmt_num(COLUMNS[0][1](r))} | {fmt_num(COLUMNS[1][1](r))} | {drain} |"
+                     f" {spread} | {fmt_num(lat['p50_ms'] if lat else None, 1)} |"
+                     f" {fmt_num(lat['p95_ms'] if lat else None, 1)} |")
+    return "\n".join(lines)
+
+
+def ratio_table(rat: list[dict[str, Any]]) -> str:
+    lines = ["| column | pgfence (best variant) | best peer | ratio pgfence/peer |", "|---|---:|---:|---:|"]
+    for x in rat:
+        digits = 1 if "latency" in x["column"] else 0
+        better = "lower is better" if x["lower_is_better"] else "higher is better"
+        lines.append(f"| {x['column']} ({better}) | {fmt_num(x['pgfence'], digits)} ({x['pgfence_variant']}) |"
+                     f" {fmt_num(x['peer_value'], digits)} ({x['best_peer']}) |"
+                     f" {fmt_num(x['ratio'], 2) if x['ratio'] is not None else 'n/a'} |")
+    return "\n".join(lines)
+
+
+def pgbench_table(pb: Optional[dict[str, Any]]) -> str:
+    if not pb:
+        return "pgbench: not run (see errors)."
+    c, t, s = pb["clients"], pb["threads"], pb["seconds"]
+    claim = pb["claim"]
+    note = f" ({claim['note']})" if claim.get("note") else ""
+    return "\n".join([
+        "| pgbench baseline (bench_pgbench database) | tx/s |", "|---|---:|",
+        f"| single-row INSERT, `pgbench -n -c {c} -j {t} -T {s}` | {fmt_num(pb['insert']['tps'])} |",
+        f"| one-row SKIP LOCKED claim (UPDATE ... status='done') on {claim['prefilled']:,} pre-filled rows,"
+        f" `-c {c} -j {t} -T {s}`{note} | {fmt_num(claim['tps'])} |",
+    ])
+
+
+def pgfence_only_table(po: Optional[dict[str, Any]], cfg: Config) -> str:
+    if not po:
+        return "pgfence-only measurements: not run."
+    lines = ["| pgfence-only measurement | result |", "|---|---|"]
+    for d in po.get("depth", []):
+        dr = d["drain"]
+        capped = " (capped)" if dr["timed_out"] else ""
+        lines.append(f"| depth: claim+complete of the first {d['measured']:,} jobs with {d['queued']:,} queued"
+                     f" (2 procs x {cfg.concurrency}, prefetch {d['prefetch']}) | {fmt_num(dr['rate'])} jobs/s"
+                     f"{capped} ({dr['seconds']:.2f} s) |")
+    depth = po.get("depth", [])
+    if len(depth) == 2 and depth[1]["drain"]["rate"]:
+        lines.append(f"| depth ratio: {depth[1]['queued']:,} queued vs {depth[0]['queued']:,} queued |"
+                     f" {depth[1]['drain']['rate'] / depth[0]['drain']['rate']:.2f} |")
+    sw = po.get("sweep")
+    if sw:
+        lines.append(f"| sweep: `CALL pgfence.sweep()` reclaiming {sw['expired']:,} expired leases (pg_cron sweeper"
+                     f" paused) | {sw['sweep_seconds']:.2f} s, {fmt_num(sw['reclaimed_per_s'])} rows/s"
+                     f" ({sw['reclaimed']:,} reclaimed) |")
+        if sw["expired"] < sw["expired_target"]:
+            lines.append(f"| sweep note | {sw['expired_target'] - sw['expired']:,} of the {sw['expired_target']:,}"
+                         " expired leases were reclaimed by another session's claim before the sweep |")
+        lines.append(f"| idle sweep cost: `SELECT count(*) FROM pgfence.reclaim_expired(1000)`, nothing expired"
+                     f" (after the sweep + VACUUM), {sw['idle_calls']:,} calls ({sw['idle_processing_rows']:,} unexpired processing rows in"
+                     f" the table) | {sw['idle_us_per_call']:,.0f} us/call |")
+        if sw.get("busy_idle_us_per_call") is not None:
+            lines.append(f"| idle sweep cost with {sw['expired']:,} unexpired leases held (same call,"
+                         f" {sw['busy_idle_calls']} calls) | {sw['busy_idle_us_per_call']:,.0f} us/call |")
+    rc = po.get("recovery")
+    if rc:
+        lines.append(f"| recovery: killed worker, lease 2 s, workers polling every {rc['poll_interval']} s:"
+                     f" lease expiry -> claimed again ({rc['samples']} samples) | p50 {rc['p50_ms']:.0f} ms,"
+                     f" p95 {rc['p95_ms']:.0f} ms, max {rc['max_ms']:.0f} ms |")
+    for e in po.get("errors", []):
+        lines.append(f"| error | {e} |")
+    return "\n".join(lines)
+
+
+def render(results: dict[str, Any], cfg: Config) -> str:
+    m = results["machine"]
+    rows = results["rows"]
+    st = m["pg_settings"]
+    peer_versions = results["versions"]
+    runs_note = ("QUICK mode: every measurement is ONE run (no median, no spread)." if cfg.quick else
+                 f"Drain: median of {cfg.drain_runs} runs, spread = min-max; single enqueue and latency: one run"
+                 " each; batch enqueue: median over the drain runs' pre-fills.")
+    md = [
+        "# pgfence benchmarks",
+        "",
+        f"Generated by `bench/run.py{' --quick' if cfg.quick else ''}` (`make bench{' QUICK=1' if cfg.quick else ''}`)"
+        f" on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(results['started']))}, took"
+        f" {results['elapsed_s']:.0f} s. Raw numbers: `bench/results/latest.json`. {runs_note}",
+        "",
+        "## Machine",
+        "",
+        f"- {m['nproc']} cores ({m['cpu']}), {m['mem_gib']} GiB memory, Debian {m['debian']}, kernel {m['kernel']}",
+        f"- {m['postgres']}",
+        f"- fsync={st['fsync']}, synchronous_commit={st['synchronous_commit']},"
+        f" full_page_writes={st['full_page_writes']}, shared_buffers={st['shared_buffers']},"
+        f" wal_level={st['wal_level']}; one local throwaway cluster (scripts/pg.sh), every client on 127.0.0.1",
+        f"- pg_cron sweeper: {m['pg_cron_sweeper'] or 'not scheduled'} (left running except during the sweep"
+        " measurement; it runs pgfence.sweep() every 0.5 s in database pgfence)",
+        f"- at start: {m['other_client_sessions_at_start']} other client sessions on the cluster,"
+        f" {m['pgfence_jobs_rows_at_start']:,} rows in pgfence.jobs"
+        f" ({m['pgfence_processing_rows_at_start']:,} processing) left by other users of the database",
+        f"- load average (1 min) at start {m['loadavg_start']:.2f}, at end {results.get('loadavg_end', 0):.2f};"
+        " anything else running on the machine (e.g. a test suite on the same cluster) skews these numbers",
+        f"- Python {m['python']}, Node.js {m['node'] or 'absent'}, {m['pgbench'] or 'pgbench absent'}",
+        "",
+        "## Versions",
+        "",
+        *[f"- {k}: {v}" for k, v in peer_versions.items()],
+        "",
+        "## Settings",
+        "",
+        f"- Worker shape for every system: {cfg.procs} worker OS processes x concurrency {cfg.concurrency},"
+        " no-op handler. Each peer in its own database (bench_pgqueuer, bench_procrastinate, bench_graphile)"
+        " with the schema installed by its own tooling; pgfence in its deployed database, a fresh queue per"
+        " run, jobs deleted and VACUUMed after each run; peer tables truncated + VACUUM between runs.",
+        f"- single enqueue/s: {cfg.single_n:,} sequential single enqueues from one client connection"
+        " (pgfence: `SELECT pgfence.enqueue(kind => 'noop', payload => %s::jsonb, queue => %s)`).",
+        f"- batch enqueue/s: {cfg.drain_n:,} jobs in batches of {cfg.batch:,} through the system's batch API"
+        " (pgfence: `pgfence.enqueue_many`), measured as the pre-fill of each drain run.",
+        f"- drain jobs/s: {cfg.drain_n:,} queued no-op jobs, ANALYZE, then {cfg.procs} worker processes start;"
+        " time from the first worker's READY (printed right before the library's run()) until the database"
+        f" shows all {cfg.drain_n:,} finished (count polled every 20-500 ms, adaptive, so the end is caught"
+        " within ~20 ms without loading the server). A drain is capped at"
+        f" {cfg.drain_timeout:.0f} s (later runs of a variant that hit the cap:"
+        f" {min(cfg.drain_timeout, cfg.drain_timeout_after_cap):.0f} s): a capped run reports"
+        " finished/elapsed and is marked 'capped'.",
+        f"- latency: idle workers, {cfg.lat_n} jobs enqueued at {cfg.lat_rate:g}/s, payload carries"
+        " time.time() at enqueue; the handler records now - t. p50/p95 over the jobs.",
+        "",
+        "| system | settings |", "|---|---|",
+        *[f"| {r['variant']} | {r['settings']} |" for r in rows],
+        "",
+        "## Results",
+        "",
+        main_table(rows, cfg),
+        "",
+        "### pgfence vs the best peer, per column",
+        "",
+        ratio_table(results["ratios"]),
+        "",
+        "### pgbench baseline",
+        "",
+        pgbench_table(results.get("pgbench")),
+        "",
+        "### pgfence only",
+        "",
+        pgfence_only_table(results.get("pgfence_only"), cfg),
+        "",
+    ]
+    errs = [(r["variant"], e) for r in rows for e in r["errors"]] + [("general", e) for e in results["errors"]]
+    notes = results.get("notes", [])
+    if errs or notes:
+        md += ["## Errors and notes", ""]
+        md += [f"- {n}" for n in notes]
+        md += [f"- {v}: {e}" for v, e in errs]
+        md.append("")
+    return "\n".join(md)
+
+
+def final_line(rows: list[dict[str, Any]]) -> str:
+    mine = [r for r in rows if r["system"] == "pgfence"]
+    others = [r for r in rows if r["system"] != "pgfence"]
+    pr, pv = _best(mine, COLUMNS[2][1])
+    orow, ov = _best(others, COLUMNS[2][1])
+    n = f"{pv:.0f}" if pv is not None else "n/a"
+    m = f"{ov:.0f}" if ov is not None else "n/a"
+    name = orow["variant"] if orow else "none"
+    r = f"{pv / ov:.2f}" if pv is not None and ov else "n/a"
+    return f"drain: pgfence {n} jobs/s, best peer {name} {m} jobs/s, ratio {r}"
+
+
+# ------------------------------------------------------------------- main --
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="short run: 1 run each, smaller N (< 3 minutes)")
+    ap.add_argument("--dsn", default=os.environ.get("PGFENCE_BENCH_DSN") or default_dsn(),
+                    help="pgfence database (default: scripts/pg.sh dsn)")
+    ap.add_argument("--systems", default="pgfence,pgqueuer,procrastinate,graphile-worker,pgbench,pgfence-only",
+                    help="comma-separated subset to run")
+    ap.add_argument("--reinstall-peers", action="store_true", help="ignore bench/.peers/stamp.json")
+    a = ap.parse_args()
+    cfg = Config.make(a.quick)
+    wanted = set(a.systems.split(","))
+
+    def on_signal(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+    signal.signal(signal.SIGTERM, on_signal)
+    atexit.register(kill_all)
+
+    started = time.time()
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    for old in LOG_DIR.iterdir():
+        old.unlink()
+    check_dsn(a.dsn)
+    results: dict[str, Any] = {"started": started, "quick": cfg.quick, "config": asdict(cfg), "dsn": a.dsn,
+                               "errors": [], "notes": []}
+    try:
+        stamp = peers_mod.ensure_installed(force=a.reinstall_peers)
+        peer_list, notes = peers_mod.build_peers(stamp, cfg.concurrency)
+        results["notes"] += notes
+        results["machine"] = machine_info(a.dsn)
+        busy = results["machine"]["pgfence_processing_rows_at_start"]
+        if busy > 1000:
+            results["notes"].append(
+                f"{busy:,} rows of other queues were 'processing' in pgfence.jobs at start (another user of the"
+                " database, e.g. the test suite): pgfence.claim() reclaims expired leases first, and that scan"
+                " visits every processing row, so pgfence's claim-side numbers here are pessimistic")
+        pgfence_version = str(scalar(a.dsn, "SELECT pgfence.schema_version()")) \
+            if scalar(a.dsn, "SELECT to_regproc('pgfence.schema_version') IS NOT NULL") else "?"
+        impl = "client" if pf.client_available() else "standin"
+        if impl == "standin":
+            results["notes"].append("pgfence drain/latency/depth/recovery used the TEMPORARY STAND-IN worker"
+                                    " (bench/standin_worker.py): `from pgfence import Client, Worker` failed in"
+                                    " the main venv")
+        results["versions"] = {
+            "pgfence": f"schema_version {pgfence_version}, worker: "
+                       + ("python_client pgfence.Worker" if impl == "client" else "STAND-IN (bench/standin_worker.py)"),
+            **{p.name: p.version for p in peer_list},
+            "peer python": "bench/.peers/venv: " + ", ".join(x for x in stamp.get("pip_freeze", [])
+                                                             if x.split("==")[0].lower() in
+                                                             ("pgqueuer", "procrastinate", "asyncpg", "psycopg",
+                                                              "psycopg-pool")),
+        }
+        rows: list[dict[str, Any]] = []
+        if "pgfence" in wanted:
+            rows += run_pgfence(cfg, a.dsn, pgfence_version)
+        for p in peer_list:
+            if p.name in wanted:
+                rows += run_peer(p, cfg, a.dsn)
+        results["rows"] = rows
+        if "pgbench" in wanted:
+            try:
+                results["pgbench"] = pgbench_bench.run(a.dsn, cfg.pgbench_seconds, cfg.pgbench_prefill)
+            except Exception as exc:
+                results["errors"].append(f"pgbench: {exc}")
+        if "pgfence-only" in wanted:
+            results["pgfence_only"] = run_pgfence_only(cfg, a.dsn)
+    finally:
+        kill_all()
+    results["loadavg_end"] = os.getloadavg()[0]
+    results["ratios"] = ratios(results["rows"])
+    results["elapsed_s"] = time.time() - started
+    results["final_line"] = final_line(results["rows"])
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    (RESULTS_DIR / "latest.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    md = render(results, cfg)
+    (REPO / "BENCHMARKS.md").write_text(md)
+    print(md.split("## Results", 1)[1].strip() if "## Results" in md else md)
+    print()
+    print(results["final_line"])
+    log(f"done in {results['elapsed_s']:.0f} s: BENCHMARKS.md, bench/results/latest.json")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt as exc:
+        kill_all()
+        print(f"bench: interrupted ({exc or 'SIGINT'}); workers stopped, no results written", file=sys.stderr)
+        sys.exit(130)
