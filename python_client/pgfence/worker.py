@@ -106,7 +106,8 @@ class Worker:
       handlers before giving their jobs back (fenced ``release``).
     * ``run_sweeper`` [None = when the pg_cron sweeper has not passed in 2 minutes]: run
       ``CALL pgfence.sweep()`` every ``sweep_interval`` [1 s] from this process.
-    * ``flush_interval`` [2 ms]: how long outcomes are gathered into one batch.
+    * ``flush_interval`` [5 ms] and ``flush_batch`` [500]: outcomes are reported when
+      ``flush_batch`` are waiting or the oldest has waited ``flush_interval``.
     * ``worker_id`` [host:pid:random]: recorded as ``reserved_by``.
     """
 
@@ -114,7 +115,7 @@ class Worker:
                  queues: Optional[Sequence[str]] = None, concurrency: int = 8, prefetch: int = 0,
                  lease: timedelta = timedelta(seconds=30), poll_interval: float = 1.0,
                  shutdown_grace: float = 30.0, run_sweeper: Optional[bool] = None,
-                 sweep_interval: float = 1.0, flush_interval: float = 0.002,
+                 sweep_interval: float = 1.0, flush_interval: float = 0.005, flush_batch: int = 500,
                  worker_id: Optional[str] = None, listen: bool = True) -> None:
         if client.pool is None:
             raise TypeError("Worker needs a Client with its own pool: Client.connect(dsn)")
@@ -131,6 +132,7 @@ class Worker:
         self.run_sweeper = run_sweeper
         self.sweep_interval = sweep_interval
         self.flush_interval = flush_interval
+        self.flush_batch = flush_batch
         self.listen = listen
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{random.getrandbits(24):06x}"
 
@@ -206,7 +208,9 @@ class Worker:
         while not self._stopping.is_set():
             self._wake.clear()
             with self._lock:
-                free = self.capacity - len(self._inflight)
+                # Jobs whose handler has returned are only waiting for the flusher: they
+                # hold no thread, so they do not count against the capacity.
+                free = self.capacity - (len(self._inflight) - len(self._finishing))
             idle_threads = not self._ready
             drained = False
             if free > 0 and (free >= threshold or idle_threads):
@@ -264,6 +268,8 @@ class Worker:
                 self._running.discard(job.id)
                 self._finishing.add(job.id)
             self._results.append(result)
+            if len(ready) < self.concurrency:
+                self._wake.set()  # a slot is free: the claimer may fetch more
             time.sleep(0)  # let the claimer and flusher threads have the GIL between jobs
 
     def _run_handler(self, job: Job) -> _Result:
@@ -292,12 +298,24 @@ class Worker:
 
     def _flush_loop(self) -> None:
         results = self._results
+        pending_since: Optional[float] = None
         while True:
             if not results:
                 if self._done.is_set():
                     return
-                time.sleep(self.flush_interval)
+                pending_since = None
+                time.sleep(self.flush_interval / 4)
                 continue
+            # Gather up to flush_interval after the first outcome arrived (or until a
+            # full batch), so that busy workers report in few, large calls.
+            now = time.monotonic()
+            if pending_since is None:
+                pending_since = now
+            if (len(results) < self.flush_batch and now - pending_since < self.flush_interval
+                    and not self._stopping.is_set()):
+                time.sleep(min(self.flush_interval / 4, pending_since + self.flush_interval - now))
+                continue
+            pending_since = None
             batch: list[_Result] = []
             while results and len(batch) < 1000:
                 batch.append(results.popleft())
