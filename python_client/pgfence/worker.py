@@ -335,10 +335,10 @@ class Worker:
         if interrupted:
             self._release(interrupted, started=True)
         if done:
-            outcomes = self._retrying(lambda: self.client.complete_many(
+            refused = self._retrying(lambda: self.client.complete_many(
                 [r.job.id for r in done], [r.job.attempt_token for r in done],
-                [None if r.value is None else RawJson(r.value) for r in done]))
-            self._report(done, outcomes, "completed")
+                [None if r.value is None else RawJson(r.value) for r in done], refused_only=True))
+            self._report(done, refused, "completed")
         if failed:
             outcomes = self._retrying(lambda: self.client.fail_many(
                 [r.job.id for r in failed], [r.job.attempt_token for r in failed],
@@ -347,15 +347,19 @@ class Worker:
             self._report(failed, outcomes, "failed")
 
     def _report(self, results: list[_Result], outcomes: list[Outcome], verb: str) -> None:
-        for r, o in zip(results, outcomes):
+        """Log and count each outcome; ``outcomes`` may hold only the refused rows
+        (an input without an outcome row was accepted)."""
+        by_id = {o.id: o for o in outcomes}
+        for r in results:
             job = r.job
-            if o.accepted:
+            o = by_id.get(job.id)
+            if o is None or o.accepted:
                 self.counters[verb] += 1
                 if verb == "completed":
                     log.info("completed job %s kind=%s attempt=%s", job.id, job.kind, job.attempts)
                 else:
                     log.info("failed job %s kind=%s attempt=%s -> %s: %s", job.id, job.kind, job.attempts,
-                             o.status, (r.value or "").splitlines()[0][:200])
+                             o.status if o else "?", (r.value or "").splitlines()[0][:200])
             else:
                 job._mark_lease_lost()
                 self.counters["lease_lost"] += 1
