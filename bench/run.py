@@ -56,7 +56,7 @@ class Config:
     recovery_samples: int = 20
     pgbench_seconds: int = 10
     pgbench_prefill: int = 1_000_000
-    pgfence_prefetch: tuple[int, ...] = (8, 72)
+    pgfence_prefetch: tuple[int, ...] = (8, 72, 500)
 
     @classmethod
     def make(cls, quick: bool) -> "Config":

@@ -25,8 +25,9 @@ COMMENT ON FUNCTION pgfence._queued_queues() IS
 -- of `lease` from clock_timestamp() (not now(): a claim inside a long transaction
 -- still hands out a full lease). First applies the reclaim rule to a batch of
 -- expired leases, so recovery does not wait for the sweep.
--- Concurrency: SELECT ... FOR UPDATE SKIP LOCKED in a CTE, then UPDATE FROM it,
--- so two callers never get the same job and no caller gets more than max_jobs.
+-- Concurrency: SELECT ... LIMIT max_jobs FOR UPDATE SKIP LOCKED first, then UPDATE
+-- exactly the rows it locked, so two callers never get the same job and no caller
+-- gets more than max_jobs.
 CREATE FUNCTION pgfence.claim(
     worker_id text,
     queues    text[]   DEFAULT NULL,
@@ -44,6 +45,7 @@ DECLARE
     v_queues text[];
     v_now timestamptz;
     v_bad integer;
+    v_ids bigint[];
 BEGIN
     PERFORM pgfence._check_name('worker_id', worker_id);
     IF queues IS NOT NULL THEN
@@ -68,22 +70,30 @@ BEGIN
                      ELSE ARRAY(SELECT DISTINCT unnest(queues)) END;
     v_now := clock_timestamp();
 
+    -- 1. Pick and lock, per queue in claim order, SKIP LOCKED.
+    SELECT array_agg(c.id ORDER BY c.priority DESC, c.available_at, c.id) INTO v_ids
+      FROM (SELECT c.id, c.priority, c.available_at
+              FROM unnest(v_queues) AS q(name)
+             CROSS JOIN LATERAL (
+                    SELECT j.id, j.priority, j.available_at
+                      FROM pgfence.jobs j
+                     WHERE j.status = 'queued'
+                       AND j.queue = q.name
+                       AND j.available_at <= v_now
+                     ORDER BY j.priority DESC, j.available_at, j.id
+                     LIMIT max_jobs
+                       FOR UPDATE SKIP LOCKED) c
+             ORDER BY c.priority DESC, c.available_at, c.id
+             LIMIT max_jobs) c;
+    IF v_ids IS NULL THEN
+        RETURN;
+    END IF;
+
+    -- 2. Claim what we locked, by primary key (= ANY of an array: an index scan
+    --    whatever the plan's row estimate, so a deep queue never turns it into a
+    --    scan of the table). Claim changes neither priority nor available_at.
     RETURN QUERY
-    WITH picked AS (
-        SELECT c.id, c.priority, c.available_at
-          FROM unnest(v_queues) AS q(name)
-         CROSS JOIN LATERAL (
-                SELECT j.id, j.priority, j.available_at
-                  FROM pgfence.jobs j
-                 WHERE j.status = 'queued'
-                   AND j.queue = q.name
-                   AND j.available_at <= v_now
-                 ORDER BY j.priority DESC, j.available_at, j.id
-                 LIMIT max_jobs
-                   FOR UPDATE SKIP LOCKED) c
-         ORDER BY c.priority DESC, c.available_at, c.id
-         LIMIT max_jobs
-    ), claimed AS (
+    WITH claimed AS (
         UPDATE pgfence.jobs j
            SET status           = 'processing',
                attempts         = j.attempts + 1,
@@ -93,10 +103,9 @@ BEGIN
                heartbeat_at     = NULL,
                lease_expires_at = v_now + lease,
                updated_at       = v_now
-          FROM picked p
-         WHERE j.id = p.id
+         WHERE j.id = ANY (v_ids)
         RETURNING j.id, j.queue, j.kind, j.payload, j.attempts, j.max_attempts, j.attempt_token,
-                  j.lease_expires_at, p.priority, p.available_at
+                  j.lease_expires_at, j.priority, j.available_at
     )
     SELECT c.id, c.queue, c.kind, c.payload, c.attempts, c.max_attempts, c.attempt_token, c.lease_expires_at
       FROM claimed c
