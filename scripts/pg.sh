@@ -188,6 +188,11 @@ max_connections = 300
 fsync = on
 synchronous_commit = on
 full_page_writes = on
+# A queue writes a lot of WAL (every job is inserted and updated twice): with the
+# default 1GB, bulk loads forced a checkpoint every few seconds and every page
+# touched after one was logged whole (claim+complete with 1,000,000 queued:
+# 16.1k jobs/s at 1GB, 20.7k at 4GB; 20,000 queued: 23.7k). Durable either way.
+max_wal_size = 4GB
 log_min_messages = warning
 logging_collector = off
 timezone = 'UTC'
