@@ -36,4 +36,23 @@ $$;
 COMMENT ON FUNCTION pgfence._record_rejections(bigint[], uuid[], boolean[], text) IS
   'Private: record refused fenced calls of a batch in pgfence.rejections.';
 
+-- The answer of a fenced batch call, one row per input in input order, read after
+-- its UPDATE: accepted[i] as the call decided it, the job's status now (NULL: no
+-- such job), the lease when accepted, and for a refused row why (the PF001 DETAIL).
+-- STABLE so that it is inlined into the caller's statement (and its cached plan);
+-- every input reaches pgfence.jobs by primary key.
+CREATE FUNCTION pgfence._batch_answer(job_ids bigint[], attempt_tokens uuid[], accepted boolean[])
+RETURNS TABLE(id bigint, accepted boolean, status text, detail text, lease_expires_at timestamptz)
+LANGUAGE sql STABLE AS $$
+    SELECT i.id, i.ok, j.status,
+           CASE WHEN i.ok THEN NULL
+                ELSE pgfence._fence_detail(j.status, j.attempt_token, i.token, j.last_error, j.reserved_by) END,
+           CASE WHEN i.ok THEN j.lease_expires_at END
+      FROM unnest(job_ids, attempt_tokens, accepted) WITH ORDINALITY AS i(id, token, ok, ord)
+      LEFT JOIN LATERAL (SELECT * FROM pgfence.jobs x WHERE x.id = i.id OFFSET 0) j ON true
+     ORDER BY i.ord
+$$;
+COMMENT ON FUNCTION pgfence._batch_answer(bigint[], uuid[], boolean[]) IS
+  'Private: the per-input answer (id, accepted, status, detail, lease) of a fenced batch call.';
+
 COMMIT;

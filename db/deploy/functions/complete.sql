@@ -60,7 +60,9 @@ BEGIN
       FROM upd u;
     GET DIAGNOSTICS v_count = ROW_COUNT;
 
-    IF v_count < n THEN
+    IF v_count = n THEN
+        v_acc := array_fill(true, ARRAY[n]);
+    ELSE
         -- Some were refused (or already done by this token: accepted, idempotent).
         SELECT array_agg(coalesce(j.status = 'done' AND j.attempt_token = i.token, false) ORDER BY i.ord)
           INTO v_acc
@@ -70,14 +72,7 @@ BEGIN
     END IF;
 
     RETURN QUERY
-    SELECT i.id,
-           coalesce(j.status = 'done' AND j.attempt_token = i.token, false),
-           j.status,
-           CASE WHEN j.status = 'done' AND j.attempt_token = i.token THEN NULL
-                ELSE pgfence._fence_detail(j.status, j.attempt_token, i.token, j.last_error, j.reserved_by) END
-      FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord)
-      LEFT JOIN LATERAL (SELECT * FROM pgfence.jobs x WHERE x.id = i.id OFFSET 0) j ON true
-     ORDER BY i.ord;
+    SELECT a.id, a.accepted, a.status, a.detail FROM pgfence._batch_answer(job_ids, attempt_tokens, v_acc) a;
 END $$;
 
 COMMENT ON FUNCTION pgfence.complete_many(bigint[], uuid[], jsonb[]) IS

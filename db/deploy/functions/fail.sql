@@ -114,13 +114,7 @@ BEGIN
     END IF;
 
     RETURN QUERY
-    SELECT i.id, ok, j.status,
-           CASE WHEN ok THEN NULL
-                ELSE pgfence._fence_detail(j.status, j.attempt_token, i.token, j.last_error, j.reserved_by) END
-      FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord)
-      LEFT JOIN LATERAL (SELECT * FROM pgfence.jobs x WHERE x.id = i.id OFFSET 0) j ON true
-     CROSS JOIN LATERAL (SELECT v_acc[i.ord] AS ok) a
-     ORDER BY i.ord;
+    SELECT a.id, a.accepted, a.status, a.detail FROM pgfence._batch_answer(job_ids, attempt_tokens, v_acc) a;
 END $$;
 
 COMMENT ON FUNCTION pgfence.fail_many(bigint[], uuid[], text[], interval[], boolean[]) IS

@@ -40,7 +40,9 @@ BEGIN
     GET DIAGNOSTICS v_count = ROW_COUNT;
 
     -- Tokens are fresh per claim, so processing with this token now means we extended it.
-    IF v_count < n THEN
+    IF v_count = n THEN
+        v_acc := array_fill(true, ARRAY[n]);
+    ELSE
         SELECT array_agg(coalesce(j.status = 'processing' AND j.attempt_token = i.token, false) ORDER BY i.ord)
           INTO v_acc
           FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord)
@@ -49,13 +51,8 @@ BEGIN
     END IF;
 
     RETURN QUERY
-    SELECT i.id, ok, CASE WHEN ok THEN j.lease_expires_at END, j.status,
-           CASE WHEN ok THEN NULL
-                ELSE pgfence._fence_detail(j.status, j.attempt_token, i.token, j.last_error, j.reserved_by) END
-      FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord)
-      LEFT JOIN LATERAL (SELECT * FROM pgfence.jobs x WHERE x.id = i.id OFFSET 0) j ON true
-     CROSS JOIN LATERAL (SELECT coalesce(j.status = 'processing' AND j.attempt_token = i.token, false) AS ok) a
-     ORDER BY i.ord;
+    SELECT a.id, a.accepted, a.lease_expires_at, a.status, a.detail
+      FROM pgfence._batch_answer(job_ids, attempt_tokens, v_acc) a;
 END $$;
 
 COMMENT ON FUNCTION pgfence.heartbeat_many(bigint[], uuid[], interval) IS
