@@ -270,7 +270,10 @@ class Worker:
             self._results.append(result)
             if len(ready) < self.concurrency:
                 self._wake.set()  # a slot is free: the claimer may fetch more
-            time.sleep(0)  # let the claimer and flusher threads have the GIL between jobs
+            # No time.sleep(0) here: yielding the GIL after every job cost a system call and
+            # a thread switch per job (measured: 22 -> 12 us of worker CPU per no-op job, one
+            # process, 500 prefetch); the interpreter's switch interval already lets the
+            # claimer and flusher in.
 
     def _run_handler(self, job: Job) -> _Result:
         handler = self.handlers.get(job.kind)
