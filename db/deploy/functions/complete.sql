@@ -61,16 +61,17 @@ BEGIN
     GET DIAGNOSTICS v_count = ROW_COUNT;
 
     IF v_count = n THEN
-        v_acc := array_fill(true, ARRAY[n]);
-    ELSE
-        -- Some were refused (or already done by this token: accepted, idempotent).
-        SELECT array_agg(coalesce(j.status = 'done' AND j.attempt_token = i.token, false) ORDER BY i.ord)
-          INTO v_acc
-          FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord)
-          LEFT JOIN LATERAL (SELECT * FROM pgfence.jobs x WHERE x.id = i.id OFFSET 0) j ON true;
-        PERFORM pgfence._record_rejections(job_ids, attempt_tokens, v_acc, 'complete');
+        -- All accepted (duplicate ids are refused up front): every row is done and
+        -- there is nothing to look up. The common case.
+        RETURN QUERY SELECT i.id, true, 'done'::text, NULL::text FROM unnest(job_ids) AS i(id);
+        RETURN;
     END IF;
-
+    -- Some were refused (or already done by this token: accepted, idempotent).
+    SELECT array_agg(coalesce(j.status = 'done' AND j.attempt_token = i.token, false) ORDER BY i.ord)
+      INTO v_acc
+      FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord)
+      LEFT JOIN LATERAL (SELECT * FROM pgfence.jobs x WHERE x.id = i.id OFFSET 0) j ON true;
+    PERFORM pgfence._record_rejections(job_ids, attempt_tokens, v_acc, 'complete');
     RETURN QUERY
     SELECT a.id, a.accepted, a.status, a.detail FROM pgfence._batch_answer(job_ids, attempt_tokens, v_acc) a;
 END $$;

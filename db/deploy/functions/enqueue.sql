@@ -52,13 +52,23 @@ DECLARE
     v_id bigint;
     v_now timestamptz := clock_timestamp();
 BEGIN
-    PERFORM pgfence._check_name('kind', kind);
-    PERFORM pgfence._check_payload('payload', payload);
-    PERFORM pgfence._check_enqueue_options(queue, max_attempts, recovery_policy);
-    IF enqueue.priority IS NULL THEN
-        PERFORM pgfence._raise_null('priority', 'pass an integer priority (higher runs first), default 0');
+    -- One expression decides whether every argument is valid (the common case costs
+    -- no nested calls); only an invalid call runs the checks that name the argument.
+    IF kind IS NULL OR kind = '' OR char_length(kind) > 128
+       OR payload IS NULL OR jsonb_typeof(payload) <> 'object' OR pg_column_size(payload) > 1048576
+       OR queue IS NULL OR queue = '' OR char_length(queue) > 128
+       OR max_attempts IS NULL OR max_attempts < 1 OR max_attempts > 1000
+       OR recovery_policy IS NULL OR recovery_policy NOT IN ('auto', 'manual')
+       OR enqueue.priority IS NULL
+       OR coalesce(idempotency_key = '' OR char_length(idempotency_key) > 255, false) THEN
+        PERFORM pgfence._check_name('kind', kind);
+        PERFORM pgfence._check_payload('payload', payload);
+        PERFORM pgfence._check_enqueue_options(queue, max_attempts, recovery_policy);
+        IF enqueue.priority IS NULL THEN
+            PERFORM pgfence._raise_null('priority', 'pass an integer priority (higher runs first), default 0');
+        END IF;
+        PERFORM pgfence._check_idempotency_key('idempotency_key', idempotency_key);
     END IF;
-    PERFORM pgfence._check_idempotency_key('idempotency_key', idempotency_key);
 
     IF idempotency_key IS NULL THEN
         INSERT INTO pgfence.jobs (queue, kind, payload, priority, available_at, max_attempts,
