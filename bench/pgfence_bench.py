@@ -188,28 +188,56 @@ def latency(dsn: str, shape: WorkerShape, n: int = 100, rate: float = 20.0, tag:
 
 
 # -------------------------------------------------------------------- depth --
-def depth(dsn: str, queued: int, measured: int, shape: WorkerShape, timeout: float) -> dict[str, Any]:
-    """claim+complete throughput for the first `measured` jobs of a queue holding
-    `queued` jobs (the rest sit behind them in claim order)."""
+def depth(dsn: str, queued: int, measured: int, shape: WorkerShape, timeout: float,
+          runs: int = 1) -> dict[str, Any]:
+    """claim+complete throughput over `measured` jobs of a queue holding `queued` jobs
+    (the rest sit behind them in claim order), `runs` times.
+
+    The queue is filled once; before each run it is topped up back to `queued`
+    when `queued == measured` (so every run drains a full queue), then VACUUM
+    (ANALYZE)d. Each run starts fresh worker processes and ends when `measured`
+    jobs finished after the run began (database clock). Two rates per run:
+    `wall` (first READY to the count, like the drains: includes process start) and
+    `db`, the claim+complete throughput itself: `measured` / (the measured-th
+    finished_at - the earliest reserved_at among those jobs), both from the
+    database. `rate` is the median db rate."""
     queue = new_queue(f"depth{queued}")
     try:
         t0 = time.perf_counter()
-        _, ids = batch_enqueue(dsn, queue, queued, 10000)
+        batch_enqueue(dsn, queue, queued, 10000)
         fill_s = time.perf_counter() - t0
-        lo, hi = ids[0], ids[measured - 1]
-        with connect(dsn) as conn:
-            conn.execute("VACUUM (ANALYZE) pgfence.jobs")
         poll = connect(dsn)
+        out_runs: list[dict[str, Any]] = []
         try:
-            def finished() -> int:
-                row = poll.execute("SELECT count(*) FROM pgfence.jobs WHERE id BETWEEN %s AND %s"
-                                   " AND status = 'done'", (lo, hi)).fetchone()
-                return int(row[0]) if row else 0
-            dr = measure_drain(lambda: start_workers(dsn, queue, shape, f"depth{queued}"), finished,
-                               measured, timeout)
+            for r in range(runs):
+                left = int(scalar_in(poll, "SELECT count(*) FROM pgfence.jobs WHERE queue = %s"
+                                           " AND status = 'queued'", (queue,)))
+                if queued == measured and left < queued:
+                    batch_enqueue(dsn, queue, queued - left, 10000)
+                    left = queued
+                poll.execute("VACUUM (ANALYZE) pgfence.jobs")
+                began = scalar_in(poll, "SELECT clock_timestamp()")
+
+                def finished() -> int:
+                    return int(scalar_in(poll, "SELECT count(*) FROM pgfence.jobs WHERE queue = %s"
+                                               " AND status = 'done' AND finished_at > %s", (queue, began)))
+                dr = measure_drain(lambda: start_workers(dsn, queue, shape, f"depth{queued}-{r}"), finished,
+                                   measured, timeout)
+                row = poll.execute(
+                    "SELECT count(*), extract(epoch FROM max(finished_at) - min(reserved_at))::float8"
+                    "  FROM (SELECT reserved_at, finished_at FROM pgfence.jobs"
+                    "         WHERE queue = %s AND status = 'done' AND finished_at > %s"
+                    "         ORDER BY finished_at LIMIT %s) s", (queue, began, measured)).fetchone()
+                n_db, secs_db = (int(row[0]), float(row[1] or 0.0)) if row else (0, 0.0)
+                out_runs.append({"queued_at_start": left, "wall": asdict(dr), "db_jobs": n_db,
+                                 "db_seconds": secs_db, "db_rate": n_db / secs_db if secs_db > 0 else 0.0})
         finally:
             poll.close()
-        return {"queued": queued, "measured": measured, "fill_seconds": fill_s, "drain": asdict(dr)}
+        rates = [x["db_rate"] for x in out_runs]
+        return {"queued": queued, "measured": measured, "fill_seconds": fill_s, "runs": out_runs,
+                "rate": median(rates), "spread": [min(rates), max(rates)],
+                "wall_rate": median([x["wall"]["rate"] for x in out_runs]),
+                "capped": any(x["wall"]["timed_out"] for x in out_runs)}
     finally:
         cleanup(dsn, queue)
 

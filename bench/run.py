@@ -205,11 +205,12 @@ def run_pgfence_only(cfg: Config, dsn: str) -> dict[str, Any]:
     for q in (cfg.depth_measured, cfg.depth_queued):
         log(f"pgfence depth: first {cfg.depth_measured:,} jobs with {q:,} queued (prefetch {best_p})")
         r = guarded(holder, f"depth {q}", lambda: pf.depth(dsn, q, cfg.depth_measured, shape,
-                                                             cfg.drain_timeout * 2))
+                                                             cfg.drain_timeout * 2, cfg.drain_runs))
         if r:
             r["prefetch"] = best_p
             out["depth"].append(r)
-            log(f"  {r['drain']['rate']:,.0f} jobs/s (fill {r['fill_seconds']:.1f} s)")
+            log(f"  {r['rate']:,.0f} jobs/s claim+complete, {r['wall_rate']:,.0f} jobs/s wall"
+                f" (fill {r['fill_seconds']:.1f} s)")
     log(f"pgfence sweep: {cfg.sweep_n:,} expired leases")
     out["sweep"] = guarded(holder, "sweep", lambda: pf.sweep(dsn, cfg.sweep_n, 1000, cfg.sweep_idle_max_s))
     log(f"pgfence recovery: {cfg.recovery_samples} killed workers, 2 s lease, workers polling at 0.1 s")
@@ -389,15 +390,17 @@ def pgfence_only_table(po: Optional[dict[str, Any]], cfg: Config) -> str:
         return "pgfence-only measurements: not run."
     lines = ["| pgfence-only measurement | result |", "|---|---|"]
     for d in po.get("depth", []):
-        dr = d["drain"]
-        capped = " (capped)" if dr["timed_out"] else ""
-        lines.append(f"| depth: claim+complete of the first {d['measured']:,} jobs with {d['queued']:,} queued"
-                     f" (2 procs x {cfg.concurrency}, prefetch {d['prefetch']}) | {fmt_num(dr['rate'])} jobs/s"
-                     f"{capped} ({dr['seconds']:.2f} s) |")
+        capped = " (a run capped)" if d["capped"] else ""
+        lines.append(f"| depth: claim+complete of {d['measured']:,} jobs with {d['queued']:,} queued"
+                     f" (2 procs x {cfg.concurrency}, prefetch {d['prefetch']}; median of {len(d['runs'])},"
+                     f" database clock) | {fmt_num(d['rate'])} jobs/s (spread {fmt_num(d['spread'][0])}-"
+                     f"{fmt_num(d['spread'][1])}; wall clock incl. process start {fmt_num(d['wall_rate'])})"
+                     f"{capped} |")
     depth = po.get("depth", [])
-    if len(depth) == 2 and depth[1]["drain"]["rate"]:
+    if len(depth) == 2 and depth[0]["rate"]:
         lines.append(f"| depth ratio: {depth[1]['queued']:,} queued vs {depth[0]['queued']:,} queued |"
-                     f" {depth[1]['drain']['rate'] / depth[0]['drain']['rate']:.2f} |")
+                     f" {depth[1]['rate'] / depth[0]['rate']:.2f} (wall clock:"
+                     f" {depth[1]['wall_rate'] / depth[0]['wall_rate']:.2f}) |")
     sw = po.get("sweep")
     if sw:
         lines.append(f"| sweep: `CALL pgfence.sweep()` reclaiming {sw['expired']:,} expired leases (pg_cron sweeper"
