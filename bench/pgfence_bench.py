@@ -1,6 +1,6 @@
 """pgfence side of the benchmark (main venv: stdlib + psycopg).
 
-One function per measurement. Enqueue goes straight to SQL through psycopg;
+One function per measurement. Enqueue goes through pgfence.Client (else the same SQL through psycopg);
 drain, latency, depth and recovery run worker OS processes
 (bench/pgfence_worker.py: the real `pgfence.Worker` when `from pgfence import
 Client, Worker` works in the main venv, else the labelled stand-in). Every run
@@ -27,7 +27,9 @@ VICTIM = BENCH_DIR / "pgfence_victim.py"
 SWEEP_LOCK = "hashtext('pgfence.sweep')"
 
 SINGLE_SQL = "SELECT pgfence.enqueue(kind => 'noop', payload => %s::jsonb, queue => %s)"
-BATCH_SQL = "SELECT * FROM pgfence.enqueue_many(kinds => %s::text[], payloads => %s::jsonb[], queue => %s)"
+# The payloads as one JSON array, unpacked in order (what pgfence.Client.enqueue_many sends).
+BATCH_SQL = ("SELECT * FROM pgfence.enqueue_many(kinds => %s::text[], payloads => ARRAY(SELECT p.value"
+             " FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS p(value, ord) ORDER BY p.ord), queue => %s)")
 
 
 @dataclass
@@ -72,28 +74,65 @@ def scalar_in(conn: Any, sql: str, params: Any = None) -> Any:
 
 
 # ------------------------------------------------------------------ enqueue --
+# Enqueue goes through the Python client (pgfence.Client) when it imports in this
+# venv, as an application would call it; else through the same SQL it sends.
+_CLIENT_OK: Optional[bool] = None
+
+
+def _use_client() -> bool:
+    global _CLIENT_OK
+    if _CLIENT_OK is None:
+        _CLIENT_OK = client_available()
+    return _CLIENT_OK
+
+
 def single_enqueue(dsn: str, n: int) -> dict[str, Any]:
-    """n sequential pgfence.enqueue calls from one autocommit connection."""
+    """n sequential enqueues (pgfence.Client.enqueue, one autocommit connection)."""
     queue = new_queue("single")
     try:
-        with connect(dsn) as conn:
-            t0 = time.perf_counter()
-            for i in range(n):
-                conn.execute(SINGLE_SQL, (json.dumps({"i": i}), queue))
-            secs = time.perf_counter() - t0
-        return {"n": n, "seconds": secs, "rate": n / secs}
+        if _use_client():
+            from pgfence import Client
+            client = Client.connect(dsn, max_size=1)
+            try:
+                t0 = time.perf_counter()
+                for i in range(n):
+                    client.enqueue("noop", {"i": i}, queue=queue)
+                secs = time.perf_counter() - t0
+            finally:
+                client.close()
+        else:
+            with connect(dsn) as conn:
+                t0 = time.perf_counter()
+                for i in range(n):
+                    conn.execute(SINGLE_SQL, (json.dumps({"i": i}), queue))
+                secs = time.perf_counter() - t0
+        return {"n": n, "seconds": secs, "rate": n / secs, "via": "client" if _use_client() else "sql"}
     finally:
         cleanup(dsn, queue)
 
 
 def batch_enqueue(dsn: str, queue: str, n: int, batch: int = 1000, kind: str = "noop") -> tuple[float, list[int]]:
-    """n jobs into `queue` through pgfence.enqueue_many, `batch` per call; returns (seconds, ids)."""
+    """n jobs into `queue`, `batch` per enqueue_many call (pgfence.Client.enqueue_many);
+    returns (seconds, ids)."""
     ids: list[int] = []
+    if _use_client():
+        from pgfence import Client
+        client = Client.connect(dsn, max_size=1)
+        try:
+            t0 = time.perf_counter()
+            for start in range(0, n, batch):
+                k = min(batch, n - start)
+                ids.extend(r.id for r in client.enqueue_many([kind] * k, [{"i": start + j} for j in range(k)],
+                                                             queue=queue))
+            secs = time.perf_counter() - t0
+        finally:
+            client.close()
+        return secs, ids
     with connect(dsn) as conn:
         t0 = time.perf_counter()
         for start in range(0, n, batch):
             k = min(batch, n - start)
-            rows = conn.execute(BATCH_SQL, ([kind] * k, [json.dumps({"i": start + j}) for j in range(k)],
+            rows = conn.execute(BATCH_SQL, ([kind] * k, json.dumps([{"i": start + j} for j in range(k)]),
                                             queue)).fetchall()
             ids.extend(r[1] for r in rows)
         secs = time.perf_counter() - t0

@@ -58,12 +58,15 @@ class Client:
 
     @classmethod
     def connect(cls, dsn: str = "", *, min_size: int = 1, max_size: int = 8,
-                prepare_threshold: Optional[int] = None, **conninfo: Any) -> "Client":
+                prepare_threshold: Optional[int] = 5, **conninfo: Any) -> "Client":
         """A client with its own pool of autocommit connections.
 
         ``dsn`` may be empty: libpq environment variables (PGHOST, ...) apply.
-        ``prepare_threshold`` defaults to ``None`` (no server-side prepared
-        statements), which is safe behind pgbouncer in transaction mode.
+        ``prepare_threshold`` is psycopg's: a query run that many times on a
+        connection becomes a server-side prepared statement (a single enqueue took
+        ~450 us unprepared, ~390 us prepared). Pass ``None`` behind a pooler that
+        cannot keep prepared statements (pgbouncer in transaction mode before 1.21,
+        or with ``max_prepared_statements = 0``).
         """
         pool = ConnectionPool(
             dsn,
@@ -181,14 +184,17 @@ class Client:
 
         Parallel sequences; returns one :class:`Enqueued` per input, in input order.
         """
-        return self._rows(Enqueued,
-            "SELECT ordinal, id, created FROM pgfence.enqueue_many(kinds => %s, "
-            "payloads => %s::text[]::jsonb[], queue => %s, priorities => %s, run_ats => %s, "
-            "max_attempts => %s, recovery_policy => %s, idempotency_keys => %s)",
-            (list(kinds), None if payloads is None else [json.dumps({} if p is None else p) for p in payloads],
-             queue, None if priorities is None else list(priorities),
-             None if run_ats is None else list(run_ats), max_attempts, recovery_policy,
-             None if idempotency_keys is None else list(idempotency_keys)))
+        # Payloads travel as one JSON array that the server unpacks in order: one
+        # json.dumps and one jsonb parse instead of a jsonb[] literal of escaped
+        # elements (1,000-job batches: 64-68k -> 100-113k jobs/s, measured).
+        params: list[Any] = [list(kinds)]
+        if payloads is not None:
+            params.append(json.dumps([{} if p is None else p for p in payloads]))
+        params += [queue, None if priorities is None else list(priorities),
+                   None if run_ats is None else list(run_ats), max_attempts, recovery_policy,
+                   None if idempotency_keys is None else list(idempotency_keys)]
+        query = _ENQUEUE_MANY.format(payloads="NULL" if payloads is None else _PAYLOADS_FROM_JSON_ARRAY)
+        return self._rows(Enqueued, query, params, positional=True)
 
     # -- worker -----------------------------------------------------------
 
@@ -360,6 +366,13 @@ class Client:
     def sweep_scheduled(self) -> bool:
         """Deprecated name of :meth:`sweeper_active`."""
         return self.sweeper_active()
+
+
+_ENQUEUE_MANY = ("SELECT ordinal, id, created FROM pgfence.enqueue_many(kinds => %s, payloads => {payloads}, "
+                 "queue => %s, priorities => %s, run_ats => %s, max_attempts => %s, recovery_policy => %s, "
+                 "idempotency_keys => %s)")
+_PAYLOADS_FROM_JSON_ARRAY = ("ARRAY(SELECT p.value FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS p(value, ord)"
+                             " ORDER BY p.ord)")
 
 
 class RawJson(str):
