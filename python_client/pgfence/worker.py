@@ -145,6 +145,7 @@ class Worker:
         self._ready: deque[Job] = deque()       # claimed, waiting for a handler thread
         self._work = threading.Event()          # set when jobs were added to _ready
         self._results: deque[_Result] = deque()  # handler outcomes waiting for the flusher
+        self._outcome = threading.Event()        # set when an outcome was added to _results
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._done = threading.Event()          # background threads: exit now
@@ -173,6 +174,7 @@ class Worker:
             self._shutdown()
         finally:
             self._done.set()
+            self._outcome.set()  # wake an idle flusher to see _done
             for t in self._threads:
                 if t.name.startswith("pgfence-flusher") or t.name.startswith("pgfence-heartbeat"):
                     t.join(timeout=5)
@@ -268,6 +270,7 @@ class Worker:
                 self._running.discard(job.id)
                 self._finishing.add(job.id)
             self._results.append(result)
+            self._outcome.set()
             if len(ready) < self.concurrency:
                 self._wake.set()  # a slot is free: the claimer may fetch more
             # No time.sleep(0) here: yielding the GIL after every job cost a system call and
@@ -307,7 +310,10 @@ class Worker:
                 if self._done.is_set():
                     return
                 pending_since = None
-                time.sleep(self.flush_interval / 4)
+                # Idle: sleep until a handler reports an outcome (no polling while idle).
+                self._outcome.clear()
+                if not results:
+                    self._outcome.wait(0.2)
                 continue
             # Gather up to flush_interval after the first outcome arrived (or until a
             # full batch), so that busy workers report in few, large calls.
