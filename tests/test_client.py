@@ -99,6 +99,29 @@ def test_enqueue_many_returns_one_row_per_input_in_order(client: Client, queue: 
     assert (d.kind, d.payload, d.priority) == ("d", {"i": 4}, 4)
 
 
+def test_enqueue_many_keeps_payload_order_over_a_large_batch(client: Client, queue: str) -> None:
+    # The client sends the payloads as one JSON array that the server unpacks in order.
+    payloads = [{"i": i, "s": "x" * (i % 7), "nested": {"q": [i, "\"quoted\""]}} for i in range(2500)]
+    rows = client.enqueue_many(["k"] * 2500, payloads, queue=queue)
+    assert [r.ordinal for r in rows] == list(range(1, 2501))
+    for i in (0, 1, 1249, 2499):
+        assert client.get_job(rows[i].id).payload == payloads[i]
+
+
+@pytest.mark.parametrize("payloads, name", [
+    ([{"ok": 1}, [1, 2]], "payloads[2]"),          # an array, not an object
+    ([{"ok": 1}, "text"], "payloads[2]"),          # a JSON string
+    ([{"ok": 1}], "array lengths"),                # one payload short
+    ([], "array lengths"),                         # none for two kinds
+])
+def test_enqueue_many_rejects_bad_payloads_and_enqueues_nothing(client: Client, queue: str, payloads: list[Any],
+                                                                 name: str) -> None:
+    with pytest.raises(InvalidArgument) as err:
+        client.enqueue_many(["k", "k"], payloads, queue=queue)
+    assert err.value.sqlstate == "22023" and name in str(err.value)
+    assert [s for s in client.stats() if s.queue == queue] == []
+
+
 def test_enqueue_joins_the_callers_transaction(dsn: str, client: Client, queue: str) -> None:
     with connect(dsn, autocommit=False) as tx:
         in_tx = Client(tx)
