@@ -13,6 +13,7 @@ import math
 import os
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -428,3 +429,75 @@ def recovery(dsn: str, samples: int, shape: WorkerShape, stagger: float = 0.25) 
         stop(victims)
         stop(procs)
         cleanup(dsn, queue)
+
+
+# -------------------------------------------------------------------- churn --
+def churn(dsn: str, seconds: float, depth: int, shape: WorkerShape, window: float = 5.0) -> dict[str, Any]:
+    """Sustained churn: a producer keeps `depth` jobs queued (enqueue_many, 1,000 per
+    call) while shape.procs worker processes drain for `seconds`. Every `window`
+    seconds: this queue's claim+complete rate, and pgfence.jobs' dead rows,
+    autovacuum passes and claim-index size (table-wide: run it on a quiet database)."""
+    queue = new_queue("churn")
+    prod = connect(dsn)
+    mon = connect(dsn)
+    stop_evt = threading.Event()
+    errors: list[str] = []
+
+    def fill(n: int) -> None:
+        for start in range(0, n, 1000):
+            k = min(1000, n - start)
+            prod.execute(BATCH_SQL, (["noop"] * k, json.dumps([{"i": j} for j in range(k)]), queue)).fetchall()
+
+    def producer() -> None:
+        try:
+            while not stop_evt.is_set():
+                queued = int(scalar_in(prod, "SELECT count(*) FROM pgfence.jobs WHERE queue = %s"
+                                             " AND status = 'queued'", (queue,)))
+                if queued < depth:
+                    fill(min(depth - queued, 20_000))
+                else:
+                    stop_evt.wait(0.05)
+        except Exception as exc:  # reported with the result
+            errors.append(f"producer: {exc}")
+
+    def sample() -> tuple[int, int, int, int]:
+        row = mon.execute(
+            "SELECT (SELECT count(*) FROM pgfence.jobs WHERE queue = %s AND status = 'done'),"
+            "       s.n_dead_tup, s.autovacuum_count, pg_relation_size('pgfence.jobs_claim_idx')"
+            "  FROM pg_stat_user_tables s WHERE s.relid = 'pgfence.jobs'::regclass", (queue,)).fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1]), int(row[2]), int(row[3])
+
+    procs: list[subprocess.Popen[bytes]] = []
+    thread = threading.Thread(target=producer, name="churn-producer", daemon=True)
+    try:
+        fill(depth)
+        mon.execute("VACUUM (ANALYZE) pgfence.jobs")
+        naptime = scalar_in(mon, "SELECT current_setting('autovacuum_naptime')")
+        thread.start()
+        procs, logs = start_workers(dsn, queue, shape, "churn")
+        wait_ready(procs, logs, timeout=60)
+        t0 = time.time()
+        prev, prev_t = sample(), t0
+        first_av = prev[2]
+        windows: list[dict[str, Any]] = []
+        while time.time() - t0 < seconds:
+            time.sleep(window)
+            cur, now = sample(), time.time()
+            windows.append({"t": round(now - t0, 1), "rate": (cur[0] - prev[0]) / (now - prev_t),
+                            "dead_rows": cur[1], "claim_idx_bytes": cur[3]})
+            prev, prev_t = cur, now
+    finally:
+        stop_evt.set()
+        if thread.is_alive():
+            thread.join(timeout=30)
+        stop(procs)
+        prod.close()
+        mon.close()
+        cleanup(dsn, queue)
+    rates = [w["rate"] for w in windows]
+    return {"seconds": seconds, "depth": depth, "window": window, "naptime": naptime, "windows": windows,
+            "median_rate": median(rates), "min_rate": min(rates), "last_rate": rates[-1],
+            "max_dead_rows": max(w["dead_rows"] for w in windows),
+            "claim_idx_mb_end": windows[-1]["claim_idx_bytes"] / 1e6,
+            "autovacuum_passes": prev[2] - first_av, "errors": errors}

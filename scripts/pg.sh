@@ -193,6 +193,11 @@ full_page_writes = on
 # touched after one was logged whole (claim+complete with 1,000,000 queued:
 # 16.1k jobs/s at 1GB, 20.7k at 4GB; 20,000 queued: 23.7k). Durable either way.
 max_wal_size = 4GB
+# The launcher visits a database every naptime (default 1min); pgfence.jobs asks to
+# be vacuumed after 1% of it changed, which a busy queue reaches in seconds. Sustained
+# drain, 90 s: default 1min 24k jobs/s median falling to 16k (3M dead rows);
+# 5s: 31k median, 28k at worst, dead rows under 0.35M; 1s: 27k (vacuum never rests).
+autovacuum_naptime = 5s
 log_min_messages = warning
 logging_collector = off
 timezone = 'UTC'
