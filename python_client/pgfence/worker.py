@@ -253,7 +253,7 @@ class Worker:
         self._work.set()
 
     def _handler_loop(self) -> None:
-        ready, work, lock = self._ready, self._work, self._lock
+        ready, work, lock, outcome = self._ready, self._work, self._lock, self._outcome
         while not self._done.is_set():
             # Taking a job and marking it running is one step under the lock, so the
             # shutdown sees every job as either running or still waiting (to release).
@@ -275,7 +275,8 @@ class Worker:
                 self._running.discard(job.id)
                 self._finishing.add(job.id)
             self._results.append(result)
-            self._outcome.set()
+            if not outcome.is_set():  # the flusher clears it, then re-checks _results
+                outcome.set()
             if len(ready) < self.concurrency:
                 self._wake.set()  # a slot is free: the claimer may fetch more
             # No time.sleep(0) here: yielding the GIL after every job cost a system call and
@@ -364,6 +365,10 @@ class Worker:
         """Log and count each outcome; ``outcomes`` may hold only the refused rows
         (an input without an outcome row was accepted)."""
         by_id = {o.id: o for o in outcomes}
+        if not by_id and verb == "completed" and not log.isEnabledFor(logging.INFO):
+            self.counters[verb] += len(results)  # all accepted, nothing to log: the busy path
+            self._settle([r.job for r in results])
+            return
         for r in results:
             job = r.job
             o = by_id.get(job.id)
