@@ -174,7 +174,8 @@ def run_pgfence(cfg: Config, dsn: str, version: str) -> list[dict[str, Any]]:
         desc = (f"pgfence.Worker(Client.connect(dsn), concurrency={cfg.concurrency}, prefetch={p},"
                 f" poll_interval=0.05)" if impl == "client" else
                 f"STAND-IN worker loop (bench/standin_worker.py), concurrency={cfg.concurrency}, prefetch={p}")
-        row = new_row("pgfence", f"pgfence (prefetch {p}){label}", version, desc + "; enqueue: SQL via psycopg")
+        via = "pgfence.Client" if impl == "client" else "SQL via psycopg"
+        row = new_row("pgfence", f"pgfence (prefetch {p}){label}", version, f"{desc}; enqueue: {via}")
         row["worker_impl"] = impl
         if single is None:
             log(f"pgfence: {cfg.single_n:,} single enqueues")
@@ -402,7 +403,7 @@ def pgfence_only_table(po: Optional[dict[str, Any]], cfg: Config) -> str:
     for d in po.get("depth", []):
         capped = " (a run capped)" if d["capped"] else ""
         lines.append(f"| depth: claim+complete of {d['measured']:,} jobs with {d['queued']:,} queued"
-                     f" (2 procs x {cfg.concurrency}, prefetch {d['prefetch']}; median of {len(d['runs'])},"
+                     f" ({cfg.procs} procs x {cfg.concurrency}, prefetch {d['prefetch']}; median of {len(d['runs'])},"
                      f" database clock) | {fmt_num(d['rate'])} jobs/s (spread {fmt_num(d['spread'][0])}-"
                      f"{fmt_num(d['spread'][1])}; wall clock incl. process start {fmt_num(d['wall_rate'])})"
                      f"{capped} |")
@@ -432,7 +433,8 @@ def pgfence_only_table(po: Optional[dict[str, Any]], cfg: Config) -> str:
                      f" p95 {rc['p95_ms']:.0f} ms, max {rc['max_ms']:.0f} ms |")
     ch = po.get("churn")
     if ch:
-        lines.append(f"| churn: {ch['seconds']:.0f} s drain (2 procs x {cfg.concurrency}, prefetch 500) with"
+        lines.append(f"| churn: {ch['seconds']:.0f} s drain ({cfg.procs} procs x {cfg.concurrency}, prefetch"
+                     f" {max(cfg.pgfence_prefetch)}) with"
                      f" {ch['depth']:,} jobs kept queued, autovacuum_naptime {ch['naptime']}; claim+complete per"
                      f" {ch['window']:.0f} s window | median {fmt_num(ch['median_rate'])} jobs/s, min"
                      f" {fmt_num(ch['min_rate'])}, last {fmt_num(ch['last_rate'])}; pgfence.jobs: at most"

@@ -372,6 +372,37 @@ def test_stop_releases_an_overrunning_job_and_returns_prefetched_ones_uncounted(
     assert (client.get_job(ids[0]).status, client.get_job(ids[0]).result) == ("queued", None)
 
 
+def test_a_handler_returning_just_after_its_job_was_given_back_does_not_hang_the_shutdown(
+        dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
+    # The overrunning handler returns right after the shutdown released its job, before
+    # the shutdown's last step waits for reported outcomes: its void result must not
+    # leave the worker waiting for a job it no longer holds.
+    started, returned, release_done = threading.Event(), threading.Event(), threading.Event()
+
+    def stubborn(job: Job) -> Any:
+        started.set()
+        release_done.wait(30)
+        returned.set()
+        return {"late": True}
+
+    job_id = client.enqueue("stubborn", queue=queue)
+    worker = start(dsn, queue, {"stubborn": stubborn}, workers, concurrency=1, shutdown_grace=0.2)
+    real_release = worker._release
+
+    def release_then_let_the_handler_return(jobs: list[Job], *, started: bool) -> None:
+        real_release(jobs, started=started)
+        if started and jobs:
+            release_done.set()
+            assert returned.wait(10)
+            time.sleep(0.3)  # the handler thread hands in its (void) outcome before the last step
+    worker._release = release_then_let_the_handler_return  # type: ignore[method-assign]
+    with running(worker) as thread:
+        assert started.wait(15)
+        thread.stop(timeout=15)
+    assert (client.get_job(job_id).status, client.get_job(job_id).result) == ("queued", None)
+    assert worker.counters["released"] == 1 and worker.counters["completed"] == 0
+
+
 # ---------------------------------------------------------- wake-ups ----
 def test_notify_wakes_an_idle_worker_long_before_its_poll_interval(
         dsn: str, conn: psycopg.Connection[Any], client: Client, queue: str, workers: list[Client]) -> None:

@@ -273,7 +273,10 @@ class Worker:
             result = self._run_handler(job)
             with lock:
                 self._running.discard(job.id)
-                self._finishing.add(job.id)
+                if self._inflight.get(job.id) is job:
+                    self._finishing.add(job.id)
+                # else the shutdown gave this attempt back while it ran: its outcome is
+                # void (the flusher only logs it), and nothing is left to settle.
             self._results.append(result)
             if not outcome.is_set():  # the flusher clears it, then re-checks _results
                 outcome.set()

@@ -28,12 +28,24 @@ COMMENT ON FUNCTION pgfence._raise_invalid(text, text, text, text) IS
   'Private: raise 22023 naming the argument, its (truncated) value and the problem.';
 
 -- A name: kind, queue, worker_id. Not NULL, 1..128 characters.
+-- The *_ok predicates are the one statement of each rule: plain SQL, so they are
+-- inlined into the expressions of the callers' fast paths; the _check_* functions
+-- use them to decide and then say what is wrong.
+CREATE FUNCTION pgfence._name_ok(value text) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT value IS NOT NULL AND value <> '' AND char_length(value) <= 128
+$$;
+COMMENT ON FUNCTION pgfence._name_ok(text) IS
+  'Private: true for a valid kind, queue or worker id (not NULL, 1..128 characters), never NULL.';
+
 CREATE FUNCTION pgfence._check_name(arg text, value text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF value IS NULL THEN
+    IF pgfence._name_ok(value) THEN
+        RETURN;
+    ELSIF value IS NULL THEN
         PERFORM pgfence._raise_null(arg, format('pass a %s of 1 to 128 characters', arg));
-    ELSIF value = '' OR char_length(value) > 128 THEN
+    ELSE
         PERFORM pgfence._raise_invalid(arg, quote_literal(value),
             format('length %s is outside 1..128', char_length(value)),
             format('pass a %s of 1 to 128 characters', arg));
@@ -71,10 +83,19 @@ COMMENT ON FUNCTION pgfence._check_range(text, integer, integer, integer) IS
   'Private: check an integer argument is not NULL and within lo..hi.';
 
 -- A payload: not NULL, a JSON object, at most 1 MiB as jsonb.
+CREATE FUNCTION pgfence._payload_ok(value jsonb) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT value IS NOT NULL AND jsonb_typeof(value) = 'object' AND pg_column_size(value) <= 1048576
+$$;
+COMMENT ON FUNCTION pgfence._payload_ok(jsonb) IS
+  'Private: true for a valid payload (a JSON object of at most 1 MiB as jsonb), never NULL.';
+
 CREATE FUNCTION pgfence._check_payload(arg text, value jsonb) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF value IS NULL THEN
+    IF pgfence._payload_ok(value) THEN
+        RETURN;
+    ELSIF value IS NULL THEN
         PERFORM pgfence._raise_null(arg, 'pass a JSON object, e.g. ''{}''');
     ELSIF jsonb_typeof(value) <> 'object' THEN
         PERFORM pgfence._raise_invalid(arg, left(value::text, 60), format('is a JSON %s, not an object', jsonb_typeof(value)),

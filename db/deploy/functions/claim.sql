@@ -54,7 +54,7 @@ BEGIN
                 'pass NULL to claim from every queue, or at least one queue name');
         END IF;
         SELECT min(t.ord) INTO v_bad FROM unnest(queues) WITH ORDINALITY t(q, ord)
-         WHERE t.q IS NULL OR t.q = '' OR char_length(t.q) > 128;
+         WHERE NOT pgfence._name_ok(t.q);
         IF v_bad IS NOT NULL THEN
             PERFORM pgfence._check_name(format('queues[%s]', v_bad), queues[v_bad]);
         END IF;

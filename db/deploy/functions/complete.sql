@@ -31,9 +31,9 @@ BEGIN
     END IF;
     -- target reads each finishing attempt (its lease, for the history); rows are
     -- updated in id order (a fixed lock order: no deadlock against a concurrent
-    -- heartbeat_many of the same jobs) and each ended attempt is recorded. The
-    -- answer is read back afterwards: our updated rows are locked by us, and done
-    -- keeps the finishing token.
+    -- heartbeat_many of the same jobs) and each ended attempt is recorded. When a
+    -- row was refused, the answer is read back afterwards: our updated rows are
+    -- locked by us, and done keeps the finishing token.
     WITH target AS (
         SELECT j.id, j.attempt_token, j.lease_expires_at, i.result, 'processing'::text AS held
           FROM unnest(job_ids, attempt_tokens, results) AS i(id, token, result)
@@ -63,7 +63,8 @@ BEGIN
     IF v_count = n THEN
         -- All accepted (duplicate ids are refused up front): every row is done and
         -- there is nothing to look up. The common case.
-        RETURN QUERY SELECT i.id, true, 'done'::text, NULL::text FROM unnest(job_ids) AS i(id);
+        RETURN QUERY SELECT i.id, true, 'done'::text, NULL::text
+                       FROM unnest(job_ids) WITH ORDINALITY AS i(id, ord) ORDER BY i.ord;
         RETURN;
     END IF;
     -- Some were refused (or already done by this token: accepted, idempotent).

@@ -21,10 +21,17 @@ END $$;
 COMMENT ON FUNCTION pgfence._check_enqueue_options(text, integer, text) IS
   'Private: check queue, max_attempts and recovery_policy of an enqueue.';
 
+CREATE FUNCTION pgfence._key_ok(value text) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT value IS NULL OR (value <> '' AND char_length(value) <= 255)
+$$;
+COMMENT ON FUNCTION pgfence._key_ok(text) IS
+  'Private: true for a valid idempotency key (NULL, or 1..255 characters), never NULL.';
+
 CREATE FUNCTION pgfence._check_idempotency_key(arg text, value text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF value = '' OR char_length(value) > 255 THEN
+    IF NOT pgfence._key_ok(value) THEN
         PERFORM pgfence._raise_invalid(arg, quote_literal(value), format('length %s is outside 1..255', char_length(value)),
             'pass NULL for no key, or a key of 1 to 255 characters');
     END IF;
@@ -54,13 +61,10 @@ DECLARE
 BEGIN
     -- One expression decides whether every argument is valid (the common case costs
     -- no nested calls); only an invalid call runs the checks that name the argument.
-    IF kind IS NULL OR kind = '' OR char_length(kind) > 128
-       OR payload IS NULL OR jsonb_typeof(payload) <> 'object' OR pg_column_size(payload) > 1048576
-       OR queue IS NULL OR queue = '' OR char_length(queue) > 128
-       OR max_attempts IS NULL OR max_attempts < 1 OR max_attempts > 1000
-       OR recovery_policy IS NULL OR recovery_policy NOT IN ('auto', 'manual')
-       OR enqueue.priority IS NULL
-       OR coalesce(idempotency_key = '' OR char_length(idempotency_key) > 255, false) THEN
+    -- (The *_ok predicates are inlined; anything NULL counts as invalid here.)
+    IF NOT coalesce(pgfence._name_ok(kind) AND pgfence._payload_ok(payload) AND pgfence._name_ok(queue)
+                    AND max_attempts BETWEEN 1 AND 1000 AND recovery_policy IN ('auto', 'manual')
+                    AND enqueue.priority IS NOT NULL AND pgfence._key_ok(idempotency_key), false) THEN
         PERFORM pgfence._check_name('kind', kind);
         PERFORM pgfence._check_payload('payload', payload);
         PERFORM pgfence._check_enqueue_options(queue, max_attempts, recovery_policy);

@@ -48,13 +48,13 @@ BEGIN
             'pass NULL or an array with exactly one element per kind, in the same order');
     END IF;
     SELECT min(t.ord) INTO v_bad FROM unnest(kinds) WITH ORDINALITY t(k, ord)
-     WHERE t.k IS NULL OR t.k = '' OR char_length(t.k) > 128;
+     WHERE NOT pgfence._name_ok(t.k);
     IF v_bad IS NOT NULL THEN
         PERFORM pgfence._check_name(format('kinds[%s]', v_bad), kinds[v_bad]);
     END IF;
     IF payloads IS NOT NULL THEN
         SELECT min(t.ord) INTO v_bad FROM unnest(payloads) WITH ORDINALITY t(p, ord)
-         WHERE t.p IS NULL OR jsonb_typeof(t.p) <> 'object' OR pg_column_size(t.p) > 1048576;
+         WHERE NOT pgfence._payload_ok(t.p);
         IF v_bad IS NOT NULL THEN
             PERFORM pgfence._check_payload(format('payloads[%s]', v_bad), payloads[v_bad]);
         END IF;
@@ -65,7 +65,7 @@ BEGIN
     END IF;
     IF idempotency_keys IS NOT NULL THEN
         SELECT min(t.ord) INTO v_bad FROM unnest(idempotency_keys) WITH ORDINALITY t(k, ord)
-         WHERE t.k = '' OR char_length(t.k) > 255;
+         WHERE NOT pgfence._key_ok(t.k);
         IF v_bad IS NOT NULL THEN
             PERFORM pgfence._check_idempotency_key(format('idempotency_keys[%s]', v_bad), idempotency_keys[v_bad]);
         END IF;

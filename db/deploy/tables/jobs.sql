@@ -58,10 +58,10 @@ CREATE TABLE pgfence.jobs (
 -- Autovacuum, chosen by measurement (README, Performance): every job leaves two
 -- dead row versions (claim, complete) and dead entries in the claim index, while
 -- retention keeps up to a day of finished rows. With the defaults (20% of the
--- table, throttled) a sustained drain fell from 26k to 16k jobs/s within 90 s
--- (3M dead rows, claim index 97 MB for 50k queued jobs); vacuuming after 1% of
--- the table (at least 10,000 rows), unthrottled, with autovacuum_naptime = 5s
--- kept it at 28-33k (claim index 20 MB). The naptime is a server setting: see the
+-- table, throttled) a 90 s sustained drain had a median of 24.3k jobs/s, falling
+-- from 25.6k to 16-18k (3M dead rows, claim index 97 MB for 50k queued jobs);
+-- vacuuming after 10,000 rows plus 1% of the table, unthrottled, with
+-- autovacuum_naptime = 5s kept it at 28-33k, median 30.9k (claim index 20 MB). The naptime is a server setting: see the
 -- DBA section.
 WITH (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 10000,
       autovacuum_vacuum_cost_delay = 0);

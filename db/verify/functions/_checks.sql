@@ -4,6 +4,8 @@ BEGIN;
 
 SELECT 'pgfence._raise_null(text, text)'::regprocedure,
        'pgfence._raise_invalid(text, text, text, text)'::regprocedure,
+       'pgfence._name_ok(text)'::regprocedure,
+       'pgfence._payload_ok(jsonb)'::regprocedure,
        'pgfence._check_name(text, text)'::regprocedure,
        'pgfence._check_lease(interval)'::regprocedure,
        'pgfence._check_range(text, integer, integer, integer)'::regprocedure,

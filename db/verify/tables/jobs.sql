@@ -13,8 +13,8 @@ SELECT 1 / (count(*) = 3)::int FROM pg_catalog.pg_indexes
    AND indexname IN ('jobs_claim_idx', 'jobs_reclaim_idx', 'jobs_idempotency_idx');
 
 -- The measured autovacuum settings are in place.
-SELECT 1 / (reloptions @> ARRAY['autovacuum_vacuum_scale_factor=0.01', 'autovacuum_vacuum_threshold=10000',
-                                'autovacuum_vacuum_cost_delay=0'])::int
+SELECT 1 / coalesce(reloptions @> ARRAY['autovacuum_vacuum_scale_factor=0.01', 'autovacuum_vacuum_threshold=10000',
+                                         'autovacuum_vacuum_cost_delay=0'], false)::int
   FROM pg_catalog.pg_class WHERE oid = 'pgfence.jobs'::regclass;
 
 ROLLBACK;
