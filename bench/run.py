@@ -54,8 +54,8 @@ class Config:
     sweep_n: int = 100_000
     sweep_idle_max_s: float = 30.0
     recovery_samples: int = 20
-    churn_seconds: float = 60.0
-    churn_depth: int = 50_000
+    churn_seconds: float = 45.0
+    churn_depths: tuple[int, ...] = (20_000, 1_000_000)
     pgbench_seconds: int = 10
     pgbench_prefill: int = 1_000_000
     pgfence_prefetch: tuple[int, ...] = (8, 72, 500)
@@ -219,12 +219,12 @@ def run_pgfence_only(cfg: Config, dsn: str) -> dict[str, Any]:
     log(f"pgfence recovery: {cfg.recovery_samples} killed workers, 2 s lease, workers polling at 0.1 s")
     rshape = pf.WorkerShape(procs=cfg.procs, concurrency=cfg.concurrency, prefetch=8, poll_interval=0.1, impl=impl)
     out["recovery"] = guarded(holder, "recovery", lambda: pf.recovery(dsn, cfg.recovery_samples, rshape))
-    if cfg.churn_seconds:
-        log(f"pgfence churn: {cfg.churn_seconds:.0f} s drain with {cfg.churn_depth:,} jobs kept queued"
-            f" (prefetch {best_p})")
-        out["churn"] = guarded(holder, "churn", lambda: pf.churn(dsn, cfg.churn_seconds, cfg.churn_depth, shape))
-        if out["churn"]:
-            ch = out["churn"]
+    out["churn"] = []
+    for d in (cfg.churn_depths if cfg.churn_seconds else ()):
+        log(f"pgfence churn: {cfg.churn_seconds:.0f} s drain with {d:,} jobs kept queued (prefetch {best_p})")
+        ch = guarded(holder, f"churn {d}", lambda: pf.churn(dsn, cfg.churn_seconds, d, shape))
+        if ch:
+            out["churn"].append(ch)
             log(f"  median {ch['median_rate']:,.0f} jobs/s, min {ch['min_rate']:,.0f},"
                 f" max dead rows {ch['max_dead_rows']:,}")
     return out
@@ -431,15 +431,18 @@ def pgfence_only_table(po: Optional[dict[str, Any]], cfg: Config) -> str:
         lines.append(f"| recovery: killed worker, lease 2 s, workers polling every {rc['poll_interval']} s:"
                      f" lease expiry -> claimed again ({rc['samples']} samples) | p50 {rc['p50_ms']:.0f} ms,"
                      f" p95 {rc['p95_ms']:.0f} ms, max {rc['max_ms']:.0f} ms |")
-    ch = po.get("churn")
-    if ch:
+    churns = po.get("churn") or []
+    for ch in churns:
         lines.append(f"| churn: {ch['seconds']:.0f} s drain ({cfg.procs} procs x {cfg.concurrency}, prefetch"
-                     f" {max(cfg.pgfence_prefetch)}) with"
-                     f" {ch['depth']:,} jobs kept queued, autovacuum_naptime {ch['naptime']}; claim+complete per"
-                     f" {ch['window']:.0f} s window | median {fmt_num(ch['median_rate'])} jobs/s, min"
-                     f" {fmt_num(ch['min_rate'])}, last {fmt_num(ch['last_rate'])}; pgfence.jobs: at most"
-                     f" {ch['max_dead_rows']:,} dead rows, claim index {ch['claim_idx_mb_end']:.1f} MB at the end,"
-                     f" {ch['autovacuum_passes']} autovacuum passes |")
+                     f" {max(cfg.pgfence_prefetch)}) with {ch['depth']:,} jobs kept queued, autovacuum_naptime"
+                     f" {ch['naptime']}; claim+complete per {ch['window']:.0f} s window | median"
+                     f" {fmt_num(ch['median_rate'])} jobs/s, min {fmt_num(ch['min_rate'])}, last"
+                     f" {fmt_num(ch['last_rate'])}; pgfence.jobs: at most {ch['max_dead_rows']:,} dead rows, claim"
+                     f" index {ch['claim_idx_mb_end']:.1f} MB at the end (indexes keep their size from earlier"
+                     f" runs), {ch['autovacuum_passes']} autovacuum passes |")
+    if len(churns) == 2 and churns[0]["median_rate"]:
+        lines.append(f"| steady depth ratio: {churns[1]['depth']:,} vs {churns[0]['depth']:,} kept queued (median"
+                     f" of the windows) | {churns[1]['median_rate'] / churns[0]['median_rate']:.2f} |")
     for e in po.get("errors", []):
         lines.append(f"| error | {e} |")
     return "\n".join(lines)
