@@ -403,6 +403,36 @@ def test_a_handler_returning_just_after_its_job_was_given_back_does_not_hang_the
     assert worker.counters["released"] == 1 and worker.counters["completed"] == 0
 
 
+def test_a_stale_attempt_returning_does_not_hide_the_new_attempt_of_its_job_from_the_shutdown(
+        dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
+    # Attempt 1 keeps running after an operator cancelled and requeued the job; the same
+    # worker claims attempt 2. When attempt 1 returns, the worker must still know that
+    # attempt 2 runs, so that the shutdown gives it back.
+    gates = {1: threading.Event(), 2: threading.Event()}
+    started = {1: threading.Event(), 2: threading.Event()}
+
+    def stubborn(job: Job) -> Any:
+        started[job.attempts].set()
+        gates[job.attempts].wait(30)
+        return {"attempt": job.attempts}
+
+    job_id = client.enqueue("stubborn", queue=queue)
+    worker = start(dsn, queue, {"stubborn": stubborn}, workers, concurrency=2, shutdown_grace=0.3)
+    try:
+        with running(worker) as thread:
+            assert started[1].wait(15)
+            client.cancel(job_id)
+            client.requeue(job_id)
+            assert started[2].wait(15)
+            gates[1].set()  # the stale attempt returns; its result is void
+            wait_for(lambda: worker.counters["lease_lost"] or None, 15, "the stale outcome to be refused")
+            thread.stop(timeout=15)
+        row = client.get_job(job_id)
+        assert (row.status, row.attempts, row.last_error, row.result) == ("queued", 2, RELEASED, None)
+    finally:
+        gates[2].set()
+
+
 # ---------------------------------------------------------- wake-ups ----
 def test_notify_wakes_an_idle_worker_long_before_its_poll_interval(
         dsn: str, conn: psycopg.Connection[Any], client: Client, queue: str, workers: list[Client]) -> None:

@@ -140,7 +140,9 @@ class Worker:
 
         self._lock = threading.Lock()
         self._inflight: dict[int, Job] = {}     # claimed and not yet settled in the database
-        self._running: set[int] = set()         # handed to a handler, handler not returned
+        # Handed to a handler, handler not returned. By id, holding the attempt: a stale
+        # attempt of a job may still run while this worker runs its next one.
+        self._running: dict[int, Job] = {}
         self._finishing: set[int] = set()       # handler returned, outcome not yet settled
         # Hand-offs are deques (append/popleft are atomic under the GIL) plus one
         # event per batch, not a lock and a wake-up per job.
@@ -264,7 +266,7 @@ class Worker:
                 if job is not None:
                     if self._inflight.get(job.id) is not job:
                         continue  # this attempt's lease was lost while it waited: never started
-                    self._running.add(job.id)
+                    self._running[job.id] = job
             if job is None:
                 work.clear()
                 if not ready:
@@ -272,7 +274,8 @@ class Worker:
                 continue
             result = self._run_handler(job)
             with lock:
-                self._running.discard(job.id)
+                if self._running.get(job.id) is job:
+                    del self._running[job.id]
                 if self._inflight.get(job.id) is job:
                     self._finishing.add(job.id)
                 # else the shutdown gave this attempt back while it ran: its outcome is
@@ -441,7 +444,7 @@ class Worker:
                     log.warning("job %s kind=%s attempt=%s: lease lost on heartbeat: %s", job.id, job.kind,
                                 job.attempts, o.detail)
                     with self._lock:
-                        if job.id not in self._running and self._inflight.get(job.id) is job:
+                        if self._running.get(job.id) is not job and self._inflight.get(job.id) is job:
                             del self._inflight[job.id]  # never started: drop it here
 
     def _listen_loop(self) -> None:
@@ -502,7 +505,7 @@ class Worker:
             time.sleep(0.02)
         # 3. Give back what is still running; its late result is void.
         with self._lock:
-            running = [self._inflight[i] for i in self._running if i in self._inflight]
+            running = [job for job in self._running.values() if self._inflight.get(job.id) is job]
         for job in running:
             job._mark_lease_lost()
         self._release(running, started=True)
