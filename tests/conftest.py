@@ -169,6 +169,17 @@ def conn(dsn: str) -> Iterator[psycopg.Connection[Any]]:
 
 
 @pytest.fixture
+def client(dsn: str) -> Iterator[Any]:
+    """A pgfence.Client with its own small pool, closed after the test."""
+    from pgfence import Client  # imported here: the SQL-only tests do not need the client
+    c = Client.connect(dsn, max_size=4)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture
 def queue(request: pytest.FixtureRequest) -> str:
     """A queue name unique to this test (<= 100 chars): t_<test name>_<random hex>.
     Tests share one database (and the running pg_cron sweeper), so each uses its own queue."""

@@ -27,15 +27,6 @@ from pgfence.cli import format_age, format_table, main
 COMMANDS = ["worker", "enqueue", "stats", "show", "requeue", "cancel", "reclaim"]
 
 
-@pytest.fixture
-def client(dsn: str) -> Iterator[Client]:
-    c = Client.connect(dsn, max_size=2)
-    try:
-        yield c
-    finally:
-        c.close()
-
-
 def ok(result: subprocess.CompletedProcess[str]) -> str:
     assert result.returncode == 0, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
     return result.stdout

@@ -26,15 +26,6 @@ from pgfence import (SCHEMA_VERSION, Attempt, Client, Enqueued, InvalidArgument,
 W = "test-client-worker"
 
 
-@pytest.fixture
-def client(dsn: str) -> Iterator[Client]:
-    c = Client.connect(dsn, max_size=4)
-    try:
-        yield c
-    finally:
-        c.close()
-
-
 def db_now(conn: psycopg.Connection[Any]) -> datetime:
     row = conn.execute("SELECT clock_timestamp()").fetchone()
     assert row is not None

@@ -26,15 +26,6 @@ from clienthelpers import (LEASE_EXPIRED, RELEASED, app_dsn, backends, running, 
 from pgfence import Client, Interrupted, Job, JobRecord, PermanentFailure, RetryAfter, Worker
 
 
-@pytest.fixture
-def client(dsn: str) -> Iterator[Client]:
-    c = Client.connect(dsn, max_size=4)
-    try:
-        yield c
-    finally:
-        c.close()
-
-
 def make_worker(dsn: str, queue: str, handlers: dict[str, Any], *, app: Optional[str] = None,
                 **options: Any) -> tuple[Worker, Client]:
     """A Worker on its own pool (closed by the caller), claiming only from ``queue``."""
