@@ -68,10 +68,7 @@ BEGIN
         RETURN;
     END IF;
     -- Some were refused (or already done by this token: accepted, idempotent).
-    SELECT array_agg(coalesce(j.status = 'done' AND j.attempt_token = i.token, false) ORDER BY i.ord)
-      INTO v_acc
-      FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord)
-      LEFT JOIN LATERAL (SELECT * FROM pgfence.jobs x WHERE x.id = i.id OFFSET 0) j ON true;
+    v_acc := pgfence._accepted(job_ids, attempt_tokens, 'done');
     PERFORM pgfence._record_rejections(job_ids, attempt_tokens, v_acc, 'complete');
     RETURN QUERY
     SELECT a.id, a.accepted, a.status, a.detail FROM pgfence._batch_answer(job_ids, attempt_tokens, v_acc) a;

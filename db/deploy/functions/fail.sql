@@ -105,11 +105,7 @@ BEGIN
     END LOOP;
     IF cardinality(v_ords) < n THEN
         -- Refused, unless already dead-lettered by this very token (an idempotent retry).
-        SELECT array_agg(v_acc[i.ord] OR coalesce(j.status = 'failed' AND j.attempt_token = i.token, false)
-                         ORDER BY i.ord)
-          INTO v_acc
-          FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord)
-          LEFT JOIN LATERAL (SELECT * FROM pgfence.jobs x WHERE x.id = i.id OFFSET 0) j ON true;
+        v_acc := pgfence._accepted(job_ids, attempt_tokens, 'failed', v_acc);
         PERFORM pgfence._record_rejections(job_ids, attempt_tokens, v_acc, 'fail');
     END IF;
 

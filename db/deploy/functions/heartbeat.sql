@@ -43,10 +43,7 @@ BEGIN
     IF v_count = n THEN
         v_acc := array_fill(true, ARRAY[n]);
     ELSE
-        SELECT array_agg(coalesce(j.status = 'processing' AND j.attempt_token = i.token, false) ORDER BY i.ord)
-          INTO v_acc
-          FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord)
-          LEFT JOIN LATERAL (SELECT * FROM pgfence.jobs x WHERE x.id = i.id OFFSET 0) j ON true;
+        v_acc := pgfence._accepted(job_ids, attempt_tokens, 'processing');
         PERFORM pgfence._record_rejections(job_ids, attempt_tokens, v_acc, 'heartbeat');
     END IF;
 
