@@ -150,6 +150,15 @@ def test_claim_returns_jobs_with_a_token_and_a_lease_in_priority_order(client: C
     assert client.claim(W, [queue]) == []
 
 
+def test_claim_returns_the_payload_as_enqueued(client: Client, queue: str) -> None:
+    # claim decodes the payload itself (from JSON text); it must equal what went in.
+    payload = {"text": "h\u00e9llo \u2603 \"q\" \\ \n", "n": [1, -2.5, 0.1, 12345678901234567890, None, True],
+               "nested": {"a": {"b": []}, "empty": {}}}
+    client.enqueue("k", payload, queue=queue)
+    [job] = client.claim(W, [queue])
+    assert job.payload == payload and job.payload["n"][3] == 12345678901234567890
+
+
 def test_heartbeat_extends_the_lease_by_the_given_timedelta(client: Client, queue: str) -> None:
     client.enqueue("k", queue=queue)
     job = claim_one(client, queue)
