@@ -317,6 +317,23 @@ def test_idempotent_retries_by_the_finishing_token_are_not_rejections(conn: Conn
         assert len(attempts_of(conn, j)) == 1  # the retry ended no second attempt
 
 
+def test_a_repeated_fail_that_requeued_is_accepted_not_refused(conn: Conn, worker_conn: Conn, q: str) -> None:
+    # The first fail requeued the job, which clears its token; a repeat of it (the
+    # worker's retry after a lost reply) must be accepted, record nothing, change nothing.
+    jid = enqueue(conn, q, max_attempts=3)
+    tok = claim_job(conn, q, jid, lease="1 hour")
+    assert one(worker_conn, "SELECT pgfence.fail(%s, %s, 'x', '1 hour')", (jid, tok)) == "queued"
+    before = one(conn, "SELECT to_jsonb(j) FROM pgfence.jobs j WHERE id = %s", (jid,))
+    assert one(worker_conn, "SELECT pgfence.fail(%s, %s, 'x')", (jid, tok)) == "queued"
+    assert worker_conn.execute(BATCH_CALLS["fail"], {"ids": [jid], "toks": [tok]}).fetchall() == [
+        (True, "queued", None)]
+    assert one(conn, "SELECT to_jsonb(j) FROM pgfence.jobs j WHERE id = %s", (jid,)) == before
+    assert rejections_of(conn, jid) == []
+    assert [a["outcome"] for a in attempts_of(conn, jid)] == ["failed"]
+    # another token is still refused
+    assert worker_conn.execute(BATCH_CALLS["fail"], {"ids": [jid], "toks": [ZERO_TOKEN]}).fetchall()[0][0] is False
+
+
 def test_report_rejection_refuses_what_was_not_refused(conn: Conn, worker_conn: Conn, q: str) -> None:
     jid = enqueue(conn, q)
     tok = claim_job(conn, q, jid, lease="1 hour")

@@ -405,7 +405,7 @@ class Worker:
 
     def _retrying(self, call: Callable[[], list[Outcome]]) -> list[Outcome]:
         """Retry a fenced batch call through connection failures. Safe: complete and
-        dead-lettering fail are idempotent for the token; a lease that expired meanwhile
+        fail are idempotent for the token (a repeat is accepted, changes nothing); a lease that expired meanwhile
         is refused by the database, never silently lost."""
         backoff = 0.05
         while True:

@@ -22,20 +22,18 @@ COMMENT ON FUNCTION pgfence._raise_fence(bigint, text, text) IS
   'Private: raise PF002 (no such job) or PF001 (lease lost, with DETAIL) for a refused fenced call.';
 
 -- Which inputs of a fenced batch call that did not update every row count as
--- accepted: decided[i] (what the call's own UPDATE took), or the job is now in
--- `status` with this very token (an idempotent repeat, or the UPDATE's own
--- result where the status keeps the token). Only read when some row was refused.
-CREATE FUNCTION pgfence._accepted(job_ids bigint[], attempt_tokens uuid[], status text,
-                                  decided boolean[] DEFAULT NULL) RETURNS boolean[]
+-- accepted: the job is now in `status` with this very token (the call's own
+-- UPDATE, or an idempotent repeat of it). For calls whose status keeps the token
+-- (complete: done, heartbeat: processing). Only read when some row was refused.
+CREATE FUNCTION pgfence._accepted(job_ids bigint[], attempt_tokens uuid[], status text) RETURNS boolean[]
 LANGUAGE sql STABLE AS $$
-    SELECT array_agg(coalesce(decided[i.ord], false)
-                     OR coalesce(j.status = _accepted.status AND j.attempt_token = i.token, false)
+    SELECT array_agg(coalesce(j.status = _accepted.status AND j.attempt_token = i.token, false)
                      ORDER BY i.ord)
       FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord)
       LEFT JOIN LATERAL (SELECT * FROM pgfence.jobs x WHERE x.id = i.id OFFSET 0) j ON true
 $$;
-COMMENT ON FUNCTION pgfence._accepted(bigint[], uuid[], text, boolean[]) IS
-  'Private: per input of a fenced batch call, accepted = decided by the call, or the job is in status with this token.';
+COMMENT ON FUNCTION pgfence._accepted(bigint[], uuid[], text) IS
+  'Private: per input of a fenced batch call, accepted = the job is now in status with this token.';
 
 -- Record the refused inputs of a batch call (accepted[i] false, job exists) in
 -- pgfence.rejections, with the reason. Called only when a batch had refusals.

@@ -19,7 +19,7 @@ COMMENT ON FUNCTION pgfence._fail_status(boolean, integer, integer) IS
 -- clock_timestamp() + (retry_ins[i] or the backoff) while attempts < max_attempts
 -- and not permanent, else failed. Only where the token is current. One row per
 -- input in input order; accepted = this token's failure is recorded (now or
--- already: a retry of a fail that dead-lettered the job is accepted).
+-- already: a retry of a fail whose reply was lost is accepted, and changes nothing).
 CREATE FUNCTION pgfence.fail_many(
     job_ids        bigint[],
     attempt_tokens uuid[],
@@ -104,8 +104,15 @@ BEGIN
         v_acc[v_bad] := true;
     END LOOP;
     IF cardinality(v_ords) < n THEN
-        -- Refused, unless already dead-lettered by this very token (an idempotent retry).
-        v_acc := pgfence._accepted(job_ids, attempt_tokens, 'failed', v_acc);
+        -- Refused, unless this very token's failure is already recorded: a retry of a
+        -- call whose reply was lost. A fail that dead-lettered the job kept the token on
+        -- the row, one that requeued it cleared it; the attempt history has both.
+        SELECT array_agg(v_acc[i.ord] OR EXISTS (
+                   SELECT 1 FROM pgfence.attempts a
+                    WHERE a.job_id = i.id AND a.attempt_token = i.token AND a.outcome = 'failed')
+                 ORDER BY i.ord)
+          INTO v_acc
+          FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord);
         PERFORM pgfence._record_rejections(job_ids, attempt_tokens, v_acc, 'fail');
     END IF;
 
@@ -117,8 +124,10 @@ COMMENT ON FUNCTION pgfence.fail_many(bigint[], uuid[], text[], interval[], bool
 $$Fail 1..10000 attempts in one call, each with errors[i]; retry_ins[i] (0..365 days) overrides the
 backoff least(1 s * 2^(attempts-1), 5 min); permanents[i] dead-letters at once. Returns (id, accepted,
 status, detail) per input in input order; status is queued (retry) or failed (dead letter) when accepted.
-Each ended attempt is recorded in pgfence.attempts (outcome failed, with its error); refused rows change
-nothing and are recorded in pgfence.rejections. Errors: 22004, 22023, PF004.$$;
+Idempotent for the token: a repeated call whose failure is already recorded is accepted and changes
+nothing (status is then the job's status now). Each ended attempt is recorded in pgfence.attempts
+(outcome failed, with its error); refused rows change nothing and are recorded in pgfence.rejections.
+Errors: 22004, 22023, PF004.$$;
 
 CREATE FUNCTION pgfence._check_error(arg text, value text) RETURNS void
 LANGUAGE plpgsql AS $$
@@ -176,7 +185,8 @@ END $$;
 COMMENT ON FUNCTION pgfence.fail(bigint, uuid, text, interval, boolean) IS
 $$Fail a job's current attempt with error, only while attempt_token is current. Returns the new status:
 'queued' (available at clock_timestamp() + coalesce(retry_in, least(1 s * 2^(attempts-1), 5 min))) while
-attempts < max_attempts and not permanent, else 'failed' (dead letter). Idempotent for the token that
-dead-lettered the job. Errors: PF001 lease lost (DETAIL), PF002 unknown job, 22004, 22023.$$;
+attempts < max_attempts and not permanent, else 'failed' (dead letter). Idempotent for the token whose
+failure is recorded (a repeat changes nothing). Errors: PF001 lease lost (DETAIL), PF002 unknown job,
+22004, 22023, PF004.$$;
 
 COMMIT;

@@ -3,7 +3,7 @@
 BEGIN;
 
 SELECT 'pgfence._raise_fence(bigint, text, text)'::regprocedure,
-       'pgfence._accepted(bigint[], uuid[], text, boolean[])'::regprocedure,
+       'pgfence._accepted(bigint[], uuid[], text)'::regprocedure,
        'pgfence._record_rejections(bigint[], uuid[], boolean[], text)'::regprocedure,
        'pgfence._batch_answer(bigint[], uuid[], boolean[])'::regprocedure;
 
