@@ -121,7 +121,7 @@ BEGIN
         PERFORM pgfence._raise_null('attempt_tokens', 'pass one attempt token per job id');
     END IF;
     PERFORM pgfence._check_range('job_ids length', n, 1, 10000);
-    PERFORM pgfence._check_isolation('a fenced batch call');
+    PERFORM pgfence._check_isolation('a fenced call (heartbeat, complete, fail, release, or their _many form)');
     IF cardinality(attempt_tokens) <> n THEN
         PERFORM pgfence._raise_invalid('attempt_tokens length', cardinality(attempt_tokens)::text,
             format('job_ids has %s elements', n), 'pass exactly one attempt token per job id, in the same order');
@@ -148,7 +148,7 @@ BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION USING ERRCODE = 'PF004',
             MESSAGE = format('pgfence: %s needs READ COMMITTED, not %s', fn, current_setting('transaction_isolation')),
-            HINT = format('call %s in its own transaction (autocommit) or at READ COMMITTED isolation', fn);
+            HINT = 'run it in its own transaction (autocommit) or at READ COMMITTED isolation';
     END IF;
 END $$;
 COMMENT ON FUNCTION pgfence._check_isolation(text) IS

@@ -70,10 +70,11 @@ COMMENT ON TABLE pgfence.jobs IS
   'pgfence jobs, one row per job. Write through the pgfence functions only: they hold the fencing rules.';
 COMMENT ON COLUMN pgfence.jobs.status IS
   'queued | processing | done | failed (dead letter) | manual_review (manual job whose lease expired) | cancelled';
-COMMENT ON COLUMN pgfence.jobs.attempts IS 'Number of claims so far (incremented by every claim).';
+COMMENT ON COLUMN pgfence.jobs.attempts IS
+  'Attempts counted so far: every claim adds one; release with started => false takes it back.';
 COMMENT ON COLUMN pgfence.jobs.available_at IS 'Runnable from then on; a retry backoff is a future available_at.';
 COMMENT ON COLUMN pgfence.jobs.attempt_token IS
-  'The fence: a fresh value on every claim. Kept on done/failed rows as the token that finished the job.';
+  'The fence: a fresh value on every claim. Kept on done rows, and on rows fail dead-lettered, as the token that finished the job.';
 COMMENT ON COLUMN pgfence.jobs.lease_expires_at IS
   'The one column that decides reclaim: a processing row past it may be reclaimed.';
 COMMENT ON COLUMN pgfence.jobs.heartbeat_at IS 'Last heartbeat of the current attempt (for humans; never decides anything).';
