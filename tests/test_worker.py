@@ -364,7 +364,7 @@ def test_stop_releases_an_overrunning_job_and_returns_prefetched_ones_uncounted(
 
 
 def test_a_handler_returning_just_after_its_job_was_given_back_does_not_hang_the_shutdown(
-        dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
+        dsn: str, client: Client, queue: str, workers: list[Client], caplog: pytest.LogCaptureFixture) -> None:
     # The overrunning handler returns right after the shutdown released its job, before
     # the shutdown's last step waits for reported outcomes: its void result must not
     # leave the worker waiting for a job it no longer holds.
@@ -387,11 +387,16 @@ def test_a_handler_returning_just_after_its_job_was_given_back_does_not_hang_the
             assert returned.wait(10)
             time.sleep(0.3)  # the handler thread hands in its (void) outcome before the last step
     worker._release = release_then_let_the_handler_return  # type: ignore[method-assign]
+    caplog.set_level(logging.INFO, logger="pgfence.worker")
     with running(worker) as thread:
         assert started.wait(15)
         thread.stop(timeout=15)
     assert (client.get_job(job_id).status, client.get_job(job_id).result) == ("queued", None)
     assert worker.counters["released"] == 1 and worker.counters["completed"] == 0
+    # The void result is logged as what it is: given back by the shutdown, not a lost lease.
+    messages = [r.getMessage() for r in caplog.records if f"job {job_id} " in r.getMessage()]
+    assert any("returned after the shutdown gave it back" in m for m in messages), messages
+    assert not any("lease lost" in m for m in messages), messages
 
 
 def test_a_stale_attempt_returning_does_not_hide_the_new_attempt_of_its_job_from_the_shutdown(

@@ -32,7 +32,8 @@ class Job:
 
     @property
     def lease_lost(self) -> bool:
-        """True once a heartbeat or report was refused: this attempt's result will not be recorded."""
+        """True once a heartbeat or report was refused, or the worker's shutdown gave the job back
+        while it ran: this attempt's result will not be recorded."""
         return self._lost[0]
 
     def should_stop(self) -> bool:

@@ -143,6 +143,7 @@ class Worker:
         # Handed to a handler, handler not returned. By id, holding the attempt: a stale
         # attempt of a job may still run while this worker runs its next one.
         self._running: dict[int, Job] = {}
+        self._given_back: dict[int, Job] = {}  # running attempts the shutdown released
         self._finishing: set[int] = set()       # handler returned, outcome not yet settled
         # Hand-offs are deques (append/popleft are atomic under the GIL) plus one
         # event per batch, not a lock and a wake-up per job.
@@ -346,8 +347,12 @@ class Worker:
         # A lost lease makes the attempt's result void: never report it.
         lost = [r for r in batch if r.job.lease_lost]
         for r in lost:
-            log.warning("job %s kind=%s attempt=%s: lease lost, result discarded", r.job.id, r.job.kind,
-                        r.job.attempts)
+            if self._given_back.get(r.job.id) is r.job:
+                log.info("job %s kind=%s attempt=%s: returned after the shutdown gave it back, result discarded",
+                         r.job.id, r.job.kind, r.job.attempts)
+            else:
+                log.warning("job %s kind=%s attempt=%s: lease lost, result discarded", r.job.id, r.job.kind,
+                            r.job.attempts)
         self._settle([r.job for r in lost])
         batch = [r for r in batch if not r.job.lease_lost]
         interrupted = [r.job for r in batch if r.interrupted]
@@ -507,7 +512,8 @@ class Worker:
         with self._lock:
             running = [job for job in self._running.values() if self._inflight.get(job.id) is job]
         for job in running:
-            job._mark_lease_lost()
+            self._given_back[job.id] = job
+            job._mark_lease_lost()  # stops a handler that polls should_stop; voids its result
         self._release(running, started=True)
         # 4. Report every outcome already produced before leaving.
         while True:
