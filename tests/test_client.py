@@ -7,6 +7,7 @@ the right PgfenceError subclass with the server's message, detail and hint.
 """
 from __future__ import annotations
 
+import json
 import secrets
 import uuid
 from collections.abc import Iterator
@@ -157,6 +158,41 @@ def test_claim_returns_the_payload_as_enqueued(client: Client, queue: str) -> No
     client.enqueue("k", payload, queue=queue)
     [job] = client.claim(W, [queue])
     assert job.payload == payload and job.payload["n"][3] == 12345678901234567890
+
+
+def test_claim_decodes_the_payload_with_a_jsonb_loader_set_on_the_connection(dsn: str, queue: str) -> None:
+    from decimal import Decimal
+    from psycopg.types.json import set_json_loads
+    with connect(dsn) as conn:
+        set_json_loads(lambda data: json.loads(data, parse_float=Decimal), conn)
+        own = Client(conn)
+        own.enqueue("k", {"price": 1.10}, queue=queue)
+        [job] = own.claim(W, [queue])
+        assert job.payload == {"price": Decimal("1.10")} and isinstance(job.payload["price"], Decimal)
+
+
+def test_claim_decodes_the_payload_on_a_sql_ascii_connection(dsn: str, queue: str) -> None:
+    # psycopg returns text as bytes when client_encoding is SQL_ASCII.
+    with connect(dsn) as conn:
+        conn.execute("SET client_encoding TO 'SQL_ASCII'")
+        own = Client(conn)
+        own.enqueue("k", {"a": [1, "b"]}, queue=queue)
+        [job] = own.claim(W, [queue])
+        assert job.payload == {"a": [1, "b"]}
+
+
+def test_batch_calls_take_large_ids_and_tokens_given_as_strings(client: Client, queue: str) -> None:
+    # Ids and tokens travel as binary arrays: ids beyond int4, tuples, and tokens as
+    # strings all reach the function (and an unknown id is refused, not an error).
+    job_id = client.enqueue("k", queue=queue)
+    [job] = client.claim(W, [queue])
+    big = 2**40
+    out = client.heartbeat_many((job_id, big), (str(job.attempt_token), str(uuid.uuid4())))
+    assert [(o.id, o.accepted) for o in out] == [(job_id, True), (big, False)]
+    assert out[1].detail == "the job does not exist"
+    out = client.complete_many([big, job_id], [uuid.uuid4(), job.attempt_token], [None, None])
+    assert [(o.id, o.accepted, o.status) for o in out] == [(big, False, None), (job_id, True, "done")]
+    assert client.get_job(job_id).result is None
 
 
 def test_heartbeat_extends_the_lease_by_the_given_timedelta(client: Client, queue: str) -> None:
