@@ -332,6 +332,18 @@ def test_a_repeated_fail_that_requeued_is_accepted_not_refused(conn: Conn, worke
     assert [a["outcome"] for a in attempts_of(conn, jid)] == ["failed"]
     # another token is still refused
     assert worker_conn.execute(BATCH_CALLS["fail"], {"ids": [jid], "toks": [ZERO_TOKEN]}).fetchall()[0][0] is False
+    # once the job runs again, the repeat still answers what its own failure did
+    conn.execute("UPDATE pgfence.jobs SET available_at = clock_timestamp() WHERE id = %s", (jid,))
+    tok2 = claim_job(conn, q, jid, lease="1 hour")
+    before = one(conn, "SELECT to_jsonb(j) FROM pgfence.jobs j WHERE id = %s", (jid,))
+    assert one(worker_conn, "SELECT pgfence.fail(%s, %s, 'x')", (jid, tok)) == "queued"
+    assert one(conn, "SELECT to_jsonb(j) FROM pgfence.jobs j WHERE id = %s", (jid,)) == before
+    assert one(worker_conn, "SELECT pgfence.fail(%s, %s, 'y', permanent => true)", (jid, tok2)) == "failed"
+    assert worker_conn.execute(
+        "SELECT accepted, status, detail FROM pgfence.fail_many(%s, %s, ARRAY['late', 'late'])",
+        ([jid, jid + 10**9], [tok, tok2])).fetchall() == [(True, "queued", None), (False, None, "the job does not exist")]
+    assert worker_conn.execute(BATCH_CALLS["fail"], {"ids": [jid], "toks": [tok2]}).fetchall() == [
+        (True, "failed", None)]
 
 
 def test_report_rejection_refuses_what_was_not_refused(conn: Conn, worker_conn: Conn, q: str) -> None:

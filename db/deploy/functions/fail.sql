@@ -39,6 +39,7 @@ DECLARE
     v_bad integer;
     v_ords integer[];
     v_acc boolean[];
+    v_did text[];
 BEGIN
     IF errors IS NULL THEN
         PERFORM pgfence._raise_null('errors', 'pass one error text per job id');
@@ -103,30 +104,41 @@ BEGIN
     FOREACH v_bad IN ARRAY v_ords LOOP
         v_acc[v_bad] := true;
     END LOOP;
-    IF cardinality(v_ords) < n THEN
-        -- Refused, unless this very token's failure is already recorded: a retry of a
-        -- call whose reply was lost. A fail that dead-lettered the job kept the token on
-        -- the row, one that requeued it cleared it; the attempt history has both.
-        SELECT array_agg(v_acc[i.ord] OR EXISTS (
-                   SELECT 1 FROM pgfence.attempts a
-                    WHERE a.job_id = i.id AND a.attempt_token = i.token AND a.outcome = 'failed')
-                 ORDER BY i.ord)
-          INTO v_acc
-          FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord);
-        PERFORM pgfence._record_rejections(job_ids, attempt_tokens, v_acc, 'fail');
+    IF cardinality(v_ords) = n THEN
+        RETURN QUERY
+        SELECT a.id, a.accepted, a.status, a.detail FROM pgfence._batch_answer(job_ids, attempt_tokens, v_acc) a;
+        RETURN;
     END IF;
+    -- Refused, unless this very token's failure is already recorded: a retry of a
+    -- call whose reply was lost. A fail that dead-lettered the job kept the token on
+    -- the row, one that requeued it cleared it; the attempt history has both. An
+    -- accepted input answers what its failure did (failed: the row is failed with
+    -- this token; else queued), whatever happened to the job since.
+    SELECT array_agg(v_acc[i.ord] OR EXISTS (
+               SELECT 1 FROM pgfence.attempts a
+                WHERE a.job_id = i.id AND a.attempt_token = i.token AND a.outcome = 'failed')
+             ORDER BY i.ord),
+           array_agg(CASE WHEN j.status = 'failed' AND j.attempt_token = i.token THEN 'failed' ELSE 'queued' END
+             ORDER BY i.ord)
+      INTO v_acc, v_did
+      FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord)
+      LEFT JOIN LATERAL (SELECT x.status, x.attempt_token FROM pgfence.jobs x WHERE x.id = i.id OFFSET 0) j ON true;
+    PERFORM pgfence._record_rejections(job_ids, attempt_tokens, v_acc, 'fail');
 
     RETURN QUERY
-    SELECT a.id, a.accepted, a.status, a.detail FROM pgfence._batch_answer(job_ids, attempt_tokens, v_acc) a;
+    SELECT a.id, a.accepted, CASE WHEN a.accepted THEN v_did[a.ord] ELSE a.status END, a.detail
+      FROM pgfence._batch_answer(job_ids, attempt_tokens, v_acc)
+           WITH ORDINALITY AS a(id, accepted, status, detail, lease_expires_at, ord);
 END $$;
 
 COMMENT ON FUNCTION pgfence.fail_many(bigint[], uuid[], text[], interval[], boolean[]) IS
 $$Fail 1..10000 attempts in one call, each with errors[i]; retry_ins[i] (0..365 days) overrides the
 backoff least(1 s * 2^(attempts-1), 5 min); permanents[i] dead-letters at once. Returns (id, accepted,
 status, detail) per input in input order; status is queued (retry) or failed (dead letter) when accepted.
-Idempotent for the token: a repeated call whose failure is already recorded is accepted and changes
-nothing (status is then the job's status now). Each ended attempt is recorded in pgfence.attempts
-(outcome failed, with its error); refused rows change nothing and are recorded in pgfence.rejections.
+Idempotent for the token: a repeated call whose failure is already recorded is accepted, changes
+nothing, and answers what that failure did (queued or failed), whatever happened to the job since.
+Each ended attempt is recorded in pgfence.attempts (outcome failed, with its error); refused rows
+change nothing and are recorded in pgfence.rejections.
 Errors: 22004, 22023, PF004.$$;
 
 CREATE FUNCTION pgfence._check_error(arg text, value text) RETURNS void
