@@ -512,7 +512,8 @@ class Worker:
         with self._lock:
             running = [job for job in self._running.values() if self._inflight.get(job.id) is job]
         for job in running:
-            self._given_back[job.id] = job
+            if not job.lease_lost:  # (a lost lease stays reported as one)
+                self._given_back[job.id] = job
             job._mark_lease_lost()  # stops a handler that polls should_stop; voids its result
         self._release(running, started=True)
         # 4. Report every outcome already produced before leaving.
@@ -535,6 +536,8 @@ class Worker:
                          "started" if started else "not started", o.status)
             else:
                 log.warning("job %s: release refused: %s", job.id, o.detail)
+                if self._given_back.get(job.id) is job:  # not given back: its lease was lost
+                    del self._given_back[job.id]
         self._settle(jobs)
 
     def _install_signals(self) -> Callable[[], None]:
