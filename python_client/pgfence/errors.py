@@ -57,7 +57,7 @@ class InvalidTransition(PgfenceError):
 
 
 class WrongIsolation(PgfenceError):
-    """PF004: the call needs READ COMMITTED (claim in its own transaction)."""
+    """PF004: claim, reclaim_expired and the fenced calls need READ COMMITTED (run them in their own transaction)."""
 
 
 class InvalidArgument(PgfenceError, ValueError):

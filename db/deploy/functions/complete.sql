@@ -79,7 +79,7 @@ $$Complete 1..10000 attempts in one call: processing -> done where (job_ids[i], 
 holds the lease, storing results[i]. Returns (id, accepted, status, detail) per input in input order;
 accepted = done by this token (idempotent). Each ended attempt is recorded in pgfence.attempts.
 Refused rows change nothing; detail says why, and they are recorded in pgfence.rejections.
-Errors: 22004, 22023 (NULLs, lengths, duplicate ids).$$;
+Errors: 22004, 22023 (NULLs, lengths, duplicate ids), PF004.$$;
 
 -- Complete one attempt: processing -> done, only with the current token.
 CREATE FUNCTION pgfence.complete(job_id bigint, attempt_token uuid, result jsonb DEFAULT NULL)
@@ -101,6 +101,6 @@ END $$;
 
 COMMENT ON FUNCTION pgfence.complete(bigint, uuid, jsonb) IS
 $$Complete a job: processing -> done with result, only while attempt_token is current. Idempotent for
-the token that completed it. Errors: PF001 lease lost (DETAIL says why), PF002 unknown job, 22004.$$;
+the token that completed it. Errors: PF001 lease lost (DETAIL says why), PF002 unknown job, 22004, PF004.$$;
 
 COMMIT;

@@ -77,6 +77,6 @@ END $$;
 
 COMMENT ON FUNCTION pgfence.heartbeat(bigint, uuid, interval) IS
 $$Extend a lease to clock_timestamp() + lease and stamp heartbeat_at, only while attempt_token is
-current; returns the new expiry. Errors: PF001 lease lost (DETAIL), PF002 unknown job, 22004, 22023.$$;
+current; returns the new expiry. Errors: PF001 lease lost (DETAIL), PF002 unknown job, 22004, 22023, PF004.$$;
 
 COMMIT;

@@ -61,7 +61,8 @@ COMMENT ON FUNCTION pgfence.release_many(bigint[], uuid[], boolean) IS
 $$Give 1..10000 attempts back without a result (graceful shutdown), fenced by token. started = true (default):
 by the reclaim rule (auto with attempts left -> queued now, manual -> manual_review, exhausted -> failed), the
 attempt counts. started = false (never handed to a handler): -> queued now, the attempt does not count.
-reclaim_count does not change. Returns (id, accepted, status, detail) per input in input order.$$;
+reclaim_count does not change. Returns (id, accepted, status, detail) per input in input order.
+Errors: 22004, 22023, PF004.$$;
 
 CREATE FUNCTION pgfence.release(job_id bigint, attempt_token uuid, started boolean DEFAULT true) RETURNS text
 LANGUAGE plpgsql AS $$
@@ -83,6 +84,6 @@ END $$;
 COMMENT ON FUNCTION pgfence.release(bigint, uuid, boolean) IS
 $$Give one attempt back without a result (fenced); returns the new status: by the reclaim rule (queued,
 manual_review or failed) when started, else queued with the attempt uncounted. Errors: PF001 lease lost,
-PF002 unknown job, 22004.$$;
+PF002 unknown job, 22004, PF004.$$;
 
 COMMIT;
