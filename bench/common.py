@@ -68,6 +68,28 @@ def recreate_database(admin_dsn: str, dbname: str) -> None:
         conn.execute(pgsql.SQL("CREATE DATABASE {}").format(ident))
 
 
+def settle(dsn: str, tables: Sequence[str] = (), timeout: float = 30.0) -> None:
+    """Before a timed drain, the same for every system: VACUUM (ANALYZE) the tables
+    under test (so autovacuum has nothing to start on them mid-run: a 100,000-job
+    enqueue crosses its insert threshold), CHECKPOINT (so no checkpoint writes the
+    enqueue's pages during the run), and wait up to `timeout` s for autovacuum
+    workers still busy elsewhere in the cluster (e.g. on a test suite's leftovers)."""
+    vacuum(dsn, tables)
+    with connect(dsn) as conn:
+        try:
+            conn.execute("CHECKPOINT")
+        except psycopg.Error as exc:  # needs superuser or pg_checkpoint
+            log(f"settle: no CHECKPOINT ({str(exc).strip()})")
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            row = conn.execute("SELECT count(*) FROM pg_stat_activity"
+                               " WHERE backend_type = 'autovacuum worker'").fetchone()
+            if not row or not row[0]:
+                return
+            time.sleep(0.2)
+        log(f"settle: autovacuum still running after {timeout:.0f} s; starting anyway")
+
+
 def vacuum(dsn: str, tables: Sequence[str] = ()) -> None:
     with connect(dsn) as conn:
         if tables:

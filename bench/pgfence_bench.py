@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from common import (BENCH_DIR, LOG_DIR, BenchError, DrainResult, connect, count_lines, log,
-                    measure_drain, median, percentile, read_floats, spawn, stop, wait_ready)
+                    measure_drain, median, percentile, read_floats, settle, spawn, stop, wait_ready)
 
 PY = sys.executable
 WORKER = BENCH_DIR / "pgfence_worker.py"
@@ -168,14 +168,13 @@ def worker_impl_used(log_paths: list[Path]) -> str:
 
 
 def batch_then_drain(dsn: str, n: int, shape: WorkerShape, timeout: float, tag: str) -> dict[str, Any]:
-    """Timed batch enqueue of n no-op jobs (1,000 per enqueue_many), ANALYZE, then a
+    """Timed batch enqueue of n no-op jobs (1,000 per enqueue_many), settle(), then a
     timed drain by shape.procs worker processes x shape.concurrency."""
     queue = new_queue(f"drain{tag}")
     try:
         secs, ids = batch_enqueue(dsn, queue, n, 1000)
         lo, hi = min(ids), max(ids)
-        with connect(dsn) as conn:
-            conn.execute("ANALYZE pgfence.jobs")
+        settle(dsn, ["pgfence.jobs", "pgfence.attempts"])
         poll = connect(dsn)
         try:
             def finished() -> int:
