@@ -100,6 +100,29 @@ def test_claim_with_null_queues_claims_from_every_queue(conn: Conn, queue: str) 
     assert job(conn, a)["reserved_by"] == job(conn, b)["reserved_by"] == "worker-null"
 
 
+def test_claim_never_jit_compiles_its_queries(conn: Conn, queue: str) -> None:
+    # On a deep queue the generic plan's estimate passes jit_above_cost and every
+    # claim compiled its query again; claim runs with jit = off. Here JIT is forced
+    # for every statement (jit_above_cost = 0) and auto_explain reports each plan.
+    if not one(conn, "SELECT pg_jit_available()"):
+        pytest.skip("this server has no JIT provider")
+    for _ in range(2):
+        enqueue(conn, queue)
+    plans: list[str] = []
+    conn.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
+    conn.execute("LOAD 'auto_explain'")
+    for setting in ("jit = on", "jit_above_cost = 0", "auto_explain.log_min_duration = 0",
+                    "auto_explain.log_nested_statements = on", "auto_explain.log_level = notice",
+                    "client_min_messages = notice"):
+        conn.execute(f"SET {setting}")
+    conn.execute("SELECT count(*) FROM pgfence.jobs WHERE queue = %s", (queue,)).fetchone()
+    assert any("JIT:" in p for p in plans), "JIT was not used even outside claim: the check proves nothing"
+    plans.clear()
+    assert len(claim(conn, [queue], "worker-jit", lease="1 hour", max_jobs=2)) == 2
+    claimed = [p for p in plans if "pgfence.jobs" in p]
+    assert claimed and not any("JIT:" in p for p in claimed), claimed
+
+
 # ------------------------------------------------------------ lease & clock --
 def test_claim_in_a_long_transaction_gets_a_full_lease(tx_conn: Conn, conn: Conn, queue: str) -> None:
     job_id = enqueue(conn, queue)
