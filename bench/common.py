@@ -212,7 +212,8 @@ class DrainResult:
     rate: float = field(init=False)
 
     def __post_init__(self) -> None:
-        self.rate = self.finished / self.seconds if self.seconds > 0 else 0.0
+        # (a depth run can finish a few jobs past `jobs` before the count sees it)
+        self.rate = min(self.finished, self.jobs) / self.seconds if self.seconds > 0 else 0.0
 
 
 MIN_POLL = 0.02

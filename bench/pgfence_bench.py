@@ -234,9 +234,10 @@ def depth(dsn: str, queued: int, measured: int, shape: WorkerShape, timeout: flo
     (the rest sit behind them in claim order), `runs` times.
 
     The queue is filled once; before each run it is topped up back to `queued`
-    when `queued == measured` (so every run drains a full queue), then VACUUM
-    (ANALYZE)d. Each run starts fresh worker processes and ends when `measured`
-    jobs finished after the run began (database clock). Two rates per run:
+    when `queued == measured` (so every run drains a full queue), then settled
+    (settle(): VACUUM (ANALYZE), CHECKPOINT, no autovacuum running). Each run
+    starts fresh worker processes and ends when `measured` jobs finished after
+    the run began (database clock). Two rates per run:
     `wall` (first READY to the count, like the drains: includes process start) and
     `db`, the claim+complete throughput itself: `measured` / (the measured-th
     finished_at - the earliest reserved_at among those jobs), both from the
@@ -255,7 +256,7 @@ def depth(dsn: str, queued: int, measured: int, shape: WorkerShape, timeout: flo
                 if queued == measured and left < queued:
                     batch_enqueue(dsn, queue, queued - left, 10000)
                     left = queued
-                poll.execute("VACUUM (ANALYZE) pgfence.jobs")
+                settle(dsn, ["pgfence.jobs", "pgfence.attempts"])
                 began = scalar_in(poll, "SELECT clock_timestamp()")
 
                 def finished() -> int:

@@ -104,6 +104,7 @@ def test_claim_never_jit_compiles_its_queries(conn: Conn, queue: str) -> None:
     # On a deep queue the generic plan's estimate passes jit_above_cost and every
     # claim compiled its query again; claim runs with jit = off. Here JIT is forced
     # for every statement (jit_above_cost = 0) and auto_explain reports each plan.
+    conn.execute("SET jit = on")
     if not one(conn, "SELECT pg_jit_available()"):
         pytest.skip("this server has no JIT provider")
     for _ in range(2):
@@ -111,7 +112,7 @@ def test_claim_never_jit_compiles_its_queries(conn: Conn, queue: str) -> None:
     plans: list[str] = []
     conn.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
     conn.execute("LOAD 'auto_explain'")
-    for setting in ("jit = on", "jit_above_cost = 0", "auto_explain.log_min_duration = 0",
+    for setting in ("jit_above_cost = 0", "auto_explain.log_min_duration = 0",
                     "auto_explain.log_nested_statements = on", "auto_explain.log_level = notice",
                     "client_min_messages = notice"):
         conn.execute(f"SET {setting}")
