@@ -4,11 +4,25 @@
 
 BEGIN;
 
--- Checks the options every enqueue shares (single and batch).
+-- The options every enqueue shares (single and batch): queue, max_attempts 1..1000,
+-- recovery_policy auto or manual. Inlined into enqueue's fast path, like _name_ok.
+CREATE FUNCTION pgfence._enqueue_options_ok(queue text, max_attempts integer, recovery_policy text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT pgfence._name_ok(queue) AND coalesce(max_attempts BETWEEN 1 AND 1000, false)
+           AND coalesce(recovery_policy IN ('auto', 'manual'), false)
+$$;
+COMMENT ON FUNCTION pgfence._enqueue_options_ok(text, integer, text) IS
+  'Private: true for valid enqueue options (queue, max_attempts 1..1000, recovery_policy auto|manual), never NULL.';
+
+-- Checks the options every enqueue shares, naming what is wrong.
 CREATE FUNCTION pgfence._check_enqueue_options(queue text, max_attempts integer, recovery_policy text)
 RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
+    IF pgfence._enqueue_options_ok(queue, max_attempts, recovery_policy) THEN
+        RETURN;
+    END IF;
     PERFORM pgfence._check_name('queue', queue);
     PERFORM pgfence._check_range('max_attempts', max_attempts, 1, 1000);
     IF recovery_policy IS NULL THEN
@@ -62,8 +76,8 @@ BEGIN
     -- One expression decides whether every argument is valid (the common case costs
     -- no nested calls); only an invalid call runs the checks that name the argument.
     -- (The *_ok predicates are inlined; anything NULL counts as invalid here.)
-    IF NOT coalesce(pgfence._name_ok(kind) AND pgfence._payload_ok(payload) AND pgfence._name_ok(queue)
-                    AND max_attempts BETWEEN 1 AND 1000 AND recovery_policy IN ('auto', 'manual')
+    IF NOT coalesce(pgfence._name_ok(kind) AND pgfence._payload_ok(payload)
+                    AND pgfence._enqueue_options_ok(queue, max_attempts, recovery_policy)
                     AND enqueue.priority IS NOT NULL AND pgfence._key_ok(idempotency_key), false) THEN
         PERFORM pgfence._check_name('kind', kind);
         PERFORM pgfence._check_payload('payload', payload);
