@@ -410,8 +410,8 @@ class Worker:
 
     def _retrying(self, call: Callable[[], list[Outcome]]) -> list[Outcome]:
         """Retry a fenced batch call through connection failures. Safe: complete and
-        fail are idempotent for the token (a repeat is accepted, changes nothing); a lease that expired meanwhile
-        is refused by the database, never silently lost."""
+        fail are idempotent for the token (a repeat is accepted, changes nothing); a
+        lease that expired meanwhile is refused by the database, never silently lost."""
         backoff = 0.05
         while True:
             try:

@@ -61,8 +61,8 @@ CREATE TABLE pgfence.jobs (
 -- table, throttled) a 90 s sustained drain had a median of 24.3k jobs/s, falling
 -- from 25.6k to 16-18k (3M dead rows, claim index 97 MB for 50k queued jobs);
 -- vacuuming after 10,000 rows plus 1% of the table, unthrottled, with
--- autovacuum_naptime = 5s kept it at 28-33k, median 30.9k (claim index 20 MB). The naptime is a server setting: see the
--- DBA section.
+-- autovacuum_naptime = 5s kept it at 28-33k, median 30.9k (claim index 20 MB).
+-- The naptime is a server setting: see the DBA section.
 WITH (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 10000,
       autovacuum_vacuum_cost_delay = 0);
 
