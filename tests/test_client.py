@@ -167,8 +167,30 @@ def test_claim_decodes_the_payload_with_a_jsonb_loader_set_on_the_connection(dsn
         set_json_loads(lambda data: json.loads(data, parse_float=Decimal), conn)
         own = Client(conn)
         own.enqueue("k", {"price": 1.10}, queue=queue)
-        [job] = own.claim(W, [queue])
-        assert job.payload == {"price": Decimal("1.10")} and isinstance(job.payload["price"], Decimal)
+        own.enqueue("k", {"price": 2.5}, queue=queue)
+        jobs = own.claim(W, [queue], max_jobs=2)
+        assert [j.payload for j in jobs] == [{"price": Decimal("1.10")}, {"price": Decimal("2.5")}]
+        assert isinstance(jobs[0].payload["price"], Decimal)
+
+
+def test_claim_of_many_gives_each_job_its_own_payload_in_claim_order(client: Client, queue: str) -> None:
+    # claim fetches a batch as one row of arrays and one JSON array of payloads.
+    ids = [client.enqueue("k", {"n": n, "s": "x" * n}, queue=queue, priority=n % 3) for n in range(7)]
+    jobs = client.claim(W, [queue], max_jobs=7)
+    expected = sorted(range(7), key=lambda n: (-(n % 3), n))
+    assert [j.id for j in jobs] == [ids[n] for n in expected]
+    assert [j.payload for j in jobs] == [{"n": n, "s": "x" * n} for n in expected]
+    assert len({j.attempt_token for j in jobs}) == 7 and all(j.attempts == 1 for j in jobs)
+
+
+def test_claim_with_a_loader_that_is_not_json_loads_like_says_so(dsn: str, queue: str) -> None:
+    from psycopg.types.json import set_json_loads
+    with connect(dsn) as conn:
+        set_json_loads(lambda data: {"wrapped": json.loads(data)}, conn)
+        own = Client(conn)
+        own.enqueue("k", {"a": 1}, queue=queue)
+        with pytest.raises(TypeError, match="json.loads-like"):
+            own.claim(W, [queue])
 
 
 def test_claim_decodes_the_payload_on_a_sql_ascii_connection(dsn: str, queue: str) -> None:

