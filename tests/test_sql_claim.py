@@ -124,6 +124,43 @@ def test_claim_never_jit_compiles_its_queries(conn: Conn, queue: str) -> None:
     assert claimed and not any("JIT:" in p for p in claimed), claimed
 
 
+def _plans_with_costly_index_reads(c: Conn) -> list[str]:
+    """auto_explain every statement on c as a NOTICE, with index page reads made to look
+    very expensive (random_page_cost), so that a plain query chooses a sequential scan."""
+    plans: list[str] = []
+    c.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
+    c.execute("LOAD 'auto_explain'")
+    for setting in ("random_page_cost = 100000", "auto_explain.log_min_duration = 0",
+                    "auto_explain.log_nested_statements = on", "auto_explain.log_level = notice",
+                    "client_min_messages = notice"):
+        c.execute(f"SET {setting}")
+    return plans
+
+
+@pytest.mark.parametrize("call", ["claim", "reclaim_expired"])
+def test_claim_and_reclaim_never_read_the_whole_table(dsn: str, conn: Conn, queue: str, call: str) -> None:
+    # When the indexes are large next to the heap (after a backlog), the generic plans
+    # chose to read the table: the whole queue sorted, or every row for the reclaim
+    # probe, on every claim. (A fresh connection each: plans are cached per session.)
+    for _ in range(3):
+        enqueue(conn, queue)
+    [expired] = claim(conn, [queue], "worker-seq", lease="1 hour", max_jobs=1)
+    conn.execute("UPDATE pgfence.jobs SET lease_expires_at = clock_timestamp() - interval '1 minute'"
+                 " WHERE id = %s", (expired["id"],))
+    with connect(dsn) as c:
+        plans = _plans_with_costly_index_reads(c)
+        c.execute("SELECT id FROM pgfence.jobs WHERE status = 'queued' AND queue = %s"
+                  " ORDER BY priority DESC, available_at, id LIMIT 1", (queue,)).fetchone()
+        assert any("Seq Scan on jobs" in p for p in plans), "no sequential scan even outside: proves nothing"
+        plans.clear()
+        if call == "claim":
+            assert len(claim(c, [queue], "worker-seq", lease="1 hour", max_jobs=2)) == 2
+        else:
+            one(c, "SELECT count(*) FROM pgfence.reclaim_expired(10)")
+        assert plans and not any("Seq Scan on jobs" in p for p in plans), [p for p in plans if "Seq Scan" in p]
+    assert job(conn, expired["id"])["status"] == "queued"  # the reclaim probe did its work
+
+
 # ------------------------------------------------------------ lease & clock --
 def test_claim_in_a_long_transaction_gets_a_full_lease(tx_conn: Conn, conn: Conn, queue: str) -> None:
     job_id = enqueue(conn, queue)
