@@ -432,6 +432,43 @@ def recovery(dsn: str, samples: int, shape: WorkerShape, stagger: float = 0.25) 
         cleanup(dsn, queue)
 
 
+def sweeper_recovery(dsn: str, samples: int, first: float = 2.0, spread: float = 0.27) -> dict[str, Any]:
+    """No worker polls: how soon after expiry the background (pg_cron) sweeper reclaims
+    a lease. `samples` jobs are claimed at once (nothing ever completes them), lease i
+    being `first` + i * `spread` seconds, so that the expiries fall at every phase of
+    the sweeper's passes (and claims made later cannot reclaim earlier expiries). Delay
+    = the reclaimed attempt's ended_at - its lease_expires_at in pgfence.attempts (both
+    from the database clock)."""
+    queue = new_queue("sweeprec")
+    try:
+        with connect(dsn) as conn:
+            row = conn.execute("SELECT pgfence.sweeper_last_pass() > clock_timestamp() - interval '2 minutes'"
+                               ).fetchone()
+            if not (row and row[0]):
+                return {"skipped": "no background sweeper has passed in the last 2 minutes"}
+            ids = [int(scalar_in(conn, SINGLE_SQL, ("{}", queue))) for _ in range(samples)]
+            for i in range(samples):
+                conn.execute("SELECT count(*) FROM pgfence.claim(worker_id => 'bench-dead-worker', queues => %s,"
+                             " lease => make_interval(secs => %s), max_jobs => 1)",
+                             ([queue], first + i * spread)).fetchone()
+            deadline = time.time() + first + samples * spread + 120
+            rows: list[Any] = []
+            while time.time() < deadline:
+                rows = conn.execute(
+                    "SELECT extract(epoch FROM ended_at - lease_expires_at)::float8 * 1000 FROM pgfence.attempts"
+                    " WHERE job_id = ANY(%s) AND outcome = 'reclaimed'", (ids,)).fetchall()
+                if len(rows) >= samples:
+                    break
+                time.sleep(0.2)
+        if len(rows) < samples:
+            raise BenchError(f"sweeper recovery: only {len(rows)}/{samples} expired leases reclaimed in time")
+        delays = [float(r[0]) for r in rows]
+        return {"samples": samples, "p50_ms": percentile(delays, 50), "p95_ms": percentile(delays, 95),
+                "max_ms": max(delays), "min_ms": min(delays)}
+    finally:
+        cleanup(dsn, queue)
+
+
 # -------------------------------------------------------------------- churn --
 def churn(dsn: str, seconds: float, depth: int, shape: WorkerShape, window: float = 5.0) -> dict[str, Any]:
     """Sustained churn: a producer keeps `depth` jobs queued (enqueue_many, 1,000 per

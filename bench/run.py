@@ -54,6 +54,7 @@ class Config:
     sweep_n: int = 100_000
     sweep_idle_max_s: float = 30.0
     recovery_samples: int = 20
+    sweeper_spread: float = 3.0  # s between the leases' expiries: 20 samples span a minute
     churn_seconds: float = 45.0
     churn_depths: tuple[int, ...] = (20_000, 1_000_000)
     pgbench_seconds: int = 10
@@ -65,8 +66,8 @@ class Config:
         if not quick:
             return cls(quick=False)
         return cls(quick=True, single_n=2000, drain_n=20_000, drain_runs=1, drain_timeout=12.0,
-                   depth_queued=200_000, sweep_n=20_000, sweep_idle_max_s=3.0, recovery_samples=5, churn_seconds=0,
-                   pgbench_seconds=5, pgbench_prefill=200_000)
+                   depth_queued=200_000, sweep_n=20_000, sweep_idle_max_s=3.0, recovery_samples=5,
+                   sweeper_spread=0.27, churn_seconds=0, pgbench_seconds=5, pgbench_prefill=200_000)
 
 
 def default_dsn() -> str:
@@ -234,6 +235,11 @@ def run_pgfence_only(cfg: Config, dsn: str) -> dict[str, Any]:
     log(f"pgfence recovery: {cfg.recovery_samples} killed workers, 2 s lease, workers polling at 0.1 s")
     rshape = pf.WorkerShape(procs=cfg.procs, concurrency=cfg.concurrency, prefetch=8, poll_interval=0.1, impl=impl)
     out["recovery"] = guarded(holder, "recovery", lambda: pf.recovery(dsn, cfg.recovery_samples, rshape))
+    log(f"pgfence recovery by the pg_cron sweeper, no workers: {cfg.recovery_samples} leases expiring"
+        f" {cfg.sweeper_spread} s apart")
+    out["sweeper_recovery"] = guarded(holder, "sweeper recovery",
+                                      lambda: pf.sweeper_recovery(dsn, cfg.recovery_samples,
+                                                                  spread=cfg.sweeper_spread))
     out["churn"] = []
     for d in (cfg.churn_depths if cfg.churn_seconds else ()):
         log(f"pgfence churn: {cfg.churn_seconds:.0f} s drain with {d:,} jobs kept queued (prefetch {best_p})")
@@ -445,6 +451,13 @@ def pgfence_only_table(po: Optional[dict[str, Any]], cfg: Config) -> str:
         lines.append(f"| recovery: killed worker, lease 2 s, workers polling every {rc['poll_interval']} s:"
                      f" lease expiry -> claimed again ({rc['samples']} samples) | p50 {rc['p50_ms']:.0f} ms,"
                      f" p95 {rc['p95_ms']:.0f} ms, max {rc['max_ms']:.0f} ms |")
+    sr = po.get("sweeper_recovery")
+    if sr and sr.get("skipped"):
+        lines.append(f"| recovery, no workers, by the pg_cron sweeper | skipped: {sr['skipped']} |")
+    elif sr:
+        lines.append(f"| recovery, no workers: the pg_cron sweeper (a pass every 0.5 s) reclaims an expired lease:"
+                     f" lease expiry -> reclaimed ({sr['samples']} samples) | p50 {sr['p50_ms']:.0f} ms,"
+                     f" p95 {sr['p95_ms']:.0f} ms, max {sr['max_ms']:.0f} ms |")
     churns = po.get("churn") or []
     for ch in churns:
         lines.append(f"| churn: {ch['seconds']:.0f} s drain ({cfg.procs} procs x {cfg.concurrency}, prefetch"
