@@ -100,6 +100,18 @@ def test_claim_with_null_queues_claims_from_every_queue(conn: Conn, queue: str) 
     assert job(conn, a)["reserved_by"] == job(conn, b)["reserved_by"] == "worker-null"
 
 
+def _explain_each_statement(c: Conn, *settings: str) -> list[str]:
+    """SET settings on c, and have auto_explain report the plan of every statement run on
+    c, nested ones too, as a NOTICE: the list returned collects them."""
+    plans: list[str] = []
+    c.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
+    c.execute("LOAD 'auto_explain'")
+    for setting in (*settings, "auto_explain.log_min_duration = 0", "auto_explain.log_nested_statements = on",
+                    "auto_explain.log_level = notice", "client_min_messages = notice"):
+        c.execute(f"SET {setting}")
+    return plans
+
+
 def test_claim_never_jit_compiles_its_queries(conn: Conn, queue: str) -> None:
     # On a deep queue the generic plan's estimate passes jit_above_cost and every
     # claim compiled its query again; claim runs with jit = off. Here JIT is forced
@@ -109,32 +121,13 @@ def test_claim_never_jit_compiles_its_queries(conn: Conn, queue: str) -> None:
         pytest.skip("this server has no JIT provider")
     for _ in range(2):
         enqueue(conn, queue)
-    plans: list[str] = []
-    conn.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
-    conn.execute("LOAD 'auto_explain'")
-    for setting in ("jit_above_cost = 0", "auto_explain.log_min_duration = 0",
-                    "auto_explain.log_nested_statements = on", "auto_explain.log_level = notice",
-                    "client_min_messages = notice"):
-        conn.execute(f"SET {setting}")
+    plans = _explain_each_statement(conn, "jit_above_cost = 0")
     conn.execute("SELECT count(*) FROM pgfence.jobs WHERE queue = %s", (queue,)).fetchone()
     assert any("JIT:" in p for p in plans), "JIT was not used even outside claim: the check proves nothing"
     plans.clear()
     assert len(claim(conn, [queue], "worker-jit", lease="1 hour", max_jobs=2)) == 2
     claimed = [p for p in plans if "pgfence.jobs" in p]
     assert claimed and not any("JIT:" in p for p in claimed), claimed
-
-
-def _plans_with_costly_index_reads(c: Conn) -> list[str]:
-    """auto_explain every statement on c as a NOTICE, with index page reads made to look
-    very expensive (random_page_cost), so that a plain query chooses a sequential scan."""
-    plans: list[str] = []
-    c.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
-    c.execute("LOAD 'auto_explain'")
-    for setting in ("random_page_cost = 100000", "auto_explain.log_min_duration = 0",
-                    "auto_explain.log_nested_statements = on", "auto_explain.log_level = notice",
-                    "client_min_messages = notice"):
-        c.execute(f"SET {setting}")
-    return plans
 
 
 @pytest.mark.parametrize("call", ["claim", "reclaim_expired"])
@@ -148,7 +141,8 @@ def test_claim_and_reclaim_never_read_the_whole_table(dsn: str, conn: Conn, queu
     conn.execute("UPDATE pgfence.jobs SET lease_expires_at = clock_timestamp() - interval '1 minute'"
                  " WHERE id = %s", (expired["id"],))
     with connect(dsn) as c:
-        plans = _plans_with_costly_index_reads(c)
+        # Index page reads made to look very expensive: a plain query reads the table.
+        plans = _explain_each_statement(c, "random_page_cost = 100000")
         c.execute("SELECT id FROM pgfence.jobs WHERE status = 'queued' AND queue = %s"
                   " ORDER BY priority DESC, available_at, id LIMIT 1", (queue,)).fetchone()
         assert any("Seq Scan on jobs" in p for p in plans), "no sequential scan even outside: proves nothing"
