@@ -183,14 +183,38 @@ def test_claim_of_many_gives_each_job_its_own_payload_in_claim_order(client: Cli
     assert len({j.attempt_token for j in jobs}) == 7 and all(j.attempts == 1 for j in jobs)
 
 
-def test_claim_with_a_loader_that_is_not_json_loads_like_says_so(dsn: str, queue: str) -> None:
-    from psycopg.types.json import set_json_loads
+def test_claim_gives_any_other_jsonb_loader_each_payload(dsn: str, queue: str) -> None:
+    from psycopg.types.string import TextLoader
     with connect(dsn) as conn:
-        set_json_loads(lambda data: {"wrapped": json.loads(data)}, conn)
+        conn.adapters.register_loader("jsonb", TextLoader)  # payloads as their JSON text
         own = Client(conn)
         own.enqueue("k", {"a": 1}, queue=queue)
-        with pytest.raises(TypeError, match="json.loads-like"):
-            own.claim(W, [queue])
+        own.enqueue("k", {"b": [2]}, queue=queue)
+        jobs = own.claim(W, [queue], max_jobs=2)
+        assert [j.payload for j in jobs] == ['{"a": 1}', '{"b": [2]}']
+
+
+@pytest.mark.parametrize("custom_loader", [False, True])
+def test_claim_of_payloads_larger_than_a_part_comes_back_whole_and_in_order(
+        client: Client, dsn: str, queue: str, monkeypatch: pytest.MonkeyPatch, custom_loader: bool) -> None:
+    # A claim's payload text travels in parts (a value is limited to 1 GB); here a part
+    # is 100 bytes. U+0001 is 1 byte in jsonb and 6 (\u0001) in JSON text.
+    from psycopg.types.json import set_json_loads
+    from pgfence import client as client_module
+    monkeypatch.setattr(client_module, "_CLAIM_PART_BYTES", 100)
+    payloads = [{"n": n, "s": "\u0001" * (n * 7)} for n in range(12)]
+    ids = [client.enqueue("k", p, queue=queue) for p in payloads]
+    with connect(dsn) as conn:
+        rows = conn.execute(client_module._CLAIM_JSON_ARRAY, {
+            "worker_id": W, "queues": [queue], "lease": timedelta(seconds=30), "max_jobs": 4,
+            "part_bytes": 100}).fetchall()
+        assert len(rows) > 1  # the parts are rows
+        assert [i for r in rows for i in r[0]] == ids[:4]
+        if custom_loader:
+            set_json_loads(lambda data: {"loaded": json.loads(data)}, conn)
+        jobs = Client(conn).claim(W, [queue], max_jobs=8)
+    assert [j.id for j in jobs] == ids[4:]
+    assert [j.payload for j in jobs] == [{"loaded": p} if custom_loader else p for p in payloads[4:]]
 
 
 def test_claim_decodes_the_payload_on_a_sql_ascii_connection(dsn: str, queue: str) -> None:
