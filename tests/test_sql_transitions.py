@@ -250,6 +250,20 @@ def test_fail_again_after_a_retry_is_accepted_and_changes_nothing(conn: Conn, qu
     assert job(conn, job_id) == before and before["last_error"] == "first"
 
 
+def test_fail_again_after_the_dead_letter_was_requeued_answers_queued(conn: Conn, queue: str) -> None:
+    # Documented limit: after an operator requeued the dead letter, the repeat of the
+    # fail that dead-lettered it is still accepted and changes nothing, but answers
+    # queued (the history records both kinds of failure as 'failed').
+    job_id = enqueue(conn, queue, max_attempts=1)
+    token = claim_job(conn, queue, job_id)
+    assert fail(conn, job_id, token, "dead") == "failed"
+    conn.execute("SELECT pgfence.requeue(%s)", (job_id,))
+    before = job(conn, job_id)
+    assert before["status"] == "queued"
+    assert fail(conn, job_id, token, "dead") == "queued"
+    assert job(conn, job_id) == before
+
+
 # ------------------------------------------------------------ reclaim_expired --
 RECLAIM_RULE = [
     # (recovery_policy, max_attempts, expected status)

@@ -112,8 +112,8 @@ BEGIN
     -- Refused, unless this very token's failure is already recorded: a retry of a
     -- call whose reply was lost. A fail that dead-lettered the job kept the token on
     -- the row, one that requeued it cleared it; the attempt history has both. An
-    -- accepted input answers what its failure did (failed: the row is failed with
-    -- this token; else queued), whatever happened to the job since.
+    -- accepted input answers failed while the row is failed with this token, else
+    -- queued (what its failure did, unless an operator requeued the dead letter since).
     SELECT array_agg(v_acc[i.ord] OR EXISTS (
                SELECT 1 FROM pgfence.attempts a
                 WHERE a.job_id = i.id AND a.attempt_token = i.token AND a.outcome = 'failed')
@@ -136,7 +136,8 @@ $$Fail 1..10000 attempts in one call, each with errors[i]; retry_ins[i] (0..365 
 backoff least(1 s * 2^(attempts-1), 5 min); permanents[i] dead-letters at once. Returns (id, accepted,
 status, detail) per input in input order; status is queued (retry) or failed (dead letter) when accepted.
 Idempotent for the token: a repeated call whose failure is already recorded is accepted, changes
-nothing, and answers what that failure did (queued or failed), whatever happened to the job since.
+nothing, and answers failed while the job is dead-lettered by that token, else queued (what that
+failure did, unless an operator has requeued the dead-lettered job since).
 Each ended attempt is recorded in pgfence.attempts (outcome failed, with its error); refused rows
 change nothing and are recorded in pgfence.rejections.
 Errors: 22004, 22023, PF004.$$;
