@@ -436,16 +436,17 @@ def sweeper_recovery(dsn: str, samples: int, first: float = 2.0, spread: float =
     """No worker polls: how soon after expiry the background (pg_cron) sweeper reclaims
     a lease. `samples` jobs are claimed at once (nothing ever completes them), lease i
     being `first` + i * `spread` seconds, so that the expiries fall at every phase of
-    the sweeper's passes (and claims made later cannot reclaim earlier expiries). Delay
+    the sweeper's 0.5 s passes (`spread` is not a multiple of 0.5 s), and no claim is
+    made after the first expiry (a claim would reclaim it first). Delay
     = the reclaimed attempt's ended_at - its lease_expires_at in pgfence.attempts (both
     from the database clock)."""
     queue = new_queue("sweeprec")
     try:
         with connect(dsn) as conn:
-            row = conn.execute("SELECT pgfence.sweeper_last_pass() > clock_timestamp() - interval '2 minutes'"
+            row = conn.execute("SELECT pgfence.sweeper_last_pass() > clock_timestamp() - interval '10 seconds'"
                                ).fetchone()
             if not (row and row[0]):
-                return {"skipped": "no background sweeper has passed in the last 2 minutes"}
+                return {"skipped": "no background sweeper pass in the last 10 seconds"}
             ids = [int(scalar_in(conn, SINGLE_SQL, ("{}", queue))) for _ in range(samples)]
             for i in range(samples):
                 conn.execute("SELECT count(*) FROM pgfence.claim(worker_id => 'bench-dead-worker', queues => %s,"

@@ -54,7 +54,7 @@ class Config:
     sweep_n: int = 100_000
     sweep_idle_max_s: float = 30.0
     recovery_samples: int = 20
-    sweeper_spread: float = 3.0  # s between the leases' expiries: 20 samples span a minute
+    sweeper_spread: float = 3.17  # s between the leases' expiries: 20 samples span over a minute
     churn_seconds: float = 45.0
     churn_depths: tuple[int, ...] = (20_000, 1_000_000)
     pgbench_seconds: int = 10
