@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence, TypeVar
 
 import psycopg
 from psycopg import sql
-from psycopg.rows import RowFactory, args_row, class_row
+from psycopg.rows import args_row, class_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
@@ -124,9 +124,7 @@ class Client:
 
     def _rows(self, row_type: type[T], query: Any, params: Any = None, *, positional: bool = False) -> list[T]:
         # positional: the query selects the dataclass's fields in order (cheaper than by name).
-        return self._fetch(args_row(row_type) if positional else class_row(row_type), query, params)
-
-    def _fetch(self, factory: RowFactory[T], query: Any, params: Any = None) -> list[T]:
+        factory = args_row(row_type) if positional else class_row(row_type)
         with self._call() as conn:
             with conn.cursor(row_factory=factory) as cur:
                 cur.execute(query, params)
