@@ -46,6 +46,12 @@ if [[ -n "$MAJOR" && ! -f "/usr/lib/postgresql/${MAJOR}/lib/pg_cron.so" ]] && pk
   missing+=("postgresql-${MAJOR}-cron(reinstall)")
 fi
 if ! command -v sqitch >/dev/null 2>&1 && pkg_installed sqitch; then missing+=("sqitch(binary)"); fi
+# tests/test_sql_lint.py skips without plpgsql_check: as root, install it when the
+# package lists already offer it (no apt-get update just for an optional package).
+if [[ -n "$MAJOR" && "$(id -u)" -eq 0 ]] && ! pkg_installed "postgresql-${MAJOR}-plpgsql-check" \
+   && pkg_available "postgresql-${MAJOR}-plpgsql-check"; then
+  missing+=("postgresql-${MAJOR}-plpgsql-check")
+fi
 
 if ((${#missing[@]})); then
   log "missing: ${missing[*]}"

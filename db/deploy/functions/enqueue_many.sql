@@ -25,9 +25,9 @@ DECLARE
     v_now timestamptz := clock_timestamp();
     v_invoker text := pgfence._invoker();
     v_bad integer;
-    v_keys text[] := '{}';       -- resolved keys ...
-    v_key_ids bigint[] := '{}';  -- ... and the job id each resolved to
-    v_key_created boolean[] := '{}';
+    v_keys text[] := '{}'::text[];          -- resolved keys ...
+    v_key_ids bigint[] := '{}'::bigint[];   -- ... and the job id each resolved to
+    v_key_created boolean[] := '{}'::boolean[];
     v_todo text[];
     v_new_keys text[];
     v_new_ids bigint[];
