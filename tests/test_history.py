@@ -367,6 +367,24 @@ def test_report_rejection_refuses_what_was_not_refused(conn: Conn, worker_conn: 
         ("release", WORKER_ROLE, "the lease was taken over: another attempt (worker worker-A) now holds the job")]
 
 
+def test_report_rejection_refuses_a_repeat_that_was_accepted(conn: Conn, worker_conn: Conn, q: str) -> None:
+    """A complete (fail) repeated with the token that completed (failed) the job is
+    accepted as a retry after a lost reply, so it never raised PF001: reporting it
+    would put a false zombie in the history."""
+    done_id, failed_id = enqueue(conn, q), enqueue(conn, q)
+    done_tok = claim_job(conn, q, done_id, lease="1 hour")
+    complete(conn, done_id, done_tok)
+    failed_tok = claim_job(conn, q, failed_id, lease="1 hour")
+    assert fail(conn, failed_id, failed_tok, "boom") == "queued"
+    for jid, tok, op in ((done_id, done_tok, "complete"), (failed_id, failed_tok, "fail")):
+        err = sql_error(worker_conn, "SELECT pgfence.report_rejection(%s, %s, %s)", (jid, tok, op))
+        assert_error(err, "22023", "attempt_token")
+    assert rejections_of(conn, done_id) == [] and rejections_of(conn, failed_id) == []
+    # a heartbeat with the finishing token was refused (PF001): that is reported
+    worker_conn.execute("SELECT pgfence.report_rejection(%s, %s, 'heartbeat')", (done_id, done_tok))
+    assert [r["operation"] for r in rejections_of(conn, done_id)] == ["heartbeat"]
+
+
 # =============================================================== retention ==
 def _finish_three(conn: Conn, q: str) -> dict[str, int]:
     """A done job (with a refused call on record), a dead-lettered one, a cancelled
@@ -444,6 +462,10 @@ def test_a_purged_jobs_idempotency_key_can_be_reused(conn: Conn, q: str, sweep_p
     ("1 day", "-1 day", "22023", "retain_failed"),
     (None, "1 day", "22004", "retain_done"),
     ("1 day", None, "22004", "retain_failed"),
+    # from about 6,800 years every purge failed (the cutoff is before 4714 BC)
+    ("10000 years", "1 day", "22023", "retain_done"),
+    ("1 day", "100 years 1 day", "22023", "retain_failed"),
+    ("2 mons -40 days", "1 day", "22023", "retain_done"),  # 20 days by comparison, 19 to 22 when applied
 ])
 def test_set_retention_refuses_bad_intervals(conn: Conn, q: str, done: str | None, failed: str | None,
                                              sqlstate: str, names: str) -> None:

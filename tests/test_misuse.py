@@ -279,6 +279,21 @@ def test_a_payload_of_just_under_1_mib_is_accepted(conn: Conn, q: str) -> None:
     assert one(conn, "SELECT length(payload->>'blob') FROM pgfence.jobs WHERE id = %s", (jid,)) == 1024 * 1024 - 64
 
 
+def test_the_payload_limit_counts_a_payload_read_from_a_table_uncompressed(conn: Conn, q: str) -> None:
+    """A jsonb read from a table column reaches enqueue still compressed: 5 MB of
+    repeated text is stored in well under 1 MiB, and must still be refused."""
+    conn.execute("CREATE TEMP TABLE staged_payload (p jsonb)")
+    try:
+        conn.execute("INSERT INTO staged_payload SELECT jsonb_build_object('blob', repeat('x', 5000000))")
+        assert one(conn, "SELECT pg_column_size(p) < 1048576 FROM staged_payload") is True  # stored compressed
+        before = queue_state(conn, q)
+        err = must_fail(conn, "SELECT pgfence.enqueue('k', p, queue => %s) FROM staged_payload", (q,))
+        assert_error(err, "22023", "payload")
+        assert "bytes" in str(err) and queue_state(conn, q) == before
+    finally:
+        conn.execute("DROP TABLE staged_payload")
+
+
 # ====================================================== the sweeper's log ==
 RUN_ROW = """
     INSERT INTO cron.job_run_details (jobid, runid, job_pid, database, username, command, status,
@@ -336,3 +351,51 @@ def test_sweeper_status_shows_the_last_pass(conn: Conn) -> None:
     assert client.sweeper_last_pass() >= t0
     assert client.sweeper_active() is True
     assert one(conn, "SELECT count(*) FROM pgfence.sweeper_status") == 1
+
+
+def test_run_sweeper_outside_read_committed_is_refused_before_it_takes_the_lock(dsn: str) -> None:
+    """Every transaction after its first COMMIT starts at default_transaction_isolation:
+    refused up front with PF004, and the session holds no sweep lock afterwards (a
+    lock left behind by a failed pass would pause every other sweeper)."""
+    with connect(dsn) as c:
+        c.execute("SET default_transaction_isolation = 'repeatable read'")
+        err = must_fail(c, "CALL pgfence.run_sweeper('10 ms', clock_timestamp() + interval '1 second')")
+        assert_error(err, "PF004")
+        assert one(c, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()") == 0
+
+
+def test_a_failing_purge_does_not_stop_the_sweeper(conn: Conn, q: str) -> None:
+    """A purge that raises (here: a retention row, written by hand, that reaches past
+    the earliest timestamp; set_retention refuses such a value) is logged as a WARNING
+    and the passes go on reclaiming, instead of the whole run ending in the error."""
+    done_id = enqueue(conn, q)
+    conn.execute("SELECT pgfence.complete(%s, %s)", (done_id, claim_job(conn, q, done_id, lease="1 hour")))
+    conn.execute("UPDATE pgfence.jobs SET finished_at = finished_at - interval '2 days' WHERE id = %s", (done_id,))
+    conn.execute("INSERT INTO pgfence.retention VALUES (%s, '10000 years', '10000 years')", (q,))
+    assert must_fail(conn, "SELECT pgfence.purge_finished(1000)").sqlstate == "22008"
+    expired_id = enqueue(conn, q)
+    claim_job(conn, q, expired_id, lease="1 millisecond")
+    time.sleep(0.05)
+    warnings: list[str] = []
+    conn.add_notice_handler(lambda d: warnings.append(f"{d.severity_nonlocalized}: {d.message_primary}"))
+    # Hold the sweep lock in this session: run_sweeper's try-lock succeeds here (the
+    # same session) and pg_cron's sweeper stays out meanwhile.
+    conn.execute("SELECT pg_advisory_lock(hashtext('pgfence.sweep'))")
+    try:
+        conn.execute("CALL pgfence.run_sweeper('10 ms', clock_timestamp() + interval '300 milliseconds')")
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(hashtext('pgfence.sweep'))")
+        conn.execute("DELETE FROM pgfence.retention WHERE queue = %s", (q,))
+    assert any(w.startswith("WARNING: pgfence: purge_finished failed") for w in warnings), warnings
+    assert one(conn, "SELECT status FROM pgfence.jobs WHERE id = %s", (expired_id,)) == "queued"
+    assert one(conn, "SELECT status FROM pgfence.jobs WHERE id = %s", (done_id,)) == "done"
+
+
+@pytest.mark.parametrize(("reclaimed", "purged", "names"), [
+    (-5, None, "reclaimed"), (None, -1, "purged"), (10**12, None, "reclaimed")])
+def test_note_sweeper_pass_refuses_bad_counts(conn: Conn, sweep_paused: Conn, reclaimed: int | None,
+                                              purged: int | None, names: str) -> None:
+    before = conn.execute("SELECT * FROM pgfence.sweeper_status").fetchall()
+    err = must_fail(conn, "SELECT pgfence.note_sweeper_pass(%s, %s)", (reclaimed, purged))
+    assert_error(err, "22023", names)
+    assert conn.execute("SELECT * FROM pgfence.sweeper_status").fetchall() == before

@@ -223,7 +223,79 @@ CASES += [
     ("heartbeat_many-lease-0",
      "SELECT * FROM pgfence.heartbeat_many(ARRAY[%(pid)s::bigint], ARRAY[%(token)s::uuid], lease => '0')",
      "22023", "lease"),
+    ("fail_many-permanent-null-element",
+     "SELECT * FROM pgfence.fail_many(ARRAY[%(pid)s::bigint], ARRAY[%(token)s::uuid], ARRAY['a'],"
+     " permanents => ARRAY[NULL::boolean])", "22004", "permanents[1]"),
+    ("sweep-batch_size-null", "CALL pgfence.sweep(0, NULL)", "22004", "batch_size"),
+    ("run_sweeper-pass_interval-null", "CALL pgfence.run_sweeper(NULL)", "22004", "pass_interval"),
+    # run_at: a finite timestamp ('infinity' would never run, '-infinity' broke stats())
+    ("enqueue-run_at-infinity", "SELECT pgfence.enqueue('k', queue => %(queue)s, run_at => 'infinity')",
+     "22023", "run_at"),
+    ("enqueue-run_at-minus-infinity", "SELECT pgfence.enqueue('k', queue => %(queue)s, run_at => '-infinity')",
+     "22023", "run_at"),
+    ("enqueue_many-run_at-infinity-element",
+     "SELECT * FROM pgfence.enqueue_many(ARRAY['a', 'b'], queue => %(queue)s,"
+     " run_ats => ARRAY[NULL, '-infinity']::timestamptz[])", "22023", "run_ats[2]"),
 ]
+
+# Intervals whose month part and day/time part have opposite signs compare as one
+# length (a month counts as 30 days) and add another: the first is a lease of 1 hour
+# by comparison and of 1,436 years when added; the second 25 hours on 2026-11-29.
+MIXED_SIGNS = ["1200000 mons -36000000 days 1 hour", "2 mons -60 days 1 hour"]
+for i, mixed in enumerate(MIXED_SIGNS):
+    CASES += [
+        (f"claim-lease-mixed-signs-{i}",
+         f"SELECT * FROM pgfence.claim('w', ARRAY[%(queue)s], lease => '{mixed}')", "22023", "lease"),
+        (f"heartbeat-lease-mixed-signs-{i}",
+         f"SELECT pgfence.heartbeat(%(pid)s, %(token)s, lease => '{mixed}')", "22023", "lease"),
+        (f"heartbeat_many-lease-mixed-signs-{i}",
+         f"SELECT * FROM pgfence.heartbeat_many(ARRAY[%(pid)s::bigint], ARRAY[%(token)s::uuid], lease => '{mixed}')",
+         "22023", "lease"),
+        (f"fail-retry_in-mixed-signs-{i}",
+         f"SELECT pgfence.fail(%(pid)s, %(token)s, 'e', retry_in => '{mixed}')", "22023", "retry_in"),
+        (f"fail_many-retry_in-mixed-signs-{i}",
+         f"SELECT * FROM pgfence.fail_many(ARRAY[%(pid)s::bigint], ARRAY[%(token)s::uuid], ARRAY['a'],"
+         f" retry_ins => ARRAY['{mixed}']::interval[])", "22023", "retry_ins[1]"),
+    ]
+
+# Arrays not indexed from 1, or of two dimensions: the element checks name (and
+# read) arr[position], which is another element of such an array, so bad elements
+# got through. Refused whole, up front, even when every element is valid.
+T2 = "ARRAY[%(token)s::uuid, %(token)s::uuid]"
+ODD_ARRAYS = [  # (case, SQL with {arr}, two valid elements, their type, named argument)
+    ("enqueue_many-kinds", "SELECT * FROM pgfence.enqueue_many({arr}, queue => %(queue)s)", "'a'", "'b'", "text",
+     "kinds"),
+    ("enqueue_many-payloads", "SELECT * FROM pgfence.enqueue_many(ARRAY['a', 'b'], {arr}, queue => %(queue)s)",
+     "'{}'", "'{}'", "jsonb", "payloads"),
+    ("enqueue_many-priorities",
+     "SELECT * FROM pgfence.enqueue_many(ARRAY['a', 'b'], queue => %(queue)s, priorities => {arr})",
+     "1", "2", "integer", "priorities"),
+    ("enqueue_many-run_ats", "SELECT * FROM pgfence.enqueue_many(ARRAY['a', 'b'], queue => %(queue)s, run_ats => {arr})",
+     "now()", "now()", "timestamptz", "run_ats"),
+    ("enqueue_many-keys",
+     "SELECT * FROM pgfence.enqueue_many(ARRAY['a', 'b'], queue => %(queue)s, idempotency_keys => {arr})",
+     "'k1'", "'k2'", "text", "idempotency_keys"),
+    ("claim-queues", "SELECT * FROM pgfence.claim('w', {arr})", "%(queue)s", "'q'", "text", "queues"),
+    ("complete_many-job_ids", "SELECT * FROM pgfence.complete_many({arr}, " + T2 + ")",
+     "%(pid)s", "%(qid)s", "bigint", "job_ids"),
+    ("heartbeat_many-attempt_tokens", "SELECT * FROM pgfence.heartbeat_many(ARRAY[%(pid)s::bigint, %(qid)s::bigint], {arr})",
+     "%(token)s", "%(token)s", "uuid", "attempt_tokens"),
+    ("complete_many-results", "SELECT * FROM pgfence.complete_many(ARRAY[%(pid)s::bigint, %(qid)s::bigint], " + T2
+     + ", {arr})", "'{}'", "'{}'", "jsonb", "results"),
+    ("fail_many-errors", "SELECT * FROM pgfence.fail_many(ARRAY[%(pid)s::bigint, %(qid)s::bigint], " + T2 + ", {arr})",
+     "'e'", "'e'", "text", "errors"),
+    ("fail_many-retry_ins", "SELECT * FROM pgfence.fail_many(ARRAY[%(pid)s::bigint, %(qid)s::bigint], " + T2
+     + ", ARRAY['a', 'b'], {arr})", "'1 s'", "'1 s'", "interval", "retry_ins"),
+    ("fail_many-permanents", "SELECT * FROM pgfence.fail_many(ARRAY[%(pid)s::bigint, %(qid)s::bigint], " + T2
+     + ", ARRAY['a', 'b'], permanents => {arr})", "false", "false", "boolean", "permanents"),
+]
+for case, template, e1, e2, typ, arg in ODD_ARRAYS:
+    CASES += [
+        (f"{case}-from-index-0",
+         template.format(arr=f"('[0:1]=' || ARRAY[{e1}::{typ}, {e2}::{typ}]::text)::{typ}[]"), "22023", arg),
+        (f"{case}-two-dimensions",
+         template.format(arr=f"ARRAY[ARRAY[{e1}::{typ}], ARRAY[{e2}::{typ}]]"), "22023", arg),
+    ]
 
 
 @pytest.mark.parametrize(("sql", "sqlstate", "arg"), [pytest.param(s, st, a, id=i) for i, s, st, a in CASES])

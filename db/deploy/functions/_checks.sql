@@ -54,19 +54,72 @@ END $$;
 COMMENT ON FUNCTION pgfence._check_name(text, text) IS
   'Private: check a kind, queue or worker id (not NULL, 1..128 characters).';
 
+-- An interval is compared as if a month were 30 days, but added to a timestamp it
+-- moves by calendar months. The two agree closely enough unless the month part and
+-- the rest have opposite signs: '1200000 mons -36000000 days 1 hour' compares as
+-- 1 hour and adds 1,436 years; '1 mon -30 days 1 hour' added to 31 January moves
+-- 1 day 1 hour. Bounds on a lease, a retry delay or a retention are only true of
+-- intervals for which this is true (NULL for NULL).
+CREATE FUNCTION pgfence._interval_signs_agree(value interval) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT sign(extract(year FROM value) * 12 + extract(month FROM value))
+         * sign(extract(day FROM value) * 86400 + extract(hour FROM value) * 3600
+                + extract(minute FROM value) * 60 + extract(second FROM value)) >= 0
+$$;
+COMMENT ON FUNCTION pgfence._interval_signs_agree(interval) IS
+  'Private: false when the month part and the day/time part of an interval have opposite signs.';
+
+-- An interval argument within lo..hi: not NULL, and its month part and the rest of
+-- it do not have opposite signs (see _interval_signs_agree).
+CREATE FUNCTION pgfence._check_interval(arg text, value interval, lo interval, hi interval, bounds text, hint text)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF value IS NULL THEN
+        PERFORM pgfence._raise_null(arg, hint);
+    ELSIF value < lo OR value > hi THEN
+        PERFORM pgfence._raise_invalid(arg, value::text, format('outside %s', bounds), hint);
+    ELSIF NOT pgfence._interval_signs_agree(value) THEN
+        PERFORM pgfence._raise_invalid(arg, value::text,
+            'has a month part and a day/time part of opposite signs (its length depends on the date)', hint);
+    END IF;
+END $$;
+COMMENT ON FUNCTION pgfence._check_interval(text, interval, interval, interval, text, text) IS
+  'Private: check an interval argument is not NULL, within lo..hi (said as bounds), and not of mixed-sign months and days/time.';
+
 -- A lease: not NULL, 1 ms .. 1 day.
 CREATE FUNCTION pgfence._check_lease(lease interval) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF lease IS NULL THEN
-        PERFORM pgfence._raise_null('lease', 'pass a lease between 1 millisecond and 1 day, e.g. ''30 seconds''');
-    ELSIF lease < interval '1 millisecond' OR lease > interval '1 day' THEN
-        PERFORM pgfence._raise_invalid('lease', lease::text, 'must be between 1 millisecond and 1 day',
-            'pass a lease between 1 millisecond and 1 day, e.g. ''30 seconds''');
-    END IF;
+    PERFORM pgfence._check_interval('lease', lease, interval '1 millisecond', interval '1 day', '1 millisecond..1 day',
+        'pass a lease between 1 millisecond and 1 day, e.g. ''30 seconds''');
 END $$;
 COMMENT ON FUNCTION pgfence._check_lease(interval) IS
   'Private: check a lease interval (1 millisecond .. 1 day).';
+
+-- An array argument: NULL (left to the caller), empty, or one-dimensional and
+-- indexed from 1. The element checks find a bad element by its position in
+-- unnest() and name it arg[position]: for '[0:1]={...}' or a 2-D array that
+-- subscript would name, and read back, another element.
+CREATE FUNCTION pgfence._array_ok(value anyarray) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT value IS NULL OR array_ndims(value) IS NULL OR (array_ndims(value) = 1 AND array_lower(value, 1) = 1)
+$$;
+COMMENT ON FUNCTION pgfence._array_ok(anyarray) IS
+  'Private: true for NULL, an empty array, or a one-dimensional array indexed from 1.';
+
+CREATE FUNCTION pgfence._check_array(arg text, value anyarray) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT pgfence._array_ok(value) THEN
+        PERFORM pgfence._raise_invalid(arg, array_dims(value),
+            CASE WHEN array_ndims(value) > 1 THEN format('has %s dimensions', array_ndims(value))
+                 ELSE format('starts at index %s', array_lower(value, 1)) END,
+            'pass a one-dimensional array indexed from 1, e.g. ARRAY[...] or ''{...}''');
+    END IF;
+END $$;
+COMMENT ON FUNCTION pgfence._check_array(text, anyarray) IS
+  'Private: check an array argument is one-dimensional and indexed from 1 (NULL and empty pass).';
 
 -- A count in lo..hi (max_jobs, max_attempts, batch sizes).
 CREATE FUNCTION pgfence._check_range(arg text, value integer, lo integer, hi integer) RETURNS void
@@ -83,9 +136,19 @@ COMMENT ON FUNCTION pgfence._check_range(text, integer, integer, integer) IS
   'Private: check an integer argument is not NULL and within lo..hi.';
 
 -- A payload: not NULL, a JSON object, at most 1 MiB as jsonb.
+-- The size is the uncompressed jsonb's: a value read from a table column arrives
+-- still compressed, and pg_column_size would measure that (a 50 MB payload
+-- compressed to 572 kB passed). '{}' || value is value itself, decompressed.
+CREATE FUNCTION pgfence._payload_size(value jsonb) RETURNS integer
+LANGUAGE sql STABLE AS $$
+    SELECT pg_column_size('{}'::jsonb || value)
+$$;
+COMMENT ON FUNCTION pgfence._payload_size(jsonb) IS
+  'Private: the size of a jsonb value uncompressed, in bytes.';
+
 CREATE FUNCTION pgfence._payload_ok(value jsonb) RETURNS boolean
 LANGUAGE sql STABLE AS $$
-    SELECT value IS NOT NULL AND jsonb_typeof(value) = 'object' AND pg_column_size(value) <= 1048576
+    SELECT value IS NOT NULL AND jsonb_typeof(value) = 'object' AND pgfence._payload_size(value) <= 1048576
 $$;
 COMMENT ON FUNCTION pgfence._payload_ok(jsonb) IS
   'Private: true for a valid payload (a JSON object of at most 1 MiB as jsonb), never NULL.';
@@ -100,13 +163,26 @@ BEGIN
     ELSIF jsonb_typeof(value) <> 'object' THEN
         PERFORM pgfence._raise_invalid(arg, left(value::text, 60), format('is a JSON %s, not an object', jsonb_typeof(value)),
             'payloads are JSON objects so that fields can be added later; wrap the value, e.g. {"value": ...}');
-    ELSIF pg_column_size(value) > 1048576 THEN
-        PERFORM pgfence._raise_invalid(arg, format('(%s bytes)', pg_column_size(value)), 'larger than the 1 MiB payload limit',
+    ELSIF pgfence._payload_size(value) > 1048576 THEN
+        PERFORM pgfence._raise_invalid(arg, format('(%s bytes)', pgfence._payload_size(value)), 'larger than the 1 MiB payload limit',
             'store large data in your own table and put its key in the payload');
     END IF;
 END $$;
 COMMENT ON FUNCTION pgfence._check_payload(text, jsonb) IS
   'Private: check a payload (a JSON object of at most 1 MiB as jsonb).';
+
+-- When a job may run: NULL (now) or a finite timestamp. 'infinity' would queue a
+-- job that never runs, and '-infinity' breaks the age arithmetic of stats().
+CREATE FUNCTION pgfence._check_run_at(arg text, value timestamptz) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT isfinite(value) THEN
+        PERFORM pgfence._raise_invalid(arg, value::text, 'is not a finite timestamp',
+            'pass NULL to run the job now, or the time from which it may run');
+    END IF;
+END $$;
+COMMENT ON FUNCTION pgfence._check_run_at(text, timestamptz) IS
+  'Private: check a run_at (NULL, or a finite timestamp).';
 
 -- Parallel arrays of a batch call: not NULL, no NULL elements where required,
 -- 1..10000 elements, equal lengths, no duplicate job ids.
@@ -119,6 +195,10 @@ BEGIN
         PERFORM pgfence._raise_null('job_ids', 'pass an array of job ids');
     ELSIF attempt_tokens IS NULL THEN
         PERFORM pgfence._raise_null('attempt_tokens', 'pass one attempt token per job id');
+    END IF;
+    IF NOT (pgfence._array_ok(job_ids) AND pgfence._array_ok(attempt_tokens)) THEN  -- (inlined: no call when fine)
+        PERFORM pgfence._check_array('job_ids', job_ids);
+        PERFORM pgfence._check_array('attempt_tokens', attempt_tokens);
     END IF;
     PERFORM pgfence._check_range('job_ids length', n, 1, 10000);
     PERFORM pgfence._check_isolation('a fenced call (heartbeat, complete, fail, release, or their _many form)');

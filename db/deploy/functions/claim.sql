@@ -66,6 +66,7 @@ BEGIN
             PERFORM pgfence._raise_invalid('queues', '{}', 'is empty',
                 'pass NULL to claim from every queue, or at least one queue name');
         END IF;
+        PERFORM pgfence._check_array('queues', queues);
         SELECT min(t.ord) INTO v_bad FROM unnest(queues) WITH ORDINALITY t(q, ord)
          WHERE NOT pgfence._name_ok(t.q);
         IF v_bad IS NOT NULL THEN

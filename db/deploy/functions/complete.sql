@@ -25,6 +25,9 @@ DECLARE
     v_count integer;
     v_acc boolean[];
 BEGIN
+    IF NOT pgfence._array_ok(results) THEN
+        PERFORM pgfence._check_array('results', results);
+    END IF;
     IF cardinality(results) <> n THEN
         PERFORM pgfence._raise_invalid('results length', cardinality(results)::text,
             format('job_ids has %s elements', n), 'pass NULL, or one result (or NULL) per job id');

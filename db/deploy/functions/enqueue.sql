@@ -78,7 +78,8 @@ BEGIN
     -- (The *_ok predicates are inlined; anything NULL counts as invalid here.)
     IF NOT coalesce(pgfence._name_ok(kind) AND pgfence._payload_ok(payload)
                     AND pgfence._enqueue_options_ok(queue, max_attempts, recovery_policy)
-                    AND enqueue.priority IS NOT NULL AND pgfence._key_ok(idempotency_key), false) THEN
+                    AND enqueue.priority IS NOT NULL AND pgfence._key_ok(idempotency_key)
+                    AND coalesce(isfinite(enqueue.run_at), true), false) THEN
         PERFORM pgfence._check_name('kind', kind);
         PERFORM pgfence._check_payload('payload', payload);
         PERFORM pgfence._check_enqueue_options(queue, max_attempts, recovery_policy);
@@ -86,6 +87,7 @@ BEGIN
             PERFORM pgfence._raise_null('priority', 'pass an integer priority (higher runs first), default 0');
         END IF;
         PERFORM pgfence._check_idempotency_key('idempotency_key', idempotency_key);
+        PERFORM pgfence._check_run_at('run_at', enqueue.run_at);
     END IF;
 
     IF idempotency_key IS NULL THEN

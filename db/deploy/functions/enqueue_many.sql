@@ -37,6 +37,11 @@ BEGIN
     IF kinds IS NULL THEN
         PERFORM pgfence._raise_null('kinds', 'pass an array with one kind per job');
     END IF;
+    PERFORM pgfence._check_array('kinds', kinds);
+    PERFORM pgfence._check_array('payloads', payloads);
+    PERFORM pgfence._check_array('priorities', priorities);
+    PERFORM pgfence._check_array('run_ats', run_ats);
+    PERFORM pgfence._check_array('idempotency_keys', idempotency_keys);
     PERFORM pgfence._check_range('kinds length', n, 1, 10000);
     PERFORM pgfence._check_enqueue_options(enqueue_many.queue, enqueue_many.max_attempts, enqueue_many.recovery_policy);
     IF cardinality(payloads) <> n OR cardinality(priorities) <> n OR cardinality(run_ats) <> n
@@ -62,6 +67,12 @@ BEGIN
     IF array_position(priorities, NULL) IS NOT NULL THEN
         PERFORM pgfence._raise_null(format('priorities[%s]', array_position(priorities, NULL)),
             'pass NULL for all-default priorities, or an integer for every job');
+    END IF;
+    IF run_ats IS NOT NULL THEN
+        SELECT min(t.ord) INTO v_bad FROM unnest(run_ats) WITH ORDINALITY t(r, ord) WHERE NOT isfinite(t.r);
+        IF v_bad IS NOT NULL THEN
+            PERFORM pgfence._check_run_at(format('run_ats[%s]', v_bad), run_ats[v_bad]);
+        END IF;
     END IF;
     IF idempotency_keys IS NOT NULL THEN
         SELECT min(t.ord) INTO v_bad FROM unnest(idempotency_keys) WITH ORDINALITY t(k, ord)

@@ -48,15 +48,22 @@ BEGIN
             format('errors=%s retry_ins=%s permanents=%s', cardinality(errors), cardinality(retry_ins), cardinality(permanents)),
             format('job_ids has %s elements', n), 'pass exactly one element per job id (retry_ins and permanents may be NULL)');
     END IF;
+    PERFORM pgfence._check_array('errors', errors);
+    PERFORM pgfence._check_array('retry_ins', retry_ins);
+    PERFORM pgfence._check_array('permanents', permanents);
     SELECT min(t.ord) INTO v_bad FROM unnest(errors) WITH ORDINALITY t(e, ord)
      WHERE t.e IS NULL OR char_length(t.e) > 100000;
     IF v_bad IS NOT NULL THEN
         PERFORM pgfence._check_error(format('errors[%s]', v_bad), errors[v_bad]);
     END IF;
     SELECT min(t.ord) INTO v_bad FROM unnest(retry_ins) WITH ORDINALITY t(r, ord)
-     WHERE t.r < interval '0' OR t.r > interval '365 days';
+     WHERE t.r < interval '0' OR t.r > interval '365 days' OR NOT pgfence._interval_signs_agree(t.r);
     IF v_bad IS NOT NULL THEN
         PERFORM pgfence._check_retry_in(format('retry_ins[%s]', v_bad), retry_ins[v_bad]);
+    END IF;
+    IF array_position(permanents, NULL) IS NOT NULL THEN
+        PERFORM pgfence._raise_null(format('permanents[%s]', array_position(permanents, NULL)),
+            'pass NULL when no failure is permanent, or true or false for every job');
     END IF;
 
     -- target reads each failing attempt before the update (a retry clears the
@@ -158,8 +165,8 @@ COMMENT ON FUNCTION pgfence._check_error(text, text) IS
 CREATE FUNCTION pgfence._check_retry_in(arg text, value interval) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF value < interval '0' OR value > interval '365 days' THEN
-        PERFORM pgfence._raise_invalid(arg, value::text, 'outside 0..365 days',
+    IF value IS NOT NULL THEN
+        PERFORM pgfence._check_interval(arg, value, interval '0', interval '365 days', '0..365 days',
             'pass NULL for the default backoff, or a delay between 0 and 365 days');
     END IF;
 END $$;

@@ -30,6 +30,16 @@ BEGIN
     ELSIF j.status = 'processing' AND j.attempt_token = attempt_token THEN
         PERFORM pgfence._raise_invalid('attempt_token', attempt_token::text, 'is the current token: nothing was refused',
             'report only calls that raised PF001');
+    ELSIF (operation = 'complete' AND j.status = 'done' AND j.attempt_token = attempt_token)
+       OR (operation = 'fail' AND EXISTS (
+               SELECT 1 FROM pgfence.attempts a
+                WHERE a.job_id = job_id AND a.attempt_token = attempt_token AND a.outcome = 'failed')) THEN
+        -- A repeated complete (fail) by the token that completed (failed) the job
+        -- is accepted as a retry after a lost reply; it never raised PF001.
+        PERFORM pgfence._raise_invalid('attempt_token', attempt_token::text,
+            format('already %s this job: a %s with it is accepted, not refused',
+                   CASE operation WHEN 'complete' THEN 'completed' ELSE 'failed' END, operation),
+            'report only calls that raised PF001');
     END IF;
     INSERT INTO pgfence.rejections (job_id, attempt_token, operation, caller, detail)
     VALUES (job_id, attempt_token, operation, pgfence._invoker(),
@@ -38,6 +48,7 @@ END $$;
 
 COMMENT ON FUNCTION pgfence.report_rejection(bigint, uuid, text) IS
 $$Record that a single heartbeat/complete/fail/release call with attempt_token was refused with PF001 (its own
-transaction rolled back). Errors: PF002 unknown job, 22004, 22023 (unknown operation, or the token is current).$$;
+transaction rolled back). Errors: PF002 unknown job, 22004, 22023 (unknown operation; the token is current; or
+it completed (failed) the job, so a complete (fail) with it is accepted as a repeat).$$;
 
 COMMIT;

@@ -56,15 +56,12 @@ BEGIN
     IF queue IS NOT NULL THEN
         PERFORM pgfence._check_name('queue', queue);
     END IF;
-    IF retain_done IS NULL THEN
-        PERFORM pgfence._raise_null('retain_done', 'pass how long done and cancelled jobs are kept, e.g. ''1 day''');
-    ELSIF retain_failed IS NULL THEN
-        PERFORM pgfence._raise_null('retain_failed', 'pass how long failed (dead-lettered) jobs are kept, e.g. ''7 days''');
-    ELSIF retain_done < interval '0' THEN
-        PERFORM pgfence._raise_invalid('retain_done', retain_done::text, 'is negative', 'pass an interval >= 0');
-    ELSIF retain_failed < interval '0' THEN
-        PERFORM pgfence._raise_invalid('retain_failed', retain_failed::text, 'is negative', 'pass an interval >= 0');
-    END IF;
+    -- At most 100 years: a retention reaching past the earliest timestamp PostgreSQL
+    -- stores (from about 6,800 years) made every purge fail, and with it the sweeper.
+    PERFORM pgfence._check_interval('retain_done', retain_done, interval '0', interval '100 years', '0..100 years',
+        'pass how long done and cancelled jobs are kept, e.g. ''1 day'' (at most ''100 years'')');
+    PERFORM pgfence._check_interval('retain_failed', retain_failed, interval '0', interval '100 years', '0..100 years',
+        'pass how long failed (dead-lettered) jobs are kept, e.g. ''7 days'' (at most ''100 years'')');
     INSERT INTO pgfence.retention AS r (queue, retain_done, retain_failed)
     VALUES (coalesce(queue, ''), retain_done, retain_failed)
     ON CONFLICT ON CONSTRAINT retention_pkey
@@ -73,6 +70,6 @@ END $$;
 
 COMMENT ON FUNCTION pgfence.set_retention(text, interval, interval) IS
 $$Operator: keep finished jobs of queue (NULL = the default) for retain_done (done, cancelled) and
-retain_failed (failed) before purge_finished deletes them. Errors: 22004, 22023.$$;
+retain_failed (failed) before purge_finished deletes them; each 0..100 years. Errors: 22004, 22023.$$;
 
 COMMIT;
