@@ -379,10 +379,16 @@ def test_report_rejection_refuses_a_repeat_that_was_accepted(conn: Conn, worker_
     for jid, tok, op in ((done_id, done_tok, "complete"), (failed_id, failed_tok, "fail")):
         err = sql_error(worker_conn, "SELECT pgfence.report_rejection(%s, %s, %s)", (jid, tok, op))
         assert_error(err, "22023", "attempt_token")
+    # a heartbeat that crossed its own attempt's end is refused (PF001) but is no stale
+    # worker: not recorded, by heartbeat_many or through report_rejection
+    err = sql_error(worker_conn, "SELECT pgfence.report_rejection(%s, %s, 'heartbeat')", (done_id, done_tok))
+    assert_error(err, "22023", "attempt_token")
+    assert worker_conn.execute("SELECT accepted FROM pgfence.heartbeat_many(%s, %s)",
+                               ([done_id, failed_id], [done_tok, failed_tok])).fetchall() == [(False,), (False,)]
     assert rejections_of(conn, done_id) == [] and rejections_of(conn, failed_id) == []
-    # a heartbeat with the finishing token was refused (PF001): that is reported
-    worker_conn.execute("SELECT pgfence.report_rejection(%s, %s, 'heartbeat')", (done_id, done_tok))
-    assert [r["operation"] for r in rejections_of(conn, done_id)] == ["heartbeat"]
+    # a complete by the token whose attempt failed is refused (PF001): a stale call, recorded
+    worker_conn.execute("SELECT pgfence.report_rejection(%s, %s, 'complete')", (failed_id, failed_tok))
+    assert [r["operation"] for r in rejections_of(conn, failed_id)] == ["complete"]
 
 
 # =============================================================== retention ==

@@ -155,8 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--shutdown-grace", type=_nonnegative_seconds, default=30.0, metavar="SECONDS",
                    help="on SIGTERM/SIGINT, how long running handlers may finish (default 30)")
     w.add_argument("--sweep", action=argparse.BooleanOptionalAction, default=None,
-                   help="run the reclaim sweep in this process (default: only when the pg_cron job "
-                        "pgfence-reclaim does not exist)")
+                   help="run the reclaim sweep in this process (default: while the background sweeper "
+                        "has recorded no pass in 2 minutes, looked at every minute)")
     w.add_argument("--worker-id", metavar="ID", help="recorded as reserved_by (default host:pid:random)")
     w.set_defaults(func=cmd_worker)
 

@@ -172,7 +172,7 @@ class Client:
         return int(self._scalar(
             "SELECT pgfence.enqueue(kind => %s, payload => %s, queue => %s, priority => %s, "
             "run_at => %s, max_attempts => %s, recovery_policy => %s, idempotency_key => %s)",
-            (kind, Jsonb({} if payload is None else payload), queue, priority, run_at,
+            (kind, Jsonb({} if payload is None else payload), queue, priority, _aware(run_at),
              max_attempts, recovery_policy, idempotency_key)))
 
     def enqueue_many(self, kinds: Sequence[str], payloads: Optional[Sequence[Any]] = None, *,
@@ -191,7 +191,7 @@ class Client:
         if payloads is not None:
             params.append(json.dumps([{} if p is None else p for p in payloads]))
         params += [queue, None if priorities is None else list(priorities),
-                   None if run_ats is None else list(run_ats), max_attempts, recovery_policy,
+                   None if run_ats is None else [_aware(t) for t in run_ats], max_attempts, recovery_policy,
                    None if idempotency_keys is None else list(idempotency_keys)]
         query = _ENQUEUE_MANY.format(payloads="NULL" if payloads is None else _PAYLOADS_FROM_JSON_ARRAY)
         return self._rows(Enqueued, query, params, positional=True)
@@ -431,7 +431,15 @@ def _dump(value: Any) -> Optional[str]:
         return None
     if isinstance(value, RawJson):
         return str(value)
-    return json.dumps(value)
+    return json.dumps(value, allow_nan=False)  # NaN/Infinity: ValueError here, not a 22P02 there
+
+
+def _aware(when: Optional[datetime]) -> Optional[datetime]:
+    """A naive datetime is local time (as datetime.astimezone() reads it), not the
+    database session's TimeZone, which psycopg would otherwise apply."""
+    if when is not None and when.tzinfo is None:
+        return when.astimezone()
+    return when
 
 
 __all__ = ["Client", "RawJson", "SCHEMA_VERSION", "PgfenceError"]

@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import random
+import re
 import signal
 import socket
 import threading
@@ -48,7 +49,23 @@ Handler = Callable[[Job], Any]
 
 #: Error texts are truncated to this many characters (the end of a traceback is kept).
 MAX_ERROR_CHARS = 50_000
-_RETRYABLE = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
+#: Errors after which the same call is tried again: the connection or the server's state
+#: (a lost connection, a restart, a cancel, a deadlock, a server briefly read-only during
+#: a switchover), never the data. (psycopg files serialization failures and deadlocks,
+#: class 40, and cancels, 57014, under OperationalError.)
+_RETRYABLE = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout,
+              psycopg.errors.ReadOnlySqlTransaction)
+#: How often a worker with run_sweeper=None looks whether the background sweeper runs.
+SWEEPER_LOOK_INTERVAL = 60.0
+#: retry_in bounds the database accepts (pgfence.fail).
+_MAX_RETRY_IN = timedelta(days=365)
+# A NUL character escaped in JSON text (an odd number of backslashes before u0000):
+# jsonb cannot store it.
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+class _GiveUp(Exception):
+    """A second signal arrived while a call waited for the database: stop retrying."""
 
 
 class PermanentFailure(Exception):
@@ -83,11 +100,59 @@ class _Result:
 
 
 def _error_text(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}\n" + "".join(
-        traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:
+        text = f"{type(exc).__name__}: {exc}\n" + "".join(
+            traceback.format_exception(type(exc), exc, exc.__traceback__))
+    except Exception as broken:  # an exception whose __str__ raises, say
+        text = f"{type(exc).__name__}: (its message could not be formatted: {type(broken).__name__})"
+    return _storable_text(text)
+
+
+def _storable_text(text: str) -> str:
+    """An error text PostgreSQL can store: NUL characters (text cannot hold them) and
+    lone surrogates (no UTF-8 for them, e.g. from os.fsdecode) are escaped; truncated
+    to MAX_ERROR_CHARS, keeping the end of a traceback."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     if len(text) > MAX_ERROR_CHARS:
         text = "...[truncated]\n" + text[-MAX_ERROR_CHARS:]
     return text
+
+
+def _result_json(value: Any) -> str:
+    """The JSON text of a handler's result, or ValueError when jsonb could not store it."""
+    if isinstance(value, RawJson):
+        text = str(value)  # the handler's own JSON text: the database checks it
+        text.encode("utf-8")  # (UnicodeEncodeError is a ValueError)
+        return text
+    text = json.dumps(value, allow_nan=False)  # NaN and Infinity are not JSON
+    # The two escapes jsonb refuses, looked for only when their prefix occurs: \u0000,
+    # and a lone surrogate (json.dumps writes it as \udXXX; a pair, e.g. an emoji, is
+    # one character in Python and encodes).
+    if "\\u0000" in text and _JSON_NUL.search(text):
+        raise ValueError("it contains a NUL character, which jsonb cannot store")
+    if "\\ud" in text:
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"it contains a lone surrogate, which has no UTF-8 encoding: {exc}") from None
+    return text
+
+
+def _ignore_signal(signum: int, frame: Optional[FrameType]) -> None:
+    """Installed for SIGTERM/SIGINT while a worker runs: the work is done by the watcher
+    thread that set_wakeup_fd wakes (see Worker._install_signals)."""
+
+
+def _is_data_error(exc: BaseException) -> bool:
+    """The database (or the encoding on the way) refused the values of a call, not the
+    connection: retrying the same call cannot help."""
+    return (isinstance(exc, (psycopg.DataError, UnicodeError))
+            or (isinstance(exc, PgfenceError) and exc.sqlstate in ("22023", "22004")))
 
 
 class Worker:
@@ -106,8 +171,8 @@ class Worker:
       not poll in step).
     * ``shutdown_grace`` [30 s]: how long SIGTERM/SIGINT waits for running
       handlers before giving their jobs back (fenced ``release``).
-    * ``run_sweeper`` [None = when the pg_cron sweeper has not passed in 2 minutes]: run
-      ``CALL pgfence.sweep()`` every ``sweep_interval`` [1 s] from this process.
+    * ``run_sweeper`` [None = while the pg_cron sweeper has not passed in 2 minutes, checked
+      every minute]: run ``CALL pgfence.sweep()`` every ``sweep_interval`` [1 s] from this process.
     * ``flush_interval`` [5 ms] and ``flush_batch`` [500]: outcomes are reported when
       ``flush_batch`` are waiting or the oldest has waited ``flush_interval``.
     * ``worker_id`` [host:pid:random]: recorded as ``reserved_by``.
@@ -153,6 +218,7 @@ class Worker:
         self._outcome = threading.Event()        # set when an outcome was added to _results
         self._wake = threading.Event()
         self._stopping = threading.Event()
+        self._hurry = threading.Event()         # a second signal: stop waiting for the database
         self._done = threading.Event()          # background threads: exit now
         self._threads: list[threading.Thread] = []
         self._signals = 0
@@ -175,7 +241,14 @@ class Worker:
             log.info("worker %s started: queues=%s concurrency=%s prefetch=%s lease=%s",
                      self.worker_id, self.queues or "all", self.concurrency,
                      self.capacity - self.concurrency, self.lease)
-            self._claim_loop()
+            try:
+                self._claim_loop()
+            except BaseException:
+                log.exception("worker %s: claiming failed; shutting down", self.worker_id)
+                self._stopping.set()
+                self._work.set()
+                self._shutdown()
+                raise
             self._shutdown()
         finally:
             self._done.set()
@@ -194,15 +267,7 @@ class Worker:
         specs += [(f"pgfence-handler-{i}", self._handler_loop) for i in range(self.concurrency)]
         if self.listen:
             specs.append(("pgfence-listener", self._listen_loop))
-        sweep = self.run_sweeper
-        if sweep is None:
-            try:
-                sweep = not self.client.sweeper_active()
-            except _RETRYABLE:
-                sweep = True
-        if sweep:
-            log.info("worker %s runs the reclaim sweep every %ss (no background sweeper seen)", self.worker_id,
-                     self.sweep_interval)
+        if self.run_sweeper is not False:
             specs.append(("pgfence-sweeper", self._sweep_loop))
         for name, target in specs:
             t = threading.Thread(target=target, name=name, daemon=True)
@@ -247,6 +312,17 @@ class Worker:
         with self._lock:
             for job in jobs:
                 object.__setattr__(job, "_stopping", self._stopping)
+                old = self._inflight.get(job.id)
+                if old is not None:
+                    # The database handed this job out again (an operator requeued it, or
+                    # its lease expired meanwhile): the old attempt's lease is gone. Its
+                    # handler learns it from should_stop(), its outcome is discarded,
+                    # and the job's in-flight state is the new attempt's from now on.
+                    old._mark_lease_lost()
+                    self._finishing.discard(job.id)
+                    self.counters["lease_lost"] += 1
+                    log.warning("job %s kind=%s attempt=%s: lease lost (claimed again as attempt %s)",
+                                old.id, old.kind, old.attempts, job.attempts)
                 self._inflight[job.id] = job
         self.counters["claimed"] += len(jobs)
         if log.isEnabledFor(logging.INFO):
@@ -292,10 +368,12 @@ class Worker:
             # claimer and flusher in.
 
     def _run_handler(self, job: Job) -> _Result:
+        """Run the handler; always returns its outcome (a handler thread never dies of it:
+        a SystemExit, or an exception that cannot even be formatted, fails the attempt)."""
         handler = self.handlers.get(job.kind)
         if handler is None:
-            return _Result(job, False, f"UnknownKind: no handler for kind {job.kind!r} in worker "
-                           f"{self.worker_id} (known: {sorted(self.handlers)})", permanent=True)
+            return _Result(job, False, _storable_text(f"UnknownKind: no handler for kind {job.kind!r} in worker "
+                           f"{self.worker_id} (known: {sorted(self.handlers)})"), permanent=True)
         try:
             value = handler(job)
         except Interrupted:
@@ -303,16 +381,22 @@ class Worker:
         except PermanentFailure as exc:
             return _Result(job, False, _error_text(exc), permanent=True)
         except RetryAfter as exc:
-            return _Result(job, False, _error_text(exc), retry_in=exc.delay)
-        except Exception as exc:
+            delay = exc.delay
+            if isinstance(delay, timedelta) and timedelta(0) <= delay <= _MAX_RETRY_IN:
+                return _Result(job, False, _error_text(exc), retry_in=delay)
+            return _Result(job, False, _storable_text(
+                f"RetryAfter with delay {delay!r} outside 0..365 days, failed with the default backoff instead\n"
+                + _error_text(exc)))
+        except BaseException as exc:  # noqa: B036 - SystemExit from a handler too: it ends the attempt
             return _Result(job, False, _error_text(exc))
         if value is None:
             return _Result(job, True, None)
         try:
-            text = value if isinstance(value, RawJson) else json.dumps(value)
-        except (TypeError, ValueError) as exc:
-            return _Result(job, False, f"ResultNotJSON: handler for {job.kind!r} returned a value that "
-                           f"is not JSON serializable: {exc}", permanent=True)
+            text = _result_json(value)
+        except (TypeError, ValueError, RecursionError) as exc:
+            return _Result(job, False, _storable_text(
+                f"ResultNotJSON: handler for {job.kind!r} returned a value that cannot be stored as JSON: "
+                f"{type(exc).__name__}: {exc}"), permanent=True)
         return _Result(job, True, RawJson(text))
 
     def _flush_loop(self) -> None:
@@ -338,10 +422,21 @@ class Worker:
                 time.sleep(min(self.flush_interval / 4, pending_since + self.flush_interval - now))
                 continue
             pending_since = None
+            # One outcome per job id per batch: two attempts of one job (the job was
+            # claimed again while its old attempt still ran here) go in separate calls,
+            # which refuse duplicate ids.
             batch: list[_Result] = []
-            while results and len(batch) < 1000:
-                batch.append(results.popleft())
-            self._flush(batch)
+            ids: set[int] = set()
+            while results and len(batch) < 1000 and results[0].job.id not in ids:
+                r = results.popleft()
+                ids.add(r.job.id)
+                batch.append(r)
+            try:
+                self._flush(batch)
+            except Exception:  # never let the flusher die: its outcomes would never settle
+                log.exception("worker %s: reporting %s outcomes failed; their jobs are dropped from this "
+                              "worker and their leases will expire", self.worker_id, len(batch))
+                self._settle([r.job for r in batch])
 
     def _flush(self, batch: list[_Result]) -> None:
         # A lost lease makes the attempt's result void: never report it.
@@ -361,16 +456,70 @@ class Worker:
         if interrupted:
             self._release(interrupted, started=True)
         if done:
+            self._complete(done)
+        if failed:
+            self._fail(failed)
+
+    def _complete(self, done: list[_Result]) -> None:
+        try:
             refused = self._retrying(lambda: self.client.complete_many(
                 [r.job.id for r in done], [r.job.attempt_token for r in done],
                 [None if r.value is None else RawJson(r.value) for r in done], refused_only=True))
-            self._report(done, refused, "completed")
-        if failed:
+        except _GiveUp:
+            self._abandon(done)
+            return
+        except Exception as exc:
+            if not _is_data_error(exc):
+                raise
+            # The database refused a result itself (a handler's RawJson that is not
+            # JSON, say): find it, and fail that attempt instead.
+            if len(done) > 1:
+                for r in done:
+                    self._complete([r])
+                return
+            r = done[0]
+            log.error("job %s kind=%s attempt=%s: the database refused its result (%s); failing the attempt",
+                      r.job.id, r.job.kind, r.job.attempts, str(exc).strip())
+            self._fail([_Result(r.job, False, _storable_text(
+                f"ResultNotStorable: the database refused the handler's result: {type(exc).__name__}: {exc}"),
+                permanent=True)])
+            return
+        self._report(done, refused, "completed")
+
+    def _fail(self, failed: list[_Result]) -> None:
+        try:
             outcomes = self._retrying(lambda: self.client.fail_many(
                 [r.job.id for r in failed], [r.job.attempt_token for r in failed],
                 [r.value or "" for r in failed], retry_ins=[r.retry_in for r in failed],
                 permanents=[r.permanent for r in failed]))
-            self._report(failed, outcomes, "failed")
+        except _GiveUp:
+            self._abandon(failed)
+            return
+        except Exception as exc:
+            if not _is_data_error(exc):
+                raise
+            if len(failed) > 1:
+                for r in failed:
+                    self._fail([r])
+                return
+            r = failed[0]
+            plain = f"FailureNotStorable: the database refused this failure ({type(exc).__name__}: {exc})"
+            if r.value is not None and r.value.startswith("FailureNotStorable:"):
+                log.error("job %s kind=%s attempt=%s: the database refused its failure (%s); its lease will "
+                          "expire and the reclaim rule applies", r.job.id, r.job.kind, r.job.attempts,
+                          str(exc).strip())
+                self._settle([r.job])
+                return
+            self._fail([_Result(r.job, False, _storable_text(plain), permanent=r.permanent)])
+            return
+        self._report(failed, outcomes, "failed")
+
+    def _abandon(self, results: list[_Result]) -> None:
+        """A second signal during an outage: these outcomes are not reported (their leases
+        expire and the reclaim rule applies, as after a crash)."""
+        log.error("worker %s: gave up reporting %s outcomes (jobs %s) after a second signal; their leases will "
+                  "expire", self.worker_id, len(results), [r.job.id for r in results][:20])
+        self._settle([r.job for r in results])
 
     def _report(self, results: list[_Result], outcomes: list[Outcome], verb: str) -> None:
         """Log and count each outcome; ``outcomes`` may hold only the refused rows
@@ -411,15 +560,18 @@ class Worker:
     def _retrying(self, call: Callable[[], list[Outcome]]) -> list[Outcome]:
         """Retry a fenced batch call through connection failures. Safe: complete and
         fail are idempotent for the token (a repeat is accepted, changes nothing); a
-        lease that expired meanwhile is refused by the database, never silently lost."""
+        lease that expired meanwhile is refused by the database, never silently lost.
+        Raises _GiveUp when a second signal asks the shutdown not to wait any longer."""
         backoff = 0.05
         while True:
             try:
                 return call()
             except _RETRYABLE as exc:
+                if self._hurry.is_set():
+                    raise _GiveUp() from exc
                 log.warning("worker %s: reporting outcomes failed (%s); retrying in %.2fs", self.worker_id,
                             str(exc).strip(), backoff)
-                time.sleep(backoff)
+                self._hurry.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
 
     def _heartbeat_loop(self) -> None:
@@ -456,7 +608,7 @@ class Worker:
         backoff = 0.1
         while not self._done.is_set():
             try:
-                with psycopg.connect(self._conninfo(), autocommit=True) as conn:
+                with psycopg.connect(self._conninfo(), **self._connect_kwargs()) as conn:
                     conn.execute("LISTEN pgfence_enqueue")
                     backoff = 0.1
                     self._wake.set()  # anything sent while we were not listening
@@ -473,7 +625,29 @@ class Worker:
                 backoff = min(backoff * 2, 5.0)
 
     def _sweep_loop(self) -> None:
-        while not self._done.wait(self.sweep_interval):
+        # run_sweeper None: sweep while no background sweeper pass was seen in 2 minutes,
+        # looked at once a minute (pg_cron may stop, or come back, while we run).
+        auto = self.run_sweeper is None
+        sweeping = not auto
+        next_look = time.monotonic()
+        if not auto:
+            log.info("worker %s runs the reclaim sweep every %ss", self.worker_id, self.sweep_interval)
+        while True:
+            if auto and time.monotonic() >= next_look:
+                next_look = time.monotonic() + SWEEPER_LOOK_INTERVAL
+                try:
+                    active = self.client.sweeper_active()
+                except (PgfenceError, psycopg.Error):
+                    active = False
+                if sweeping == active:
+                    sweeping = not active
+                    log.info("worker %s %s the reclaim sweep (%s)", self.worker_id,
+                             "runs" if sweeping else "stops",
+                             "no background sweeper pass in 2 minutes" if sweeping else "the background sweeper runs")
+            if self._done.wait(self.sweep_interval):
+                return
+            if not sweeping:
+                continue
             try:
                 n = self.client.sweep()
                 if n:
@@ -489,6 +663,15 @@ class Worker:
         assert self.client.pool is not None
         info = self.client.pool.conninfo
         return info() if callable(info) else info
+
+    def _connect_kwargs(self) -> dict[str, Any]:
+        """The pool's connection arguments (host, user, ... given to Client.connect as
+        keywords), for the listener's own connection."""
+        assert self.client.pool is not None
+        given = self.client.pool.kwargs
+        kwargs = dict((given() if callable(given) else given) or {})
+        kwargs["autocommit"] = True
+        return kwargs
 
     # -- shutdown ---------------------------------------------------------
 
@@ -516,7 +699,8 @@ class Worker:
                 self._given_back[job.id] = job
             job._mark_lease_lost()  # stops a handler that polls should_stop; voids its result
         self._release(running, started=True)
-        # 4. Report every outcome already produced before leaving.
+        # 4. Report every outcome already produced before leaving (a second signal stops
+        # the flusher's retries while the database is unreachable, and so this wait).
         while True:
             with self._lock:
                 pending = bool(self._finishing) or bool(self._results)
@@ -527,8 +711,14 @@ class Worker:
     def _release(self, jobs: list[Job], *, started: bool) -> None:
         if not jobs:
             return
-        outcomes = self._retrying(lambda: self.client.release_many(
-            [j.id for j in jobs], [j.attempt_token for j in jobs], started=started))
+        try:
+            outcomes = self._retrying(lambda: self.client.release_many(
+                [j.id for j in jobs], [j.attempt_token for j in jobs], started=started))
+        except _GiveUp:
+            log.error("worker %s: gave up releasing %s jobs (%s) after a second signal; their leases will expire",
+                      self.worker_id, len(jobs), [j.id for j in jobs][:20])
+            self._settle(jobs)
+            return
         for job, o in zip(jobs, outcomes):
             if o.accepted:
                 self.counters["released"] += 1
@@ -540,24 +730,57 @@ class Worker:
                     del self._given_back[job.id]
         self._settle(jobs)
 
+    def _on_signal(self, signum: int) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            log.warning("worker %s: second signal, giving running jobs back now (and not waiting for an "
+                        "unreachable database)", self.worker_id)
+            self.shutdown_grace = 0
+            self._hurry.set()
+        else:
+            log.info("worker %s: %s received, shutting down", self.worker_id, signal.Signals(signum).name)
+        self.stop()
+
     def _install_signals(self) -> Callable[[], None]:
+        """SIGTERM/SIGINT start the shutdown. Python runs a signal handler in the main
+        thread between two bytecodes, possibly while that thread holds the lock of an
+        Event that stop() sets: a handler calling stop() deadlocked (about 3% of SIGTERMs
+        under load). So the handler does nothing; the signal number reaches a watcher
+        thread through signal.set_wakeup_fd, and the watcher calls stop()."""
         if threading.current_thread() is not threading.main_thread():
             return lambda: None
+        ours = (signal.SIGTERM, signal.SIGINT)
+        reader, writer = socket.socketpair()
+        writer.setblocking(False)
+        old_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        old = {s: signal.signal(s, _ignore_signal) for s in ours}
 
-        def on_signal(signum: int, frame: Optional[FrameType]) -> None:
-            self._signals += 1
-            if self._signals > 1:
-                log.warning("worker %s: second signal, giving running jobs back now", self.worker_id)
-                self.shutdown_grace = 0
-            else:
-                log.info("worker %s: %s received, shutting down", self.worker_id, signal.Signals(signum).name)
-            self.stop()
+        def watch() -> None:
+            while True:
+                try:
+                    data = reader.recv(64)
+                except OSError:
+                    return
+                for signum in data:
+                    if signum == 0:  # restore() is done with us
+                        return
+                    if signum in ours:
+                        self._on_signal(signum)
 
-        old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        watcher = threading.Thread(target=watch, name="pgfence-signals", daemon=True)
+        watcher.start()
 
         def restore() -> None:
+            signal.set_wakeup_fd(old_fd)
             for s, h in old.items():
                 signal.signal(s, h)
+            try:
+                writer.send(b"\0")
+            except OSError:
+                pass
+            watcher.join(timeout=5)
+            reader.close()
+            writer.close()
         return restore
 
 

@@ -40,6 +40,14 @@ BEGIN
             format('already %s this job: a %s with it is accepted, not refused',
                    CASE operation WHEN 'complete' THEN 'completed' ELSE 'failed' END, operation),
             'report only calls that raised PF001');
+    ELSIF operation = 'heartbeat' AND EXISTS (
+               SELECT 1 FROM pgfence.attempts a
+                WHERE a.job_id = job_id AND a.attempt_token = attempt_token
+                  AND a.outcome IN ('done', 'failed', 'released')) THEN
+        -- As heartbeat_many: a heartbeat that crossed its own attempt's end is no stale worker.
+        PERFORM pgfence._raise_invalid('attempt_token', attempt_token::text,
+            'ended its own attempt (complete, fail or release): a heartbeat crossing that is not recorded',
+            'report only calls of an attempt that something else ended');
     END IF;
     INSERT INTO pgfence.rejections (job_id, attempt_token, operation, caller, detail)
     VALUES (job_id, attempt_token, operation, pgfence._invoker(),
@@ -48,7 +56,8 @@ END $$;
 
 COMMENT ON FUNCTION pgfence.report_rejection(bigint, uuid, text) IS
 $$Record that a single heartbeat/complete/fail/release call with attempt_token was refused with PF001 (its own
-transaction rolled back). Errors: PF002 unknown job, 22004, 22023 (unknown operation; the token is current; or
-it completed (failed) the job, so a complete (fail) with it is accepted as a repeat).$$;
+transaction rolled back). Errors: PF002 unknown job, 22004, 22023 (unknown operation; the token is current;
+it completed (failed) the job, so a complete (fail) with it is accepted as a repeat; or, for a heartbeat, its
+attempt ended by its own complete, fail or release, which heartbeat_many does not record either).$$;
 
 COMMIT;

@@ -1,0 +1,465 @@
+"""Worker robustness: outcomes the database cannot store, handlers that escape the
+usual ``Exception`` path, two attempts of one job in one flush, the listener's
+connection settings, naive ``run_at`` datetimes, and a shutdown while the
+database is unreachable (each found by a review of the client; each of these tests
+failed on the worker before those fixes).
+
+Every test checks liveness too: ordinary jobs of the same queue still end
+``done`` and ``worker.stop()`` returns promptly. Timeouts are generous and only
+detect a wedged worker; nothing here measures speed.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Optional
+from zoneinfo import ZoneInfo
+
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from clienthelpers import WorkerThread, backends, unique_name, wait_for, worker_process
+from pgfence import Client, Job, RawJson, RetryAfter, Worker
+from test_worker import start, wait_status, workers  # noqa: F401  (workers is a fixture)
+
+#: How long ``worker.stop()`` may take to make ``run()`` return once nothing runs.
+STOP_TIMEOUT = 10.0
+
+
+@contextmanager
+def running_bounded(worker: Worker, stop_timeout: float = STOP_TIMEOUT) -> Iterator[WorkerThread]:
+    """Like ``clienthelpers.running``, but a wedged worker does not cost 30 s nor hide the
+    test's own failure: when the block failed, the worker is asked to stop and waited for
+    briefly, and the block's error is what the test reports. When the block passed,
+    ``run()`` must return within ``stop_timeout`` after ``stop()``."""
+    wt = WorkerThread(worker).start()
+    try:
+        yield wt
+    except BaseException as exc:
+        # Diagnostic only (never asserted): which of the worker's threads had died.
+        dead = [t.name for t in getattr(worker, "_threads", []) if not t.is_alive()]
+        exc.add_note(f"worker threads no longer alive: {dead or 'none'}; counters: {worker.counters}")
+        worker.stop()
+        wt.thread.join(2)
+        raise
+    if wt.thread.is_alive():
+        wt.stop(timeout=stop_timeout)
+
+
+def statuses(client: Client, ids: list[int]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for i in ids:
+        s = client.get_job(i).status
+        counts[s] = counts.get(s, 0) + 1
+    return counts
+
+
+def wait_all(client: Client, ids: list[int], status: str, timeout: float = 15.0) -> None:
+    """Wait until every job in ``ids`` has ``status``; on timeout say where they are."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if all(client.get_job(i).status == status for i in ids):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"after {timeout}s, {len(ids)} jobs expected {status!r} are {statuses(client, ids)}")
+        time.sleep(0.05)
+
+
+def echo(job: Job) -> Any:
+    return {"n": job.payload.get("n")}
+
+
+# ------------------------------------------- outcomes the database refuses ----
+class PoisonError(Exception):
+    pass
+
+
+def _poison_handler(case: str) -> Any:
+    def poison(job: Job) -> Any:
+        if case == "nan_result":
+            return {"x": float("nan")}
+        if case == "nul_result":
+            return {"x": "a\x00b"}
+        if case == "surrogate_result":
+            return {"file": os.fsdecode(b"/data/\xff.csv")}
+        if case == "invalid_rawjson":
+            return RawJson("{not json")
+        if case == "nul_error":
+            raise PoisonError("bad byte \x00 in input")
+        if case == "surrogate_error":
+            raise PoisonError("cannot parse " + os.fsdecode(b"/data/\xff.csv"))
+        if case == "retry_after_400_days":
+            raise RetryAfter(timedelta(days=400))
+        if case == "retry_after_negative":
+            raise RetryAfter(timedelta(seconds=-1))
+        raise AssertionError(case)
+    return poison
+
+
+#: The keyword each case's last_error must hold: the README promises the exception's
+#: type in last_error ("type, message and traceback"); a result the database cannot
+#: store has no such promise, so only a non-NULL explanation is required.
+POISON_CASES = {
+    "nan_result": None,
+    "nul_result": None,
+    "surrogate_result": None,
+    "invalid_rawjson": None,
+    "nul_error": "PoisonError",
+    "surrogate_error": "PoisonError",
+    "retry_after_400_days": "RetryAfter",   # README: retry_in 0..365 days
+    "retry_after_negative": "RetryAfter",
+}
+
+
+@pytest.mark.parametrize("case", list(POISON_CASES))
+def test_an_outcome_the_database_cannot_store_fails_its_job_and_the_worker_carries_on(
+        dsn: str, client: Client, queue: str, workers: list[Client], case: str) -> None:
+    # Regression (audit finding 1): the refused complete_many/fail_many killed the flusher
+    # thread; the worker then claimed the whole queue, recorded nothing, heartbeated it
+    # forever and could not stop.
+    poison = client.enqueue("poison", queue=queue, max_attempts=1)
+    ordinary = [r.id for r in client.enqueue_many(["echo"] * 20, [{"n": i} for i in range(20)], queue=queue)]
+    worker = start(dsn, queue, {"poison": _poison_handler(case), "echo": echo}, workers, concurrency=4)
+    with running_bounded(worker):
+        row = wait_status(client, poison, "failed")
+        wait_all(client, ordinary, "done")
+        # The worker still reports outcomes after the poison one.
+        later = [r.id for r in client.enqueue_many(["echo"] * 5, [{"n": i} for i in range(5)], queue=queue)]
+        wait_all(client, later, "done")
+    assert (row.attempts, row.result) == (1, None)
+    assert row.last_error, "the failed job does not say why"
+    keyword = POISON_CASES[case]
+    if keyword is not None:
+        assert keyword in row.last_error, row.last_error
+    assert [client.get_job(i).result for i in ordinary] == [{"n": i} for i in range(20)]
+
+
+# ------------------------------------- handlers escaping `except Exception` ----
+class UnprintableError(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("this exception cannot be printed")
+
+
+def _escaping_handler(case: str) -> Any:
+    def bad(job: Job) -> Any:
+        if case == "sys_exit":
+            sys.exit("handler called sys.exit")
+        if case == "unprintable_exception":
+            raise UnprintableError()
+        raise AssertionError(case)
+    return bad
+
+
+@pytest.mark.parametrize("case, keyword", [("sys_exit", "SystemExit"),
+                                           ("unprintable_exception", "UnprintableError")])
+def test_a_handler_raising_systemexit_or_an_unprintable_exception_fails_its_job_and_keeps_its_thread(
+        dsn: str, client: Client, queue: str, workers: list[Client], case: str, keyword: str) -> None:
+    # Regression (audit finding 3): the handler thread died, its job stayed leased and
+    # heartbeated forever, and with one thread the worker did nothing more.
+    bad = client.enqueue("bad", queue=queue, max_attempts=1)
+    worker = start(dsn, queue, {"bad": _escaping_handler(case), "echo": echo}, workers,
+                   concurrency=1, shutdown_grace=30)
+    with running_bounded(worker):
+        row = wait_status(client, bad, "failed")
+        # The only handler thread is still there: later jobs run.
+        later = [r.id for r in client.enqueue_many(["echo"] * 3, [{"n": i} for i in range(3)], queue=queue)]
+        wait_all(client, later, "done")
+    assert (row.attempts, row.result) == (1, None)
+    assert row.last_error and keyword in row.last_error, row.last_error
+    assert [client.get_job(i).result for i in later] == [{"n": i} for i in range(3)]
+
+
+# ------------------------------------------ two attempts of the same job ----
+def _two_attempts(client: Client, queue: str, dsn: str, workers: list[Client], **options: Any) -> tuple[
+        int, Worker, dict[int, threading.Event], dict[int, threading.Event], dict[int, Job]]:
+    gates = {1: threading.Event(), 2: threading.Event()}
+    started = {1: threading.Event(), 2: threading.Event()}
+    jobs: dict[int, Job] = {}
+
+    def stubborn(job: Job) -> Any:
+        jobs[job.attempts] = job
+        started[job.attempts].set()
+        gates[job.attempts].wait(30)  # ignores should_stop()
+        return {"attempt": job.attempts}
+
+    job_id = client.enqueue("stubborn", queue=queue)
+    worker = start(dsn, queue, {"stubborn": stubborn, "echo": echo}, workers, concurrency=2, **options)
+    return job_id, worker, gates, started, jobs
+
+
+def test_two_attempts_of_one_job_finishing_in_one_flush_do_not_break_the_flusher(
+        dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
+    # Regression (audit finding 4): both outcomes went into one complete_many, which refuses
+    # duplicate job ids (22023); the flusher thread died.
+    # flush_interval 0.3 s: both outcomes surely wait in the same batch.
+    job_id, worker, gates, started, _ = _two_attempts(client, queue, dsn, workers,
+                                                      lease=timedelta(seconds=30), flush_interval=0.3)
+    try:
+        with running_bounded(worker):
+            assert started[1].wait(15)
+            client.cancel(job_id)    # an operator cancels the running attempt 1 ...
+            client.requeue(job_id)   # ... and puts the job back: the same worker claims attempt 2
+            assert started[2].wait(15), "the worker did not claim attempt 2"
+            gates[1].set()
+            gates[2].set()           # both attempts return together
+            row = wait_status(client, job_id, "done", "failed")
+            later = client.enqueue("echo", {"n": 1}, queue=queue)
+            assert wait_status(client, later, "done").result == {"n": 1}
+    finally:
+        gates[1].set()
+        gates[2].set()
+    assert (row.status, row.attempts, row.result) == ("done", 2, {"attempt": 2})
+    # Attempt 1's result is void: only attempt 2 and the later job were completed.
+    assert worker.counters["completed"] == 2, worker.counters
+
+
+def test_a_stale_attempt_is_told_to_stop_when_the_same_worker_claims_its_job_again(
+        dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
+    # Regression (audit finding 4): once _inflight pointed at attempt 2, the heartbeat
+    # counted attempt 1's refusals as "settling" and never set its lease_lost, so
+    # attempt 1's should_stop() stayed False while it kept running.
+    job_id, worker, gates, started, jobs = _two_attempts(client, queue, dsn, workers,
+                                                         lease=timedelta(seconds=3))
+    try:
+        with running_bounded(worker):
+            assert started[1].wait(15)
+            client.cancel(job_id)
+            client.requeue(job_id)
+            assert started[2].wait(15), "the worker did not claim attempt 2"
+            # The heartbeat runs every lease / 3 = 1 s; several rounds are allowed.
+            wait_for(lambda: jobs[1].should_stop(), 10, "attempt 1's should_stop() to become True")
+            assert not jobs[2].should_stop()
+            gates[1].set()
+            gates[2].set()
+            row = wait_status(client, job_id, "done", "failed")
+    finally:
+        gates[1].set()
+        gates[2].set()
+    assert (row.status, row.attempts, row.result) == ("done", 2, {"attempt": 2})
+    assert jobs[1].lease_lost and not jobs[2].lease_lost
+
+
+# ---------------------------------------------------- the NOTIFY listener ----
+def test_the_listener_uses_the_connection_keywords_given_to_client_connect(
+        dsn: str, conn: psycopg.Connection[Any], client: Client, queue: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Regression (audit finding 5): the listener connected with pool.conninfo only (""
+    # here), i.e. libpq defaults, so no NOTIFY ever arrived and jobs waited for the poll.
+    for var in ("PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGSERVICE"):
+        monkeypatch.delenv(var, raising=False)
+    params: dict[str, Any] = {k: v for k, v in conninfo_to_dict(dsn).items() if v is not None}
+    assert {"host", "port", "dbname"} <= params.keys(), f"the test DSN does not name them: {params}"
+    app = unique_name("pgfence-test-kwargs")
+    kwclient = Client.connect("", max_size=4, application_name=app, **params)
+    handler_started = threading.Event()
+
+    def mark(job: Job) -> Any:
+        handler_started.set()
+        return {"ok": True}
+
+    try:
+        worker = Worker(kwclient, {"mark": mark}, queues=[queue], poll_interval=30.0, run_sweeper=False)
+        with running_bounded(worker):
+            time.sleep(1.0)  # the first claim at startup is done: the worker now waits 15-30 s
+            job_id = client.enqueue("mark", queue=queue)
+            woke = handler_started.wait(3.0)
+            listening = any(q.strip().upper().startswith("LISTEN") for _, q in backends(conn, app))
+            assert woke, ("the handler did not start within 3 s of the enqueue (the poll is 15-30 s): "
+                          f"no NOTIFY reached the worker; LISTEN connection on the test database: {listening}")
+            assert wait_status(client, job_id, "done").result == {"ok": True}
+    finally:
+        kwclient.close()
+
+
+# -------------------------------------------------- naive run_at datetimes ----
+def _session_utc_offset(conn: psycopg.Connection[Any]) -> timedelta:
+    row = conn.execute("SELECT extract(timezone FROM now())::int").fetchone()
+    assert row is not None
+    return timedelta(seconds=int(row[0]))
+
+
+@pytest.fixture
+def local_tz_unlike_the_server(conn: psycopg.Connection[Any]) -> Iterator[str]:
+    """Set this process's local time zone (TZ + time.tzset()) to one whose UTC offset now
+    differs by hours from the database session's; restored afterwards."""
+    server = _session_utc_offset(conn)
+    now = datetime.now(timezone.utc)
+    name = next(n for n in ("America/New_York", "Asia/Kolkata", "Pacific/Auckland")
+                if abs(now.astimezone(ZoneInfo(n)).utcoffset() - server) >= timedelta(hours=3))  # type: ignore[operator]
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = name
+    time.tzset()
+    try:
+        yield name
+    finally:
+        if old is None:
+            os.environ.pop("TZ", None)
+        else:
+            os.environ["TZ"] = old
+        time.tzset()
+
+
+def _due_in(client: Client, job_id: int) -> timedelta:
+    return client.get_job(job_id).available_at - datetime.now(timezone.utc)
+
+
+def test_enqueue_reads_a_naive_run_at_as_local_time(client: Client, queue: str,
+                                                    local_tz_unlike_the_server: str) -> None:
+    # Regression (audit finding 7): a naive datetime was read in the server session's
+    # TimeZone, hours off from the caller's "in ten minutes".
+    run_at = datetime.now() + timedelta(minutes=10)
+    assert run_at.tzinfo is None
+    job_id = client.enqueue("later", queue=queue, run_at=run_at)
+    due = _due_in(client, job_id)
+    assert abs(due - timedelta(minutes=10)) < timedelta(minutes=1), \
+        f"local time zone {local_tz_unlike_the_server}: due in {due}, expected about 10 minutes"
+
+
+def test_enqueue_many_reads_naive_run_ats_as_local_time(client: Client, queue: str,
+                                                        local_tz_unlike_the_server: str) -> None:
+    naive = datetime.now() + timedelta(minutes=10)
+    aware = datetime.now(timezone.utc) + timedelta(minutes=20)
+    rows = client.enqueue_many(["later", "later"], queue=queue, run_ats=[naive, aware])
+    dues = [_due_in(client, r.id) for r in rows]
+    assert abs(dues[0] - timedelta(minutes=10)) < timedelta(minutes=1), \
+        f"local time zone {local_tz_unlike_the_server}: naive run_at due in {dues[0]}, expected about 10 minutes"
+    assert abs(dues[1] - timedelta(minutes=20)) < timedelta(minutes=1), f"aware run_at due in {dues[1]}"
+
+
+# ------------------------------------------ shutdown with the database gone ----
+class TcpProxy:
+    """A TCP forwarder to the test server that the test can cut: after :meth:`cut`, the
+    forwarded connections are closed and new ones are refused. Only the worker that
+    connects through it loses the database; the shared test database is untouched."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(0.1)
+        self.port = self.listener.getsockname()[1]
+        self._socks: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._cut = threading.Event()
+        threading.Thread(target=self._accept_loop, name="test-proxy", daemon=True).start()
+
+    def _accept_loop(self) -> None:
+        while not self._cut.is_set():
+            try:
+                down, _ = self.listener.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            try:
+                up = socket.create_connection(self.target, timeout=5)
+                up.settimeout(None)
+                down.settimeout(None)
+            except OSError:
+                down.close()
+                continue
+            with self._lock:
+                if self._cut.is_set():
+                    down.close()
+                    up.close()
+                    return
+                self._socks += [down, up]
+            for a, b in ((down, up), (up, down)):
+                threading.Thread(target=self._pump, args=(a, b), name="test-proxy-pump", daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def cut(self) -> None:
+        self._cut.set()
+        self.listener.close()
+        with self._lock:
+            socks, self._socks = self._socks, []
+        for s in socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+
+@pytest.fixture
+def proxy(dsn: str) -> Iterator[TcpProxy]:
+    params = conninfo_to_dict(dsn)
+    host, port = str(params.get("host") or ""), int(params.get("port") or 5432)
+    if not host or host.startswith("/") or "," in host:
+        pytest.skip(f"the test database is not reached over one TCP host ({host!r}): no proxy")
+    p = TcpProxy(host, port)
+    try:
+        yield p
+    finally:
+        p.cut()
+
+
+def test_a_second_sigterm_ends_the_shutdown_even_while_the_database_is_unreachable(
+        dsn: str, client: Client, queue: str, tmp_path: Path, proxy: TcpProxy) -> None:
+    # Regression: releasing the running job retried forever while the
+    # database was down, so even a second signal left the worker hanging until SIGKILL.
+    # The worker process reaches the database through a proxy that the test cuts.
+    marker, started = tmp_path / "hold", tmp_path / "started"
+    marker.touch()
+    job_id = client.enqueue("hold_stubborn", {"marker": str(marker), "started": str(started)}, queue=queue)
+    worker_dsn = make_conninfo(dsn, host="127.0.0.1", port=str(proxy.port), connect_timeout="2")
+    try:
+        with worker_process(worker_dsn, tmp_path / "a.log", "--queue", queue, "--shutdown-grace", "30",
+                            "--lease", "30", "--worker-id", "A") as a:
+            wait_for(lambda: started.exists(), 20, "the handler to start")
+            a.signal(signal.SIGTERM)
+            # Now in the grace period: the main thread waits for the stubborn handler.
+            wait_for(lambda: "stopping" in a.log(), 10, "the shutdown to begin")
+            proxy.cut()  # the database becomes unreachable for this worker only
+            a.signal(signal.SIGTERM)
+            wait_for(lambda: "second signal" in a.log(), 10, "the second signal to be seen")
+            a.wait(15)   # raises "did not exit within 15s" (with the log) when the shutdown hangs
+    finally:
+        marker.unlink()
+    # The job could not be given back: it stays processing until its lease expires.
+    assert client.get_job(job_id).status in ("processing", "queued")
+
+
+def test_a_worker_sweeps_only_while_no_background_sweeper_is_seen(
+        dsn: str, client: Client, queue: str, workers: list[Client], sweep_paused: psycopg.Connection[Any],
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_sweeper=None: the worker keeps looking at sweeper_last_pass() (every minute;
+    here every 0.1 s) and sweeps while no pass was recorded in 2 minutes. It used to look
+    once, at start, so a pg_cron sweeper that stopped later was never stood in for."""
+    monkeypatch.setattr("pgfence.worker.SWEEPER_LOOK_INTERVAL", 0.1)
+    caplog.set_level("INFO", logger="pgfence.worker")
+    with psycopg.connect(dsn, autocommit=True) as c:
+        # The background sweeper is paused (sweep_paused): last_pass_at changes only here.
+        c.execute("UPDATE pgfence.sweeper_status SET last_pass_at = clock_timestamp()")
+        worker = start(dsn, queue, {"echo": echo}, workers, run_sweeper=None, sweep_interval=0.05)
+        with running_bounded(worker):
+            time.sleep(0.5)
+            assert "runs the reclaim sweep" not in caplog.text  # a pass was just recorded
+            c.execute("UPDATE pgfence.sweeper_status SET last_pass_at = clock_timestamp() - interval '10 minutes'")
+            wait_for(lambda: "runs the reclaim sweep" in caplog.text or None, 10, "the worker to start sweeping")
+            c.execute("UPDATE pgfence.sweeper_status SET last_pass_at = clock_timestamp()")
+            wait_for(lambda: "stops the reclaim sweep" in caplog.text or None, 10, "the worker to stop sweeping")
