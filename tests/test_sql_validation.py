@@ -47,6 +47,14 @@ CASES: list[tuple[str, str, str, str]] = [
     ("enqueue-queue-null", "SELECT pgfence.enqueue('k', queue => NULL)", "22004", "queue"),
     ("enqueue-queue-empty", "SELECT pgfence.enqueue('k', queue => '')", "22023", "queue"),
     ("enqueue-queue-129", f"SELECT pgfence.enqueue('k', queue => '{NAME_129}')", "22023", "queue"),
+    # names with whitespace at either end: 'default ' would be a queue no 'default' worker claims from
+    ("enqueue-queue-trailing-space", "SELECT pgfence.enqueue('k', queue => %(queue)s || ' ')", "22023", "queue"),
+    ("enqueue-kind-leading-tab", "SELECT pgfence.enqueue(E'\\tk', queue => %(queue)s)", "22023", "kind"),
+    ("enqueue-kind-blank", "SELECT pgfence.enqueue('   ', queue => %(queue)s)", "22023", "kind"),
+    ("enqueue_many-kind-trailing-newline",
+     "SELECT * FROM pgfence.enqueue_many(ARRAY['a', E'b\\n'], queue => %(queue)s)", "22023", "kinds[2]"),
+    ("claim-worker-leading-space", "SELECT * FROM pgfence.claim(' w', ARRAY[%(queue)s])", "22023", "worker_id"),
+    ("claim-queues-padded", "SELECT * FROM pgfence.claim('w', ARRAY[%(queue)s, ' q'])", "22023", "queues[2]"),
     # enqueue: options
     ("enqueue-policy-unknown", "SELECT pgfence.enqueue('k', queue => %(queue)s, recovery_policy => 'sometimes')",
      "22023", "recovery_policy"),

@@ -27,16 +27,19 @@ END $$;
 COMMENT ON FUNCTION pgfence._raise_invalid(text, text, text, text) IS
   'Private: raise 22023 naming the argument, its (truncated) value and the problem.';
 
--- A name: kind, queue, worker_id. Not NULL, 1..128 characters.
+-- A name: kind, queue, worker_id. Not NULL, 1..128 characters, no whitespace at
+-- either end: 'default ' would be a queue of its own that no worker of 'default'
+-- ever claims from.
 -- The *_ok predicates are the one statement of each rule: plain SQL, so they are
 -- inlined into the expressions of the callers' fast paths; the _check_* functions
 -- use them to decide and then say what is wrong.
 CREATE FUNCTION pgfence._name_ok(value text) RETURNS boolean
 LANGUAGE sql IMMUTABLE AS $$
     SELECT value IS NOT NULL AND value <> '' AND char_length(value) <= 128
+       AND value = btrim(value, E' \t\n\r\v\f')
 $$;
 COMMENT ON FUNCTION pgfence._name_ok(text) IS
-  'Private: true for a valid kind, queue or worker id (not NULL, 1..128 characters), never NULL.';
+  'Private: true for a valid kind, queue or worker id (not NULL, 1..128 characters, no whitespace at either end), never NULL.';
 
 CREATE FUNCTION pgfence._check_name(arg text, value text) RETURNS void
 LANGUAGE plpgsql AS $$
@@ -45,6 +48,9 @@ BEGIN
         RETURN;
     ELSIF value IS NULL THEN
         PERFORM pgfence._raise_null(arg, format('pass a %s of 1 to 128 characters', arg));
+    ELSIF value <> '' AND char_length(value) <= 128 THEN
+        PERFORM pgfence._raise_invalid(arg, quote_literal(value), 'starts or ends with whitespace',
+            format('pass the %s without leading or trailing spaces, tabs or line breaks', arg));
     ELSE
         PERFORM pgfence._raise_invalid(arg, quote_literal(value),
             format('length %s is outside 1..128', char_length(value)),
