@@ -373,16 +373,18 @@ def test_a_failing_purge_does_not_stop_the_sweeper(conn: Conn, q: str) -> None:
     conn.execute("UPDATE pgfence.jobs SET finished_at = finished_at - interval '2 days' WHERE id = %s", (done_id,))
     conn.execute("INSERT INTO pgfence.retention VALUES (%s, '10000 years', '10000 years')", (q,))
     assert must_fail(conn, "SELECT pgfence.purge_finished(1000)").sqlstate == "22008"
-    expired_id = enqueue(conn, q)
-    claim_job(conn, q, expired_id, lease="1 millisecond")
-    time.sleep(0.05)
     warnings: list[str] = []
     conn.add_notice_handler(lambda d: warnings.append(f"{d.severity_nonlocalized}: {d.message_primary}"))
     # Hold the sweep lock in this session: run_sweeper's try-lock succeeds here (the
     # same session) and pg_cron's sweeper stays out meanwhile.
     conn.execute("SELECT pg_advisory_lock(hashtext('pgfence.sweep'))")
     try:
-        conn.execute("CALL pgfence.run_sweeper('10 ms', clock_timestamp() + interval '300 milliseconds')")
+        expired_id = enqueue(conn, q)
+        # The lease ends after the first pass, whose purge fails: only a later pass reclaims it.
+        claim_job(conn, q, expired_id, lease="400 milliseconds")
+        assert one(conn, "SELECT lease_expires_at > clock_timestamp() + interval '100 milliseconds'"
+                         " FROM pgfence.jobs WHERE id = %s", (expired_id,)) is True
+        conn.execute("CALL pgfence.run_sweeper('10 ms', clock_timestamp() + interval '1.5 seconds')")
     finally:
         conn.execute("SELECT pg_advisory_unlock(hashtext('pgfence.sweep'))")
         conn.execute("DELETE FROM pgfence.retention WHERE queue = %s", (q,))

@@ -246,10 +246,11 @@ CASES += [
      " run_ats => ARRAY[NULL, '-infinity']::timestamptz[])", "22023", "run_ats[2]"),
 ]
 
-# Intervals whose month part and day/time part have opposite signs compare as one
-# length (a month counts as 30 days) and add another: the first is a lease of 1 hour
-# by comparison and of 1,436 years when added; the second 25 hours on 2026-11-29.
-MIXED_SIGNS = ["1200000 mons -36000000 days 1 hour", "2 mons -60 days 1 hour"]
+# Intervals whose parts (months, days, time) have opposite signs compare as one length
+# (a month counts as 30 days, a day as 24 hours) and add another: the first is a lease
+# of 1 hour by comparison and of 1,436 years when added; the second 25 hours on 2026-11-29.
+MIXED_SIGNS = ["1200000 mons -36000000 days 1 hour", "2 mons -60 days 1 hour",
+               "-1 day 24:00:00.5"]  # 0.5 s by comparison; -59 min the day after a DST change
 for i, mixed in enumerate(MIXED_SIGNS):
     CASES += [
         (f"claim-lease-mixed-signs-{i}",
@@ -356,3 +357,13 @@ def test_sub_millisecond_lease_is_refused(conn: Conn, world: World, call: str) -
     assert err is not None, f"lease '500 microseconds' accepted by {call}"
     assert_error(err, "22023", "lease")
     assert after == before
+
+
+def test_names_that_merely_start_or_end_with_letters_are_accepted(conn: Conn, queue: str) -> None:
+    """Control for the whitespace rule: only whitespace is trimmed (an escape string once
+    listed \\v, which PostgreSQL reads as a plain v, so 'vm:123:abc' was refused)."""
+    q = queue + "v"
+    jid = enqueue(conn, q, "vtnrfb")
+    got = rows(conn, "SELECT * FROM pgfence.claim('vm:123:fv', ARRAY[%s])", (q,))
+    assert [g["id"] for g in got] == [jid]
+    conn.execute("DELETE FROM pgfence.jobs WHERE id = %s", (jid,))

@@ -83,6 +83,13 @@ class PoisonError(Exception):
     pass
 
 
+class UnreadableMapping(dict):  # type: ignore[type-arg]
+    """A result json.dumps cannot walk: its items() raises (a lazily loaded mapping, say)."""
+
+    def items(self) -> Any:
+        raise RuntimeError("the mapping could not be loaded")
+
+
 def _poison_handler(case: str) -> Any:
     def poison(job: Job) -> Any:
         if case == "nan_result":
@@ -93,6 +100,10 @@ def _poison_handler(case: str) -> Any:
             return {"file": os.fsdecode(b"/data/\xff.csv")}
         if case == "invalid_rawjson":
             return RawJson("{not json")
+        if case == "too_deep_rawjson":  # jsonb: 54001 stack depth limit exceeded (an OperationalError)
+            return RawJson("[" * 200_000 + "]" * 200_000)
+        if case == "unreadable_result":
+            return UnreadableMapping(a=1)
         if case == "nul_error":
             raise PoisonError("bad byte \x00 in input")
         if case == "surrogate_error":
@@ -113,6 +124,8 @@ POISON_CASES = {
     "nul_result": None,
     "surrogate_result": None,
     "invalid_rawjson": None,
+    "too_deep_rawjson": None,
+    "unreadable_result": None,
     "nul_error": "PoisonError",
     "surrogate_error": "PoisonError",
     "retry_after_400_days": "RetryAfter",   # README: retry_in 0..365 days
@@ -123,7 +136,7 @@ POISON_CASES = {
 @pytest.mark.parametrize("case", list(POISON_CASES))
 def test_an_outcome_the_database_cannot_store_fails_its_job_and_the_worker_carries_on(
         dsn: str, client: Client, queue: str, workers: list[Client], case: str) -> None:
-    # Regression (audit finding 1): the refused complete_many/fail_many killed the flusher
+    # Regression: the refused complete_many/fail_many killed the flusher
     # thread; the worker then claimed the whole queue, recorded nothing, heartbeated it
     # forever and could not stop.
     poison = client.enqueue("poison", queue=queue, max_attempts=1)

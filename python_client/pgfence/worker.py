@@ -150,9 +150,15 @@ def _ignore_signal(signum: int, frame: Optional[FrameType]) -> None:
 
 def _is_data_error(exc: BaseException) -> bool:
     """The database (or the encoding on the way) refused the values of a call, not the
-    connection: retrying the same call cannot help."""
+    connection: retrying the same call cannot help. Class 54 (program limit exceeded,
+    e.g. 54001 for a JSON result nested too deep) comes as an OperationalError."""
     return (isinstance(exc, (psycopg.DataError, UnicodeError))
-            or (isinstance(exc, PgfenceError) and exc.sqlstate in ("22023", "22004")))
+            or (isinstance(exc, PgfenceError) and exc.sqlstate in ("22023", "22004"))
+            or (isinstance(exc, psycopg.Error) and (exc.sqlstate or "").startswith("54")))
+
+
+def _retryable(exc: BaseException) -> bool:
+    return isinstance(exc, _RETRYABLE) and not _is_data_error(exc)
 
 
 class Worker:
@@ -314,15 +320,21 @@ class Worker:
                 object.__setattr__(job, "_stopping", self._stopping)
                 old = self._inflight.get(job.id)
                 if old is not None:
-                    # The database handed this job out again (an operator requeued it, or
-                    # its lease expired meanwhile): the old attempt's lease is gone. Its
-                    # handler learns it from should_stop(), its outcome is discarded,
-                    # and the job's in-flight state is the new attempt's from now on.
-                    old._mark_lease_lost()
-                    self._finishing.discard(job.id)
-                    self.counters["lease_lost"] += 1
-                    log.warning("job %s kind=%s attempt=%s: lease lost (claimed again as attempt %s)",
-                                old.id, old.kind, old.attempts, job.attempts)
+                    # The database handed this job out again: the job's in-flight state is
+                    # the new attempt's from now on.
+                    if job.id in self._finishing:
+                        # The old handler has returned and its outcome is on its way: the
+                        # flusher learns from the database whether it was accepted (a
+                        # failure that requeued the job at once) or refused (lease lost).
+                        self._finishing.discard(job.id)
+                    else:
+                        # The old attempt still runs (an operator requeued the job, or its
+                        # lease expired meanwhile): its lease is gone. Its handler learns it
+                        # from should_stop(), and its outcome is discarded.
+                        old._mark_lease_lost()
+                        self.counters["lease_lost"] += 1
+                        log.warning("job %s kind=%s attempt=%s: lease lost (claimed again as attempt %s)",
+                                    old.id, old.kind, old.attempts, job.attempts)
                 self._inflight[job.id] = job
         self.counters["claimed"] += len(jobs)
         if log.isEnabledFor(logging.INFO):
@@ -393,7 +405,7 @@ class Worker:
             return _Result(job, True, None)
         try:
             text = _result_json(value)
-        except (TypeError, ValueError, RecursionError) as exc:
+        except Exception as exc:  # TypeError, ValueError, RecursionError; a mapping whose items() raises
             return _Result(job, False, _storable_text(
                 f"ResultNotJSON: handler for {job.kind!r} returned a value that cannot be stored as JSON: "
                 f"{type(exc).__name__}: {exc}"), permanent=True)
@@ -566,7 +578,11 @@ class Worker:
         while True:
             try:
                 return call()
-            except _RETRYABLE as exc:
+            except Exception as exc:
+                if not _retryable(exc):
+                    raise
+                # (A call already waiting for a pool connection when the second signal
+                # comes still waits out the pool's timeout, 30 s by default.)
                 if self._hurry.is_set():
                     raise _GiveUp() from exc
                 log.warning("worker %s: reporting outcomes failed (%s); retrying in %.2fs", self.worker_id,

@@ -36,7 +36,7 @@ COMMENT ON FUNCTION pgfence._raise_invalid(text, text, text, text) IS
 CREATE FUNCTION pgfence._name_ok(value text) RETURNS boolean
 LANGUAGE sql IMMUTABLE AS $$
     SELECT value IS NOT NULL AND value <> '' AND char_length(value) <= 128
-       AND value = btrim(value, E' \t\n\r\v\f')
+       AND value = btrim(value, E' \t\n\r\f\x0B')  -- (\x0B: vertical tab; E'\v' is a plain v)
 $$;
 COMMENT ON FUNCTION pgfence._name_ok(text) IS
   'Private: true for a valid kind, queue or worker id (not NULL, 1..128 characters, no whitespace at either end), never NULL.';
@@ -60,23 +60,28 @@ END $$;
 COMMENT ON FUNCTION pgfence._check_name(text, text) IS
   'Private: check a kind, queue or worker id (not NULL, 1..128 characters).';
 
--- An interval is compared as if a month were 30 days, but added to a timestamp it
--- moves by calendar months. The two agree closely enough unless the month part and
--- the rest have opposite signs: '1200000 mons -36000000 days 1 hour' compares as
--- 1 hour and adds 1,436 years; '1 mon -30 days 1 hour' added to 31 January moves
--- 1 day 1 hour. Bounds on a lease, a retry delay or a retention are only true of
--- intervals for which this is true (NULL for NULL).
+-- An interval is compared as if a month were 30 days and a day 24 hours, but added
+-- to a timestamp it moves by calendar months and calendar days (23 or 25 hours
+-- across a daylight-saving change). The two agree closely enough unless its parts
+-- have opposite signs: '1200000 mons -36000000 days 1 hour' compares as 1 hour and
+-- adds 1,436 years; '1 mon -30 days 1 hour' added to 31 January moves 1 day 1 hour;
+-- '-1 day 24:00:00.5' compares as 0.5 s and can move -59 minutes. Bounds on a lease,
+-- a retry delay or a retention are only true of intervals whose months, days and
+-- time agree in sign (NULL for NULL).
+-- (One expression, no FROM, so that it is inlined into its callers.)
 CREATE FUNCTION pgfence._interval_signs_agree(value interval) RETURNS boolean
 LANGUAGE sql IMMUTABLE AS $$
-    SELECT sign(extract(year FROM value) * 12 + extract(month FROM value))
-         * sign(extract(day FROM value) * 86400 + extract(hour FROM value) * 3600
-                + extract(minute FROM value) * 60 + extract(second FROM value)) >= 0
+    SELECT greatest(sign(extract(year FROM value) * 12 + extract(month FROM value)), sign(extract(day FROM value)),
+                    sign(extract(hour FROM value) * 3600 + extract(minute FROM value) * 60 + extract(second FROM value)))
+         * least(sign(extract(year FROM value) * 12 + extract(month FROM value)), sign(extract(day FROM value)),
+                 sign(extract(hour FROM value) * 3600 + extract(minute FROM value) * 60 + extract(second FROM value)))
+           >= 0
 $$;
 COMMENT ON FUNCTION pgfence._interval_signs_agree(interval) IS
-  'Private: false when the month part and the day/time part of an interval have opposite signs.';
+  'Private: false when the months, days and time of an interval do not all have the same sign (or zero).';
 
--- An interval argument within lo..hi: not NULL, and its month part and the rest of
--- it do not have opposite signs (see _interval_signs_agree).
+-- An interval argument within lo..hi: not NULL, and its months, days and time do
+-- not have opposite signs (see _interval_signs_agree).
 CREATE FUNCTION pgfence._check_interval(arg text, value interval, lo interval, hi interval, bounds text, hint text)
 RETURNS void
 LANGUAGE plpgsql AS $$
@@ -87,11 +92,11 @@ BEGIN
         PERFORM pgfence._raise_invalid(arg, value::text, format('outside %s', bounds), hint);
     ELSIF NOT pgfence._interval_signs_agree(value) THEN
         PERFORM pgfence._raise_invalid(arg, value::text,
-            'has a month part and a day/time part of opposite signs (its length depends on the date)', hint);
+            'has parts (months, days, time) of opposite signs: its length depends on the date', hint);
     END IF;
 END $$;
 COMMENT ON FUNCTION pgfence._check_interval(text, interval, interval, interval, text, text) IS
-  'Private: check an interval argument is not NULL, within lo..hi (said as bounds), and not of mixed-sign months and days/time.';
+  'Private: check an interval argument is not NULL, within lo..hi (said as bounds), and its parts not of opposite signs.';
 
 -- A lease: not NULL, 1 ms .. 1 day.
 CREATE FUNCTION pgfence._check_lease(lease interval) RETURNS void

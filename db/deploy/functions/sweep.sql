@@ -99,10 +99,12 @@ BEGIN
     -- Keep pg_cron's run log bounded: a day of this job's runs. (A caller without
     -- access to schema cron, e.g. an operator running this by hand, skips it.)
     BEGIN
+        -- (Dynamic SQL: without pg_cron the table does not exist, and a static
+        -- statement would not compile under plpgsql_check.)
         IF to_regclass('cron.job_run_details') IS NOT NULL THEN
-            DELETE FROM cron.job_run_details
-             WHERE end_time < now() - interval '1 day'
-               AND jobid IN (SELECT jobid FROM cron.job WHERE jobname = 'pgfence-reclaim');
+            EXECUTE $sql$DELETE FROM cron.job_run_details
+                          WHERE end_time < now() - interval '1 day'
+                            AND jobid IN (SELECT jobid FROM cron.job WHERE jobname = 'pgfence-reclaim')$sql$;
         END IF;
     EXCEPTION WHEN insufficient_privilege THEN
         RAISE NOTICE 'pgfence: cannot trim cron.job_run_details (%); trim it yourself', SQLERRM;
