@@ -368,15 +368,18 @@ def test_report_rejection_refuses_what_was_not_refused(conn: Conn, worker_conn: 
 
 
 def test_report_rejection_refuses_a_repeat_that_was_accepted(conn: Conn, worker_conn: Conn, q: str) -> None:
-    """A complete (fail) repeated with the token that completed (failed) the job is
-    accepted as a retry after a lost reply, so it never raised PF001: reporting it
-    would put a false zombie in the history."""
-    done_id, failed_id = enqueue(conn, q), enqueue(conn, q)
+    """A complete (fail, release) repeated with the token that completed (failed,
+    released) the job is accepted as a retry after a lost reply, so it never raised
+    PF001: reporting it would put a false zombie in the history."""
+    done_id, failed_id, released_id = enqueue(conn, q), enqueue(conn, q), enqueue(conn, q)
     done_tok = claim_job(conn, q, done_id, lease="1 hour")
     complete(conn, done_id, done_tok)
     failed_tok = claim_job(conn, q, failed_id, lease="1 hour")
     assert fail(conn, failed_id, failed_tok, "boom") == "queued"
-    for jid, tok, op in ((done_id, done_tok, "complete"), (failed_id, failed_tok, "fail")):
+    released_tok = claim_job(conn, q, released_id, lease="1 hour")
+    assert release(conn, released_id, released_tok) == "queued"
+    for jid, tok, op in ((done_id, done_tok, "complete"), (failed_id, failed_tok, "fail"),
+                         (released_id, released_tok, "release")):
         err = sql_error(worker_conn, "SELECT pgfence.report_rejection(%s, %s, %s)", (jid, tok, op))
         assert_error(err, "22023", "attempt_token")
     # a heartbeat that crossed its own attempt's end is refused (PF001) but is no stale
@@ -386,6 +389,7 @@ def test_report_rejection_refuses_a_repeat_that_was_accepted(conn: Conn, worker_
     assert worker_conn.execute("SELECT accepted FROM pgfence.heartbeat_many(%s, %s)",
                                ([done_id, failed_id], [done_tok, failed_tok])).fetchall() == [(False,), (False,)]
     assert rejections_of(conn, done_id) == [] and rejections_of(conn, failed_id) == []
+    assert rejections_of(conn, released_id) == []
     # a complete by the token whose attempt failed is refused (PF001): a stale call, recorded
     worker_conn.execute("SELECT pgfence.report_rejection(%s, %s, 'complete')", (failed_id, failed_tok))
     assert [r["operation"] for r in rejections_of(conn, failed_id)] == ["complete"]

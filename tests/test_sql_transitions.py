@@ -383,12 +383,31 @@ def test_release_of_an_unstarted_attempt_requeues_without_counting_it(conn: Conn
     assert (c["id"], c["attempts"]) == (job_id, 1)
 
 
-def test_release_twice_is_refused_with_pf001(conn: Conn, queue: str) -> None:
+def test_release_twice_is_accepted_and_changes_nothing(conn: Conn, queue: str) -> None:
+    """Like complete and fail: a worker retrying a release whose reply it lost must not
+    be told (and recorded as) a stale worker."""
     job_id = enqueue(conn, queue)
     token = claim_job(conn, queue, job_id)
     assert release(conn, job_id, token) == "queued"
     before = job(conn, job_id)
-    err = sql_error(conn, "SELECT pgfence.release(%s, %s)", (job_id, token))
+    assert release(conn, job_id, token) == "queued"
+    assert job(conn, job_id) == before
+    assert one(conn, "SELECT count(*) FROM pgfence.rejections WHERE job_id = %s", (job_id,)) == 0
+    assert one(conn, "SELECT count(*) FROM pgfence.attempts WHERE job_id = %s", (job_id,)) == 1
+    # Claimed again by another worker: the old token's repeat still changes nothing.
+    new_token = claim_job(conn, queue, job_id, "worker-B")
+    before = job(conn, job_id)
+    assert release(conn, job_id, token) == "processing"
+    assert job(conn, job_id) == before and before["attempt_token"] == new_token
+
+
+def test_release_without_start_twice_is_refused_with_pf001(conn: Conn, queue: str) -> None:
+    # started => false undoes the claim and leaves no attempt behind to recognise a repeat by.
+    job_id = enqueue(conn, queue)
+    token = claim_job(conn, queue, job_id)
+    assert one(conn, "SELECT pgfence.release(%s, %s, started => false)", (job_id, token)) == "queued"
+    before = job(conn, job_id)
+    err = sql_error(conn, "SELECT pgfence.release(%s, %s, started => false)", (job_id, token))
     assert_error(err, "PF001", str(job_id), detail=True)
     assert job(conn, job_id) == before
 

@@ -570,8 +570,9 @@ class Worker:
         self._wake.set()
 
     def _retrying(self, call: Callable[[], list[Outcome]]) -> list[Outcome]:
-        """Retry a fenced batch call through connection failures. Safe: complete and
-        fail are idempotent for the token (a repeat is accepted, changes nothing); a
+        """Retry a fenced batch call through connection failures. Safe: complete, fail
+        and release (started) are idempotent for the token (a repeat is accepted, changes
+        nothing; a repeated release of a never-started job is refused, and logged); a
         lease that expired meanwhile is refused by the database, never silently lost.
         Raises _GiveUp when a second signal asks the shutdown not to wait any longer."""
         backoff = 0.05

@@ -50,6 +50,17 @@ BEGIN
         v_acc[v_i] := true;
     END LOOP;
     IF cardinality(v_ords) < n THEN
+        IF started THEN
+            -- A repeat by a token whose release is already recorded (a worker retrying
+            -- after a lost reply) is accepted and changes nothing, like complete and fail.
+            -- (started => false undoes the claim and leaves no attempt to recognise.)
+            SELECT array_agg(v_acc[i.ord] OR EXISTS (
+                       SELECT 1 FROM pgfence.attempts a
+                        WHERE a.job_id = i.id AND a.attempt_token = i.token AND a.outcome = 'released')
+                     ORDER BY i.ord)
+              INTO v_acc
+              FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord);
+        END IF;
         PERFORM pgfence._record_rejections(job_ids, attempt_tokens, v_acc, 'release');
     END IF;
 
@@ -62,7 +73,8 @@ $$Give 1..10000 attempts back without a result (graceful shutdown), fenced by to
 by the reclaim rule (auto with attempts left -> queued now, manual -> manual_review, exhausted -> failed), the
 attempt counts. started = false (never handed to a handler): -> queued now, the attempt does not count.
 reclaim_count does not change. Returns (id, accepted, status, detail) per input in input order.
-Errors: 22004, 22023, PF004.$$;
+With started = true it is idempotent for the token: a repeat whose release is already recorded is accepted and
+changes nothing (status: the job's status now). Errors: 22004, 22023, PF004.$$;
 
 CREATE FUNCTION pgfence.release(job_id bigint, attempt_token uuid, started boolean DEFAULT true) RETURNS text
 LANGUAGE plpgsql AS $$

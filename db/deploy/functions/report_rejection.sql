@@ -40,6 +40,12 @@ BEGIN
             format('already %s this job: a %s with it is accepted, not refused',
                    CASE operation WHEN 'complete' THEN 'completed' ELSE 'failed' END, operation),
             'report only calls that raised PF001');
+    ELSIF operation = 'release' AND EXISTS (
+               SELECT 1 FROM pgfence.attempts a
+                WHERE a.job_id = job_id AND a.attempt_token = attempt_token AND a.outcome = 'released') THEN
+        PERFORM pgfence._raise_invalid('attempt_token', attempt_token::text,
+            'already released this job: a release with it is accepted, not refused',
+            'report only calls that raised PF001');
     ELSIF operation = 'heartbeat' AND EXISTS (
                SELECT 1 FROM pgfence.attempts a
                 WHERE a.job_id = job_id AND a.attempt_token = attempt_token
@@ -57,7 +63,7 @@ END $$;
 COMMENT ON FUNCTION pgfence.report_rejection(bigint, uuid, text) IS
 $$Record that a single heartbeat/complete/fail/release call with attempt_token was refused with PF001 (its own
 transaction rolled back). Errors: PF002 unknown job, 22004, 22023 (unknown operation; the token is current;
-it completed (failed) the job, so a complete (fail) with it is accepted as a repeat; or, for a heartbeat, its
+it completed (failed, released) the job, so a complete (fail, release) with it is accepted as a repeat; or, for a heartbeat, its
 attempt ended by its own complete, fail or release, which heartbeat_many does not record either).$$;
 
 COMMIT;
