@@ -184,10 +184,17 @@ COMMENT ON FUNCTION pgfence._check_payload(text, jsonb) IS
 
 -- When a job may run: NULL (now) or a finite timestamp. 'infinity' would queue a
 -- job that never runs, and '-infinity' breaks the age arithmetic of stats().
+CREATE FUNCTION pgfence._run_at_ok(value timestamptz) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT value IS NULL OR isfinite(value)
+$$;
+COMMENT ON FUNCTION pgfence._run_at_ok(timestamptz) IS
+  'Private: true for a valid run_at (NULL, or a finite timestamp), never NULL.';
+
 CREATE FUNCTION pgfence._check_run_at(arg text, value timestamptz) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF NOT isfinite(value) THEN
+    IF NOT pgfence._run_at_ok(value) THEN
         PERFORM pgfence._raise_invalid(arg, value::text, 'is not a finite timestamp',
             'pass NULL to run the job now, or the time from which it may run');
     END IF;

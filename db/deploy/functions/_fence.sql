@@ -35,6 +35,18 @@ $$;
 COMMENT ON FUNCTION pgfence._accepted(bigint[], uuid[], text) IS
   'Private: per input of a fenced batch call, accepted = the job is now in status with this token.';
 
+-- Whether this token's attempt of the job ended with one of outcomes (by the attempt
+-- history): how a repeat of the call that ended its own attempt (a retry after a lost
+-- reply), or a heartbeat that crossed that call, is told from a stale worker's call.
+CREATE FUNCTION pgfence._attempt_ended(job_id bigint, attempt_token uuid, outcomes text[]) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (SELECT 1 FROM pgfence.attempts a
+                    WHERE a.job_id = _attempt_ended.job_id AND a.attempt_token = _attempt_ended.attempt_token
+                      AND a.outcome = ANY (outcomes))
+$$;
+COMMENT ON FUNCTION pgfence._attempt_ended(bigint, uuid, text[]) IS
+  'Private: true when the attempt of job_id with attempt_token ended with one of outcomes (pgfence.attempts).';
+
 -- Record the refused inputs of a batch call (accepted[i] false, job exists) in
 -- pgfence.rejections, with the reason. Called only when a batch had refusals.
 CREATE FUNCTION pgfence._record_rejections(job_ids bigint[], attempt_tokens uuid[], accepted boolean[],

@@ -79,7 +79,7 @@ BEGIN
     IF NOT coalesce(pgfence._name_ok(kind) AND pgfence._payload_ok(payload)
                     AND pgfence._enqueue_options_ok(queue, max_attempts, recovery_policy)
                     AND enqueue.priority IS NOT NULL AND pgfence._key_ok(idempotency_key)
-                    AND coalesce(isfinite(enqueue.run_at), true), false) THEN
+                    AND pgfence._run_at_ok(enqueue.run_at), false) THEN
         PERFORM pgfence._check_name('kind', kind);
         PERFORM pgfence._check_payload('payload', payload);
         PERFORM pgfence._check_enqueue_options(queue, max_attempts, recovery_policy);

@@ -69,7 +69,7 @@ BEGIN
             'pass NULL for all-default priorities, or an integer for every job');
     END IF;
     IF run_ats IS NOT NULL THEN
-        SELECT min(t.ord) INTO v_bad FROM unnest(run_ats) WITH ORDINALITY t(r, ord) WHERE NOT isfinite(t.r);
+        SELECT min(t.ord) INTO v_bad FROM unnest(run_ats) WITH ORDINALITY t(r, ord) WHERE NOT pgfence._run_at_ok(t.r);
         IF v_bad IS NOT NULL THEN
             PERFORM pgfence._check_run_at(format('run_ats[%s]', v_bad), run_ats[v_bad]);
         END IF;

@@ -121,10 +121,7 @@ BEGIN
     -- the row, one that requeued it cleared it; the attempt history has both. An
     -- accepted input answers failed while the row is failed with this token, else
     -- queued (what its failure did, unless an operator requeued the dead letter since).
-    SELECT array_agg(v_acc[i.ord] OR EXISTS (
-               SELECT 1 FROM pgfence.attempts a
-                WHERE a.job_id = i.id AND a.attempt_token = i.token AND a.outcome = 'failed')
-             ORDER BY i.ord),
+    SELECT array_agg(v_acc[i.ord] OR pgfence._attempt_ended(i.id, i.token, '{failed}') ORDER BY i.ord),
            array_agg(CASE WHEN j.status = 'failed' AND j.attempt_token = i.token THEN 'failed' ELSE 'queued' END
              ORDER BY i.ord)
       INTO v_acc, v_did

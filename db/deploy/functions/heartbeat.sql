@@ -49,11 +49,8 @@ BEGIN
         -- heartbeats every job in flight, including one whose outcome is on its way) is
         -- refused but is no stale worker: it is not recorded. (A healthy worker draining
         -- 20,000 jobs with a 1.5 s lease recorded 624 such "refusals".)
-        SELECT array_agg(v_acc[i.ord] OR EXISTS (
-                   SELECT 1 FROM pgfence.attempts a
-                    WHERE a.job_id = i.id AND a.attempt_token = i.token
-                      AND a.outcome IN ('done', 'failed', 'released'))
-                 ORDER BY i.ord)
+        SELECT array_agg(v_acc[i.ord] OR pgfence._attempt_ended(i.id, i.token, '{done,failed,released}')
+                         ORDER BY i.ord)
           INTO v_quiet
           FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord);
         PERFORM pgfence._record_rejections(job_ids, attempt_tokens, v_quiet, 'heartbeat');

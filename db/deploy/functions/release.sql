@@ -54,10 +54,7 @@ BEGIN
             -- A repeat by a token whose release is already recorded (a worker retrying
             -- after a lost reply) is accepted and changes nothing, like complete and fail.
             -- (started => false undoes the claim and leaves no attempt to recognise.)
-            SELECT array_agg(v_acc[i.ord] OR EXISTS (
-                       SELECT 1 FROM pgfence.attempts a
-                        WHERE a.job_id = i.id AND a.attempt_token = i.token AND a.outcome = 'released')
-                     ORDER BY i.ord)
+            SELECT array_agg(v_acc[i.ord] OR pgfence._attempt_ended(i.id, i.token, '{released}') ORDER BY i.ord)
               INTO v_acc
               FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord);
         END IF;

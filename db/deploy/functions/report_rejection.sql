@@ -31,25 +31,18 @@ BEGIN
         PERFORM pgfence._raise_invalid('attempt_token', attempt_token::text, 'is the current token: nothing was refused',
             'report only calls that raised PF001');
     ELSIF (operation = 'complete' AND j.status = 'done' AND j.attempt_token = attempt_token)
-       OR (operation = 'fail' AND EXISTS (
-               SELECT 1 FROM pgfence.attempts a
-                WHERE a.job_id = job_id AND a.attempt_token = attempt_token AND a.outcome = 'failed')) THEN
+       OR (operation = 'fail' AND pgfence._attempt_ended(job_id, attempt_token, '{failed}')) THEN
         -- A repeated complete (fail) by the token that completed (failed) the job
         -- is accepted as a retry after a lost reply; it never raised PF001.
         PERFORM pgfence._raise_invalid('attempt_token', attempt_token::text,
             format('already %s this job: a %s with it is accepted, not refused',
                    CASE operation WHEN 'complete' THEN 'completed' ELSE 'failed' END, operation),
             'report only calls that raised PF001');
-    ELSIF operation = 'release' AND EXISTS (
-               SELECT 1 FROM pgfence.attempts a
-                WHERE a.job_id = job_id AND a.attempt_token = attempt_token AND a.outcome = 'released') THEN
+    ELSIF operation = 'release' AND pgfence._attempt_ended(job_id, attempt_token, '{released}') THEN
         PERFORM pgfence._raise_invalid('attempt_token', attempt_token::text,
             'already released this job: a release with it is accepted, not refused',
             'report only calls that raised PF001');
-    ELSIF operation = 'heartbeat' AND EXISTS (
-               SELECT 1 FROM pgfence.attempts a
-                WHERE a.job_id = job_id AND a.attempt_token = attempt_token
-                  AND a.outcome IN ('done', 'failed', 'released')) THEN
+    ELSIF operation = 'heartbeat' AND pgfence._attempt_ended(job_id, attempt_token, '{done,failed,released}') THEN
         -- As heartbeat_many: a heartbeat that crossed its own attempt's end is no stale worker.
         PERFORM pgfence._raise_invalid('attempt_token', attempt_token::text,
             'ended its own attempt (complete, fail or release): a heartbeat crossing that is not recorded',

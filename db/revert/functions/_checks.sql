@@ -7,6 +7,7 @@ DROP FUNCTION pgfence._check_isolation(text);
 
 DROP FUNCTION pgfence._check_batch(bigint[], uuid[]);
 DROP FUNCTION pgfence._check_run_at(text, timestamptz);
+DROP FUNCTION pgfence._run_at_ok(timestamptz);
 DROP FUNCTION pgfence._check_payload(text, jsonb);
 DROP FUNCTION pgfence._payload_ok(jsonb);
 DROP FUNCTION pgfence._payload_size(jsonb);
