@@ -473,58 +473,62 @@ class Worker:
             self._fail(failed)
 
     def _complete(self, done: list[_Result]) -> None:
-        try:
-            refused = self._retrying(lambda: self.client.complete_many(
-                [r.job.id for r in done], [r.job.attempt_token for r in done],
-                [None if r.value is None else RawJson(r.value) for r in done], refused_only=True))
-        except _GiveUp:
-            self._abandon(done)
-            return
-        except Exception as exc:
-            if not _is_data_error(exc):
-                raise
-            # The database refused a result itself (a handler's RawJson that is not
-            # JSON, say): find it, and fail that attempt instead.
-            if len(done) > 1:
-                for r in done:
-                    self._complete([r])
-                return
-            r = done[0]
-            log.error("job %s kind=%s attempt=%s: the database refused its result (%s); failing the attempt",
-                      r.job.id, r.job.kind, r.job.attempts, str(exc).strip())
-            self._fail([_Result(r.job, False, _storable_text(
-                f"ResultNotStorable: the database refused the handler's result: {type(exc).__name__}: {exc}"),
-                permanent=True)])
-            return
-        self._report(done, refused, "completed")
+        refused = self._send(done, self._complete, self._result_refused, lambda: self.client.complete_many(
+            [r.job.id for r in done], [r.job.attempt_token for r in done],
+            [None if r.value is None else RawJson(r.value) for r in done], refused_only=True))
+        if refused is not None:
+            self._report(done, refused, "completed")
 
     def _fail(self, failed: list[_Result]) -> None:
+        outcomes = self._send(failed, self._fail, self._failure_refused, lambda: self.client.fail_many(
+            [r.job.id for r in failed], [r.job.attempt_token for r in failed],
+            [r.value or "" for r in failed], retry_ins=[r.retry_in for r in failed],
+            permanents=[r.permanent for r in failed]))
+        if outcomes is not None:
+            self._report(failed, outcomes, "failed")
+
+    def _send(self, results: list[_Result], each: Callable[[list[_Result]], None],
+              refused_one: Callable[[_Result, Exception], None],
+              call: Callable[[], list[Outcome]]) -> Optional[list[Outcome]]:
+        """The outcomes of ``call`` (complete_many or fail_many for ``results``), through
+        _retrying; None when they were dealt with here instead: given up after a second
+        signal, or refused for their values (not their tokens), when each result goes
+        alone through ``each`` to find the one refused, which ``refused_one`` handles."""
         try:
-            outcomes = self._retrying(lambda: self.client.fail_many(
-                [r.job.id for r in failed], [r.job.attempt_token for r in failed],
-                [r.value or "" for r in failed], retry_ins=[r.retry_in for r in failed],
-                permanents=[r.permanent for r in failed]))
+            return self._retrying(call)
         except _GiveUp:
-            self._abandon(failed)
-            return
+            self._abandon(results)
         except Exception as exc:
             if not _is_data_error(exc):
                 raise
-            if len(failed) > 1:
-                for r in failed:
-                    self._fail([r])
-                return
-            r = failed[0]
-            plain = f"FailureNotStorable: the database refused this failure ({type(exc).__name__}: {exc})"
-            if r.value is not None and r.value.startswith("FailureNotStorable:"):
-                log.error("job %s kind=%s attempt=%s: the database refused its failure (%s); its lease will "
-                          "expire and the reclaim rule applies", r.job.id, r.job.kind, r.job.attempts,
-                          str(exc).strip())
-                self._settle([r.job])
-                return
-            self._fail([_Result(r.job, False, _storable_text(plain), permanent=r.permanent)])
+            if len(results) > 1:
+                for r in results:
+                    each([r])
+            else:
+                refused_one(results[0], exc)
+        return None
+
+    def _result_refused(self, r: _Result, exc: Exception) -> None:
+        """The database refused a result itself (a handler's RawJson that is not JSON,
+        say): the attempt fails instead."""
+        log.error("job %s kind=%s attempt=%s: the database refused its result (%s); failing the attempt",
+                  r.job.id, r.job.kind, r.job.attempts, str(exc).strip())
+        self._fail([_Result(r.job, False, _storable_text(
+            f"ResultNotStorable: the database refused the handler's result: {type(exc).__name__}: {exc}"),
+            permanent=True)])
+
+    def _failure_refused(self, r: _Result, exc: Exception) -> None:
+        """The database refused a failure: fail again with a plain text and the default
+        backoff; if that is refused too, leave the job to its lease."""
+        if r.value is not None and r.value.startswith("FailureNotStorable:"):
+            log.error("job %s kind=%s attempt=%s: the database refused its failure (%s); its lease will "
+                      "expire and the reclaim rule applies", r.job.id, r.job.kind, r.job.attempts,
+                      str(exc).strip())
+            self._settle([r.job])
             return
-        self._report(failed, outcomes, "failed")
+        self._fail([_Result(r.job, False, _storable_text(
+            f"FailureNotStorable: the database refused this failure ({type(exc).__name__}: {exc})"),
+            permanent=r.permanent)])
 
     def _abandon(self, results: list[_Result]) -> None:
         """A second signal during an outage: these outcomes are not reported (their leases
