@@ -128,6 +128,20 @@ def test_stats_shows_the_queue_per_status_and_the_sweeper(dsn: str, client: Clie
     assert any(line.startswith(queue) for line in everything.splitlines())
 
 
+def test_stats_shows_the_last_error_the_sweeper_survived(dsn: str) -> None:
+    with connect(dsn) as c:
+        before = c.execute("SELECT last_error, last_error_at FROM pgfence.sweeper_status").fetchone()
+        try:
+            c.execute("SELECT pgfence.note_sweeper_pass(NULL, NULL, 'purge_finished failed: boom (SQLSTATE XX000)')")
+            lines = ok(run_cli(dsn, "stats")).splitlines()
+        finally:
+            c.execute("UPDATE pgfence.sweeper_status SET last_error = %s, last_error_at = %s", before)
+    errors = [line for line in lines if line.startswith("sweeper error: ")]
+    assert len(errors) == 1, lines
+    assert re.fullmatch(r"sweeper error: \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\S* \(.+ ago\): "
+                        r"purge_finished failed: boom \(SQLSTATE XX000\)", errors[0]), errors[0]
+
+
 def test_cancel_and_requeue_change_the_status(dsn: str, client: Client, queue: str) -> None:
     job_id = client.enqueue("k", queue=queue)
     assert ok(run_cli(dsn, "cancel", str(job_id))) == f"job {job_id} cancelled\n"

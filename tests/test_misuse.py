@@ -375,6 +375,7 @@ def test_a_failing_purge_does_not_stop_the_sweeper(conn: Conn, q: str) -> None:
     assert must_fail(conn, "SELECT pgfence.purge_finished(1000)").sqlstate == "22008"
     warnings: list[str] = []
     conn.add_notice_handler(lambda d: warnings.append(f"{d.severity_nonlocalized}: {d.message_primary}"))
+    started = one(conn, "SELECT clock_timestamp()")
     # Hold the sweep lock in this session: run_sweeper's try-lock succeeds here (the
     # same session) and pg_cron's sweeper stays out meanwhile.
     conn.execute("SELECT pg_advisory_lock(hashtext('pgfence.sweep'))")
@@ -389,15 +390,20 @@ def test_a_failing_purge_does_not_stop_the_sweeper(conn: Conn, q: str) -> None:
         conn.execute("SELECT pg_advisory_unlock(hashtext('pgfence.sweep'))")
         conn.execute("DELETE FROM pgfence.retention WHERE queue = %s", (q,))
     assert any(w.startswith("WARNING: pgfence: purge_finished failed") for w in warnings), warnings
+    # Operators see it without the server log: the error and its time are kept.
+    error, error_at = conn.execute("SELECT last_error, last_error_at FROM pgfence.sweeper_status").fetchone() or (None, None)
+    assert error_at is not None and error_at > started
+    assert error.startswith("purge_finished failed: ") and error.endswith("(SQLSTATE 22008)"), error
     assert one(conn, "SELECT status FROM pgfence.jobs WHERE id = %s", (expired_id,)) == "queued"
     assert one(conn, "SELECT status FROM pgfence.jobs WHERE id = %s", (done_id,)) == "done"
 
 
-@pytest.mark.parametrize(("reclaimed", "purged", "names"), [
-    (-5, None, "reclaimed"), (None, -1, "purged"), (10**12, None, "reclaimed")])
-def test_note_sweeper_pass_refuses_bad_counts(conn: Conn, sweep_paused: Conn, reclaimed: int | None,
-                                              purged: int | None, names: str) -> None:
+@pytest.mark.parametrize(("reclaimed", "purged", "error", "names"), [
+    (-5, None, None, "reclaimed"), (None, -1, None, "purged"), (10**12, None, None, "reclaimed"),
+    (None, None, "", "error"), (None, None, "x" * 10001, "error")])
+def test_note_sweeper_pass_refuses_bad_values(conn: Conn, sweep_paused: Conn, reclaimed: int | None,
+                                              purged: int | None, error: str | None, names: str) -> None:
     before = conn.execute("SELECT * FROM pgfence.sweeper_status").fetchall()
-    err = must_fail(conn, "SELECT pgfence.note_sweeper_pass(%s, %s)", (reclaimed, purged))
+    err = must_fail(conn, "SELECT pgfence.note_sweeper_pass(%s, %s, %s)", (reclaimed, purged, error))
     assert_error(err, "22023", names)
     assert conn.execute("SELECT * FROM pgfence.sweeper_status").fetchall() == before

@@ -65,7 +65,7 @@ ALTER FUNCTION pgfence.purge_finished(integer) SECURITY DEFINER SET search_path 
 ALTER FUNCTION pgfence.set_retention(text, interval, interval)
     SECURITY DEFINER SET search_path = pg_catalog, pgfence, pg_temp;
 ALTER FUNCTION pgfence.sweeper_last_pass() SECURITY DEFINER SET search_path = pg_catalog, pgfence, pg_temp;
-ALTER FUNCTION pgfence.note_sweeper_pass(bigint, bigint)
+ALTER FUNCTION pgfence.note_sweeper_pass(bigint, bigint, text)
     SECURITY DEFINER SET search_path = pg_catalog, pgfence, pg_temp;
 
 -- 3. What each role may call.
@@ -92,7 +92,7 @@ GRANT EXECUTE ON FUNCTION pgfence.requeue(bigint),
                           pgfence.set_retention(text, interval, interval),
                           pgfence.stats(),
                           pgfence.sweeper_last_pass(),
-                          pgfence.note_sweeper_pass(bigint, bigint)
+                          pgfence.note_sweeper_pass(bigint, bigint, text)
     TO pgfence_operator;
 GRANT EXECUTE ON PROCEDURE pgfence.sweep(bigint, integer),
                            pgfence.run_sweeper(interval, timestamptz)

@@ -372,6 +372,20 @@ def _sweeper_line(client: Client, conn: psycopg.Connection[Any]) -> str:
             "CALL pgfence.sweep() from a scheduler)")
 
 
+def _sweeper_error_line(conn: psycopg.Connection[Any]) -> Optional[str]:
+    """The last error the background sweeper survived (a failed purge), with its age;
+    None when there was none (or the role cannot read ``pgfence.sweeper_status``)."""
+    try:
+        row = conn.execute("SELECT last_error, last_error_at, clock_timestamp() - last_error_at "
+                           "FROM pgfence.sweeper_status WHERE last_error_at IS NOT NULL").fetchone()
+    except psycopg.errors.InsufficientPrivilege:
+        return None
+    if row is None:
+        return None
+    error, at, age = row
+    return f"sweeper error: {at.isoformat(sep=' ', timespec='seconds')} ({format_age(age)} ago): {error}"
+
+
 def cmd_stats(args: argparse.Namespace) -> int:
     def body(client: Client, conn: psycopg.Connection[Any]) -> int:
         stats = client.stats()
@@ -387,6 +401,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
             print("no jobs" + (f" in queue {', '.join(args.queues)}" if args.queues else ""))
         print()
         print(_sweeper_line(client, conn))
+        error = _sweeper_error_line(conn)
+        if error:
+            print(error)
         print(_history_line(client))
         return 0
     return _with_client(args, body)

@@ -38,10 +38,11 @@ $$Reclaim every expired lease (batch_size 1..10000 per transaction, each committ
 outside a transaction block. Returns reclaimed = total jobs reclaimed. Safe to run concurrently.
 Errors: 22004, 22023, PF004 (from reclaim_expired).$$;
 
--- Record a sweeper pass (reclaimed) or purge (purged) in pgfence.sweeper_status.
--- A function of its own so that run_sweeper, which runs with its caller's
--- rights, needs no write access to the table.
-CREATE FUNCTION pgfence.note_sweeper_pass(reclaimed bigint, purged bigint) RETURNS void
+-- Record a sweeper pass (reclaimed), a purge (purged) or a failed purge (error) in
+-- pgfence.sweeper_status. A function of its own so that run_sweeper, which runs
+-- with its caller's rights, needs no write access to the table.
+CREATE FUNCTION pgfence.note_sweeper_pass(reclaimed bigint, purged bigint, error text DEFAULT NULL)
+RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     -- Counts of one pass: never negative (the totals only grow), and far below
@@ -52,17 +53,23 @@ BEGIN
     ELSIF purged NOT BETWEEN 0 AND 1000000000 THEN
         PERFORM pgfence._raise_invalid('purged', purged::text, 'outside 0..1000000000',
             'pass how many finished jobs this purge deleted, or NULL when it was no purge');
+    ELSIF char_length(error) NOT BETWEEN 1 AND 10000 THEN
+        PERFORM pgfence._raise_invalid('error', left(error, 100),
+            format('is %s characters long (1..10000)', char_length(error)),
+            'pass the error text of the failed step (shorten it), or NULL when nothing failed');
     END IF;
     UPDATE pgfence.sweeper_status
        SET last_pass_at    = CASE WHEN reclaimed IS NULL THEN last_pass_at ELSE clock_timestamp() END,
            last_reclaimed  = coalesce(reclaimed, last_reclaimed),
            total_reclaimed = total_reclaimed + coalesce(reclaimed, 0),
            last_purge_at   = CASE WHEN purged IS NULL THEN last_purge_at ELSE clock_timestamp() END,
-           total_purged    = total_purged + coalesce(purged, 0);
+           total_purged    = total_purged + coalesce(purged, 0),
+           last_error      = coalesce(error, last_error),
+           last_error_at   = CASE WHEN error IS NULL THEN last_error_at ELSE clock_timestamp() END;
 END $$;
 
-COMMENT ON FUNCTION pgfence.note_sweeper_pass(bigint, bigint) IS
-  'Record a sweeper pass (reclaimed, or NULL) and/or a purge (purged, or NULL; each 0..1000000000) in pgfence.sweeper_status; used by run_sweeper. Errors: 22023.';
+COMMENT ON FUNCTION pgfence.note_sweeper_pass(bigint, bigint, text) IS
+  'Record in pgfence.sweeper_status a sweeper pass (reclaimed, or NULL), a purge (purged, or NULL; each 0..1000000000) and/or an error of the sweeper (error, 1..10000 characters, or NULL: kept with its time until the next error); used by run_sweeper. Errors: 22023.';
 
 -- The background sweeper pg_cron starts every minute: a pass every pass_interval
 -- until the end of the current minute (pg_cron 1.4 schedules by the minute only),
@@ -129,6 +136,8 @@ BEGIN
                     EXCEPTION WHEN OTHERS THEN
                         RAISE WARNING 'pgfence: purge_finished failed, the sweeper goes on reclaiming: % (SQLSTATE %)',
                             SQLERRM, SQLSTATE;
+                        PERFORM pgfence.note_sweeper_pass(NULL, NULL,
+                            left(format('purge_finished failed: %s (SQLSTATE %s)', SQLERRM, SQLSTATE), 10000));
                         v_purged := 0;
                     END;
                     COMMIT;
@@ -162,7 +171,8 @@ COMMENT ON FUNCTION pgfence.sweeper_last_pass() IS
 COMMENT ON PROCEDURE pgfence.run_sweeper(interval, timestamptz) IS
 $$Background sweeper: CALL pgfence.sweep() every pass_interval (default 0.5 s) until run_until (default:
 the end of the current minute), recording each pass in pgfence.sweeper_status, and purge_finished every
-10 s (a failing purge is logged as a WARNING and does not stop the passes). pg_cron job
+10 s (a failing purge is logged as a WARNING and in sweeper_status.last_error, and does not stop the
+passes). pg_cron job
 'pgfence-reclaim' starts it every minute. Holding pg_advisory_lock(hashtext('pgfence.sweep')) pauses it.
 It holds that session-level lock during each pass: if a pass raises an error (a statement_timeout, a
 cancel), the calling session keeps the lock, and other sweepers skip their passes until it disconnects

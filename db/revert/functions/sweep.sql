@@ -3,7 +3,7 @@
 BEGIN;
 
 DROP FUNCTION pgfence.sweeper_last_pass();
-DROP FUNCTION pgfence.note_sweeper_pass(bigint, bigint);
+DROP FUNCTION pgfence.note_sweeper_pass(bigint, bigint, text);
 DROP PROCEDURE pgfence.run_sweeper(interval, timestamptz);
 DROP PROCEDURE pgfence.sweep(bigint, integer);
 

@@ -5,6 +5,6 @@ BEGIN;
 SELECT 'pgfence.sweep(bigint, integer)'::regprocedure,
        'pgfence.run_sweeper(interval, timestamptz)'::regprocedure,
        'pgfence.sweeper_last_pass()'::regprocedure,
-       'pgfence.note_sweeper_pass(bigint, bigint)'::regprocedure;
+       'pgfence.note_sweeper_pass(bigint, bigint, text)'::regprocedure;
 
 ROLLBACK;
