@@ -205,8 +205,8 @@ def test_claim_of_payloads_larger_than_a_part_comes_back_whole_and_in_order(
     payloads = [{"n": n, "s": "\u0001" * (n * 7)} for n in range(12)]
     ids = [client.enqueue("k", p, queue=queue) for p in payloads]
     with connect(dsn) as conn:
-        rows = conn.execute(client_module._CLAIM_JSON_ARRAY, {
-            "worker_id": W, "queues": [queue], "lease": timedelta(seconds=30), "max_jobs": 4,
+        rows = conn.execute(client_module._CLAIM[0], {
+            "worker_id": W, "queues": [queue], "lease": timedelta(seconds=30), "max_jobs": 4, "request_id": None,
             "part_bytes": 100}).fetchall()
         assert len(rows) > 1  # the parts are rows
         assert [i for r in rows for i in r[0]] == ids[:4]
@@ -215,6 +215,19 @@ def test_claim_of_payloads_larger_than_a_part_comes_back_whole_and_in_order(
         jobs = Client(conn).claim(W, [queue], max_jobs=8)
     assert [j.id for j in jobs] == ids[4:]
     assert [j.payload for j in jobs] == [{"loaded": p} if custom_loader else p for p in payloads[4:]]
+
+
+def test_claimed_returns_the_jobs_of_a_claim_as_claim_did(client: Client, queue: str) -> None:
+    import uuid
+    for n in range(3):
+        client.enqueue("k", {"n": n, "s": "é"}, queue=queue)
+    request = uuid.uuid4()
+    jobs = client.claim(W, [queue], max_jobs=2, request_id=request)
+    assert [j.payload["n"] for j in jobs] == [0, 1]
+    assert client.claimed(W, [uuid.uuid4(), request]) == jobs
+    assert client.claimed(W, [uuid.uuid4()]) == []
+    with pytest.raises(InvalidArgument):
+        client.claimed(W, [])
 
 
 def test_claim_decodes_the_payload_on_a_sql_ascii_connection(dsn: str, queue: str) -> None:

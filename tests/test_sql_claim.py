@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+import uuid
 from typing import Any
 
 import psycopg
@@ -11,7 +12,8 @@ import pytest
 
 from helpers import connect
 from sqlhelpers import (
-    assert_error, claim, claim_job, enqueue, job, now, one, queue_count, queue_jobs, sql_error,
+    assert_error, claim, claim_job, complete, enqueue, job, now, one, queue_count, queue_jobs, reclaim_expired,
+    release, rows, sql_error, wait_lease_expired,
 )
 from sqlhelpers import _job_id_floor, tx_conn  # noqa: F401 - fixtures
 
@@ -245,3 +247,97 @@ def test_concurrent_claimers_never_claim_a_job_twice(dsn: str, conn: Conn, queue
     assert {r["attempts"] for r in state.values()} == {1}
     assert all(state[i]["reserved_by"] == owner[i] for i in ids)
     assert len({r["attempt_token"] for r in state.values()}) == N_JOBS
+
+
+# ------------------------------------------- a claim whose reply was lost --
+def _claim_req(conn: Conn, queue: str, request_id: uuid.UUID, worker: str = "worker-A", *,
+               max_jobs: int = 10, lease: str = "30 seconds") -> list[dict[str, Any]]:
+    return rows(conn, "SELECT * FROM pgfence.claim(worker_id => %s, queues => %s::text[], lease => %s::interval,"
+                      " max_jobs => %s, request_id => %s)", (worker, [queue], lease, max_jobs, request_id))
+
+
+def _claimed(conn: Conn, request_ids: list[uuid.UUID], worker: str = "worker-A") -> list[dict[str, Any]]:
+    return rows(conn, "SELECT * FROM pgfence.claimed(worker_id => %s, request_ids => %s::uuid[])",
+                (worker, request_ids))
+
+
+def test_claimed_returns_what_a_claim_with_a_request_id_took(conn: Conn, queue: str) -> None:
+    t = now(conn)
+    low = enqueue(conn, queue, priority=0, run_at=t - dt.timedelta(seconds=2))
+    high = enqueue(conn, queue, priority=5, run_at=t - dt.timedelta(seconds=1))
+    enqueue(conn, queue)  # left queued
+    request = uuid.uuid4()
+    got = _claim_req(conn, queue, request, max_jobs=2)
+    assert _ids(got) == [high, low]
+    # The same rows, in the same order, as claim returned them; changing nothing.
+    before = queue_jobs(conn, queue)
+    assert _claimed(conn, [request]) == got
+    assert _claimed(conn, [uuid.uuid4(), request]) == got
+    assert queue_jobs(conn, queue) == before
+    # Only for the worker that claimed, and only for that request.
+    assert _claimed(conn, [request], worker="worker-B") == []
+    assert _claimed(conn, [uuid.uuid4()]) == []
+    # A job done, released or claimed by another request is no longer returned.
+    complete(conn, high, got[0]["attempt_token"])
+    assert _ids(_claimed(conn, [request])) == [low]
+    release(conn, low, got[1]["attempt_token"])
+    assert _claimed(conn, [request]) == []
+
+
+def test_a_request_id_given_twice_still_fences_each_attempt(conn: Conn, queue: str) -> None:
+    """The token of a claim with a request_id is derived from it, the job, the attempt and
+    the claim time: a request id reused (a caller's bug) never brings an old token back."""
+    job_id = enqueue(conn, queue)
+    request = uuid.uuid4()
+    first = _claim_req(conn, queue, request)[0]["attempt_token"]
+    # started => false undoes the claim: the attempt number is the same next time.
+    assert one(conn, "SELECT pgfence.release(%s, %s, started => false)", (job_id, first)) == "queued"
+    second = _claim_req(conn, queue, request)[0]
+    assert second["id"] == job_id and second["attempts"] == 1
+    assert second["attempt_token"] != first
+    assert _claimed(conn, [request]) == [second]
+    err = sql_error(conn, "SELECT pgfence.complete(%s, %s)", (job_id, first))
+    assert err.sqlstate == "PF001"
+    complete(conn, job_id, second["attempt_token"])
+    assert job(conn, job_id)["status"] == "done"
+
+
+def test_claimed_forgets_a_lease_reclaimed_and_claimed_again(sweep_paused: Conn, conn: Conn, queue: str) -> None:
+    job_id = enqueue(conn, queue)
+    request = uuid.uuid4()
+    _claim_req(conn, queue, request, lease="50 milliseconds")
+    wait_lease_expired(conn, job_id)
+    reclaim_expired(conn)  # (or another session's claim did it first)
+    assert job(conn, job_id)["status"] == "queued"
+    assert _claimed(conn, [request]) == []
+    again = _claim_req(conn, queue, request)  # the same worker, the same request id
+    assert _ids(again) == [job_id] and again[0]["attempts"] == 2
+    assert _claimed(conn, [request]) == again
+
+
+def test_claim_without_a_request_id_gives_random_tokens(conn: Conn, queue: str) -> None:
+    for _ in range(3):
+        enqueue(conn, queue)
+    got = claim(conn, [queue], max_jobs=3)
+    assert {g["attempt_token"].version for g in got} == {4}
+
+
+@pytest.mark.parametrize(("worker", "request_ids", "sqlstate", "names"), [
+    (None, "{00000000-0000-0000-0000-000000000001}", "22004", "worker_id"),
+    (" w", "{00000000-0000-0000-0000-000000000001}", "22023", "worker_id"),
+    ("w", None, "22004", "request_ids"),
+    ("w", "{}", "22023", "request_ids length"),
+    ("w", "{00000000-0000-0000-0000-000000000001,NULL}", "22004", "request_ids[2]"),
+    ("w", "[0:0]={00000000-0000-0000-0000-000000000001}", "22023", "request_ids"),
+    ("w", "{{00000000-0000-0000-0000-000000000001}}", "22023", "request_ids"),
+])
+def test_claimed_refuses_bad_arguments(conn: Conn, worker: str | None, request_ids: str | None,
+                                       sqlstate: str, names: str) -> None:
+    err = sql_error(conn, "SELECT * FROM pgfence.claimed(%s, %s::uuid[])", (worker, request_ids))
+    assert_error(err, sqlstate, names)
+
+
+def test_claimed_refuses_more_than_1000_request_ids(conn: Conn) -> None:
+    ids = [uuid.uuid4() for _ in range(1001)]
+    assert_error(sql_error(conn, "SELECT * FROM pgfence.claimed('w', %s::uuid[])", (ids,)), "22023",
+                 "request_ids length")

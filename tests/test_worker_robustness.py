@@ -261,6 +261,57 @@ def test_a_stale_attempt_is_told_to_stop_when_the_same_worker_claims_its_job_aga
     assert jobs[1].lease_lost and not jobs[2].lease_lost
 
 
+# ------------------------------------------------- a claim reply that is lost --
+def _lose_replies(worker: Worker, method: str, times: int, then: Any = None) -> list[Any]:
+    """Make the worker's client.<method> run in the database and then raise as if the
+    connection had dropped before the reply came, the first ``times`` calls that return
+    rows (``then`` runs before raising). Returns what those calls had returned."""
+    real = getattr(worker.client, method)
+    lost: list[Any] = []
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        result = real(*args, **kwargs)
+        if result and len(lost) < times:
+            lost.append(result)
+            if then is not None:
+                then()
+            raise psycopg.OperationalError("server closed the connection unexpectedly (test: reply lost)")
+        return result
+    setattr(worker.client, method, call)
+    return lost
+
+
+def test_jobs_of_a_claim_whose_reply_was_lost_run_at_once_with_their_attempt(
+        dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
+    # Before: the claim had committed, so its jobs stayed leased to this worker, unknown to
+    # it, until their leases expired (here 60 s); then reclaimed with the attempt spent.
+    ids = [client.enqueue("echo", {"n": n}, queue=queue) for n in range(5)]
+    worker = start(dsn, queue, {"echo": echo}, workers, lease=timedelta(seconds=60), concurrency=2)
+    lost_claims = _lose_replies(worker, "claim", 1)
+    lost_lookups = _lose_replies(worker, "claimed", 1)  # and the first look-up fails too
+    with running_bounded(worker):
+        wait_all(client, ids, "done", timeout=15)
+    assert len(lost_claims) == 1 and len(lost_lookups) == 1
+    assert {j.id for j in lost_claims[0]} == {j.id for j in lost_lookups[0]}
+    rows = [client.get_job(i) for i in ids]
+    assert [(r.attempts, r.result) for r in rows] == [(1, {"n": n}) for n in range(5)]
+    assert {r.attempt_token for r in rows} >= {j.attempt_token for j in lost_claims[0]}
+    assert worker.counters["completed"] == 5, worker.counters
+
+
+def test_a_shutdown_gives_back_the_jobs_of_a_claim_whose_reply_was_lost(
+        dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
+    ids = [client.enqueue("echo", {"n": n}, queue=queue) for n in range(3)]
+    worker = start(dsn, queue, {"echo": echo}, workers, lease=timedelta(seconds=60))
+    lost_claims = _lose_replies(worker, "claim", 1, then=worker.stop)
+    with running_bounded(worker) as wt:
+        wait_for(lambda: not wt.thread.is_alive(), STOP_TIMEOUT, "the worker to stop")
+    assert len(lost_claims) == 1 and {j.id for j in lost_claims[0]} == set(ids)
+    rows = [client.get_job(i) for i in ids]
+    assert [(r.status, r.attempts) for r in rows] == [("queued", 0)] * 3
+    assert worker.counters["released"] == 3, worker.counters
+
+
 # ---------------------------------------------------- the NOTIFY listener ----
 def test_the_listener_uses_the_connection_keywords_given_to_client_connect(
         dsn: str, conn: psycopg.Connection[Any], client: Client, queue: str,

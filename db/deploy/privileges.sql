@@ -36,7 +36,9 @@ ALTER FUNCTION pgfence.enqueue(text, jsonb, text, integer, timestamptz, integer,
     SECURITY DEFINER SET search_path = pg_catalog, pgfence, pg_temp;
 ALTER FUNCTION pgfence.enqueue_many(text[], jsonb[], text, integer[], timestamptz[], integer, text, text[])
     SECURITY DEFINER SET search_path = pg_catalog, pgfence, pg_temp;
-ALTER FUNCTION pgfence.claim(text, text[], interval, integer)
+ALTER FUNCTION pgfence.claim(text, text[], interval, integer, uuid)
+    SECURITY DEFINER SET search_path = pg_catalog, pgfence, pg_temp;
+ALTER FUNCTION pgfence.claimed(text, uuid[])
     SECURITY DEFINER SET search_path = pg_catalog, pgfence, pg_temp;
 ALTER FUNCTION pgfence.heartbeat(bigint, uuid, interval)
     SECURITY DEFINER SET search_path = pg_catalog, pgfence, pg_temp;
@@ -73,7 +75,8 @@ GRANT EXECUTE ON FUNCTION pgfence.schema_version() TO pgfence_producer, pgfence_
 GRANT EXECUTE ON FUNCTION pgfence.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text),
                           pgfence.enqueue_many(text[], jsonb[], text, integer[], timestamptz[], integer, text, text[])
     TO pgfence_producer;
-GRANT EXECUTE ON FUNCTION pgfence.claim(text, text[], interval, integer),
+GRANT EXECUTE ON FUNCTION pgfence.claim(text, text[], interval, integer, uuid),
+                          pgfence.claimed(text, uuid[]),
                           pgfence.heartbeat(bigint, uuid, interval),
                           pgfence.heartbeat_many(bigint[], uuid[], interval),
                           pgfence.complete(bigint, uuid, jsonb),

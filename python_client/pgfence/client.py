@@ -199,13 +199,25 @@ class Client:
     # -- worker -----------------------------------------------------------
 
     def claim(self, worker_id: str, queues: Optional[Sequence[str]] = None, *,
-              lease: timedelta = timedelta(seconds=30), max_jobs: int = 1) -> list[Job]:
-        """``pgfence.claim``: up to ``max_jobs`` runnable jobs, each with a fresh token and lease."""
-        params = {"worker_id": worker_id, "queues": None if queues is None else list(queues), "lease": lease,
-                  "max_jobs": max_jobs, "part_bytes": _CLAIM_PART_BYTES}
+              lease: timedelta = timedelta(seconds=30), max_jobs: int = 1,
+              request_id: Optional[uuid.UUID] = None) -> list[Job]:
+        """``pgfence.claim``: up to ``max_jobs`` runnable jobs, each with a fresh token and lease.
+
+        ``request_id`` (a fresh ``uuid.uuid4()`` per call): if the call raises with the
+        connection lost, :meth:`claimed` tells which jobs it took."""
+        return self._claim_rows(_CLAIM, {"worker_id": worker_id, "queues": None if queues is None else list(queues),
+                                         "lease": lease, "max_jobs": max_jobs, "request_id": request_id})
+
+    def claimed(self, worker_id: str, request_ids: Sequence[uuid.UUID]) -> list[Job]:
+        """``pgfence.claimed``: the jobs that claims made with these request ids took and still
+        hold for ``worker_id``, as :meth:`claim` returned them (for a claim whose reply was lost)."""
+        return self._claim_rows(_CLAIMED, {"worker_id": worker_id, "request_ids": list(request_ids)})
+
+    def _claim_rows(self, query: tuple[str, str], params: dict[str, Any]) -> list[Job]:
+        params["part_bytes"] = _CLAIM_PART_BYTES
         with self._call() as conn:
             load = _custom_jsonb_load(conn)
-            rows = conn.execute(_CLAIM_EACH_PAYLOAD if load else _CLAIM_JSON_ARRAY, params).fetchall()
+            rows = conn.execute(query[1] if load else query[0], params).fetchall()
         jobs: list[Job] = []
         for ids, queue_names, kinds, payloads, attempts, max_attempts, tokens, leases in rows:
             payloads = list(map(load, payloads)) if load else _decode_json_text(payloads)
@@ -389,20 +401,29 @@ _PAYLOADS_FROM_JSON_ARRAY = ("ARRAY(SELECT p.value FROM jsonb_array_elements(%s:
 # (500-job claims: 5.9 -> 4.4 us of client CPU per job, measured). Any other jsonb
 # loader (say one set with psycopg.types.json.set_json_loads, globally or on the
 # caller's connection) is given each payload's text, as psycopg would.
-_CLAIM = (
+# (claimed() returns the same rows, and is read the same way.)
+_CLAIM_ROWS = (
     "SELECT array_agg(c.id ORDER BY c.n), array_agg(c.queue ORDER BY c.n), array_agg(c.kind ORDER BY c.n),"
     " {payloads}, array_agg(c.attempts ORDER BY c.n), array_agg(c.max_attempts ORDER BY c.n),"
     " array_agg(c.attempt_token ORDER BY c.n), array_agg(c.lease_expires_at ORDER BY c.n)"
     " FROM (SELECT c.*, sum(octet_length(c.text)) OVER (ORDER BY c.n) / %(part_bytes)s::bigint AS part"
     " FROM (SELECT c.*, c.payload::text AS text"
-    " FROM pgfence.claim(worker_id => %(worker_id)s, queues => %(queues)s, lease => %(lease)s,"
-    " max_jobs => %(max_jobs)s)"
+    " FROM {call}"
     " WITH ORDINALITY AS c(id, queue, kind, payload, attempts, max_attempts, attempt_token, lease_expires_at, n)"
     " OFFSET 0) c) c"
     " GROUP BY c.part ORDER BY c.part")
 _CLAIM_PART_BYTES = 64 * 1024 * 1024
-_CLAIM_JSON_ARRAY = _CLAIM.format(payloads="'[' || string_agg(c.text, ',' ORDER BY c.n) || ']'")
-_CLAIM_EACH_PAYLOAD = _CLAIM.format(payloads="array_agg(c.text ORDER BY c.n)")
+
+
+def _claim_queries(call: str) -> tuple[str, str]:
+    """(payloads as one JSON array text, payloads one text each) for a call returning claim's rows."""
+    return (_CLAIM_ROWS.format(call=call, payloads="'[' || string_agg(c.text, ',' ORDER BY c.n) || ']'"),
+            _CLAIM_ROWS.format(call=call, payloads="array_agg(c.text ORDER BY c.n)"))
+
+
+_CLAIM = _claim_queries("pgfence.claim(worker_id => %(worker_id)s, queues => %(queues)s, lease => %(lease)s,"
+                        " max_jobs => %(max_jobs)s, request_id => %(request_id)s)")
+_CLAIMED = _claim_queries("pgfence.claimed(worker_id => %(worker_id)s, request_ids => %(request_ids)s::uuid[])")
 _JSONB_OID = 3802
 _decode_json = json.JSONDecoder().decode
 

@@ -20,6 +20,25 @@ $$;
 COMMENT ON FUNCTION pgfence._queued_queues() IS
   'Private: distinct queues that hold queued jobs (loose index scan on jobs_claim_idx).';
 
+-- The attempt token of a claim made with a request_id: a digest of the request id,
+-- the claim time (to the microsecond), the job and its attempt number, so claimed()
+-- can find what that claim took, and a request id given twice still yields a new
+-- token for each attempt. In two parts: the first is the same for every job of one
+-- claim call, and claim computes it once.
+CREATE FUNCTION pgfence._request_prefix(request_id uuid, claimed_at timestamptz) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT request_id::text || '/' || (extract(epoch FROM claimed_at) * 1000000)::bigint || '/'  -- (NULL for NULL)
+$$;
+COMMENT ON FUNCTION pgfence._request_prefix(uuid, timestamptz) IS
+  'Private: the part of a request-id token shared by the jobs of one claim call (request id, claim time in us).';
+
+CREATE FUNCTION pgfence._request_token(prefix text, job_id bigint, attempt integer) RETURNS uuid
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT md5(prefix || job_id::text || '/' || attempt::text)::uuid  -- (text casts: immutable, so inlined)
+$$;
+COMMENT ON FUNCTION pgfence._request_token(text, bigint, integer) IS
+  'Private: the attempt token claim gives a job claimed with a request_id: md5 of _request_prefix, job id, attempt.';
+
 -- Claim up to max_jobs runnable jobs for worker_id, in priority DESC,
 -- available_at, id order. Each claimed job gets a fresh attempt_token and a lease
 -- of `lease` from clock_timestamp() (not now(): a claim inside a long transaction
@@ -28,11 +47,16 @@ COMMENT ON FUNCTION pgfence._queued_queues() IS
 -- Concurrency: SELECT ... LIMIT max_jobs FOR UPDATE SKIP LOCKED first, then UPDATE
 -- exactly the rows it locked, so two callers never get the same job and no caller
 -- gets more than max_jobs.
+-- request_id (optional, fresh for each call): when the reply is lost (the connection
+-- drops after the commit), claimed(worker_id, ARRAY[request_id]) returns the jobs
+-- this call took, so the caller runs them instead of leaving them leased until the
+-- lease expires (and the attempt, already counted, is wasted).
 CREATE FUNCTION pgfence.claim(
-    worker_id text,
-    queues    text[]   DEFAULT NULL,
-    lease     interval DEFAULT '30 seconds',
-    max_jobs  integer  DEFAULT 1
+    worker_id  text,
+    queues     text[]   DEFAULT NULL,
+    lease      interval DEFAULT '30 seconds',
+    max_jobs   integer  DEFAULT 1,
+    request_id uuid     DEFAULT NULL
 ) RETURNS TABLE(id bigint, queue text, kind text, payload jsonb, attempts integer,
                 max_attempts integer, attempt_token uuid, lease_expires_at timestamptz)
 LANGUAGE plpgsql
@@ -59,6 +83,7 @@ DECLARE
     v_now timestamptz;
     v_bad integer;
     v_ids bigint[];
+    v_prefix text;
 BEGIN
     PERFORM pgfence._check_name('worker_id', worker_id);
     IF queues IS NOT NULL THEN
@@ -83,6 +108,7 @@ BEGIN
     v_queues := CASE WHEN queues IS NULL THEN pgfence._queued_queues()
                      ELSE ARRAY(SELECT DISTINCT unnest(queues)) END;
     v_now := clock_timestamp();
+    v_prefix := pgfence._request_prefix(request_id, v_now);  -- (NULL without a request_id)
 
     -- 1. Pick and lock, per queue in claim order, SKIP LOCKED.
     SELECT array_agg(c.id ORDER BY c.priority DESC, c.available_at, c.id) INTO v_ids
@@ -111,7 +137,8 @@ BEGIN
         UPDATE pgfence.jobs j
            SET status           = 'processing',
                attempts         = j.attempts + 1,
-               attempt_token    = gen_random_uuid(),
+               attempt_token    = CASE WHEN v_prefix IS NULL THEN gen_random_uuid()
+                                       ELSE pgfence._request_token(v_prefix, j.id, j.attempts + 1) END,
                reserved_by      = worker_id,
                reserved_at      = v_now,
                heartbeat_at     = NULL,
@@ -126,10 +153,50 @@ BEGIN
      ORDER BY c.priority DESC, c.available_at, c.id;
 END $$;
 
-COMMENT ON FUNCTION pgfence.claim(text, text[], interval, integer) IS
+COMMENT ON FUNCTION pgfence.claim(text, text[], interval, integer, uuid) IS
 $$Claim 0..max_jobs (1..1000) runnable jobs for worker_id from queues (NULL = all), priority DESC,
 available_at, id order, each with a fresh attempt_token and a lease (1 ms..1 day) from clock_timestamp().
 Reclaims a batch of expired leases first (same rule as the sweep). Never hands one job to two callers.
-Needs READ COMMITTED (PF004 otherwise). Errors: 22004, 22023.$$;
+request_id (optional, fresh per call): pgfence.claimed(worker_id, ARRAY[request_id]) finds what this call
+took if its reply is lost. Needs READ COMMITTED (PF004 otherwise). Errors: 22004, 22023.$$;
+
+-- The jobs that claims made with these request ids took and that are still
+-- leased to worker_id by those claims, as claim returned them: what a caller whose
+-- claim reply was lost (the connection dropped after the commit) holds without
+-- knowing it. Changes nothing; the leases run as they were (the caller heartbeats).
+-- A job since reclaimed, released, finished or claimed again is not returned.
+CREATE FUNCTION pgfence.claimed(worker_id text, request_ids uuid[])
+RETURNS TABLE(id bigint, queue text, kind text, payload jsonb, attempts integer,
+              max_attempts integer, attempt_token uuid, lease_expires_at timestamptz)
+LANGUAGE plpgsql STABLE
+-- Through jobs_reclaim_idx (the processing jobs), never by reading the table.
+SET enable_seqscan = off AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM pgfence._check_name('worker_id', worker_id);
+    IF request_ids IS NULL THEN
+        PERFORM pgfence._raise_null('request_ids', 'pass the request_id of each claim whose reply was lost');
+    END IF;
+    PERFORM pgfence._check_array('request_ids', request_ids);
+    PERFORM pgfence._check_range('request_ids length', cardinality(request_ids), 1, 1000);
+    IF array_position(request_ids, NULL) IS NOT NULL THEN
+        PERFORM pgfence._raise_null(format('request_ids[%s]', array_position(request_ids, NULL)),
+            'pass the request_id each claim was given');
+    END IF;
+    RETURN QUERY
+    SELECT j.id, j.queue, j.kind, j.payload, j.attempts, j.max_attempts, j.attempt_token, j.lease_expires_at
+      FROM pgfence.jobs j
+     WHERE j.status = 'processing'
+       AND j.reserved_by = worker_id
+       AND j.attempt_token IN (SELECT pgfence._request_token(pgfence._request_prefix(r, j.reserved_at),
+                                                             j.id, j.attempts)
+                                 FROM unnest(request_ids) AS r)
+     ORDER BY j.priority DESC, j.available_at, j.id;
+END $$;
+
+COMMENT ON FUNCTION pgfence.claimed(text, uuid[]) IS
+$$The jobs that claim calls made with these request_ids (1..1000) took and still hold for worker_id (status
+processing, same attempt), in claim order, as claim returned them: for a caller whose claim reply was lost.
+Changes nothing. Errors: 22004, 22023.$$;
 
 COMMIT;

@@ -2,7 +2,10 @@
 
 BEGIN;
 
-DROP FUNCTION pgfence.claim(text, text[], interval, integer);
+DROP FUNCTION pgfence.claimed(text, uuid[]);
+DROP FUNCTION pgfence.claim(text, text[], interval, integer, uuid);
+DROP FUNCTION pgfence._request_token(text, bigint, integer);
+DROP FUNCTION pgfence._request_prefix(uuid, timestamptz);
 DROP FUNCTION pgfence._queued_queues();
 
 COMMIT;
