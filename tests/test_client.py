@@ -7,6 +7,8 @@ the right PgfenceError subclass with the server's message, detail and hint.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import secrets
 import uuid
@@ -224,7 +226,10 @@ def test_claimed_returns_the_jobs_of_a_claim_as_claim_did(client: Client, queue:
     request = uuid.uuid4()
     jobs = client.claim(W, [queue], max_jobs=2, request_id=request)
     assert [j.payload["n"] for j in jobs] == [0, 1]
-    assert client.claimed(W, [uuid.uuid4(), request]) == jobs
+    again = client.claimed(W, [uuid.uuid4(), request], lease=timedelta(hours=1))
+    assert [dataclasses.replace(j, lease_expires_at=None) for j in again] == \
+        [dataclasses.replace(j, lease_expires_at=None) for j in jobs]
+    assert all(a.lease_expires_at > j.lease_expires_at + timedelta(minutes=50) for a, j in zip(again, jobs))
     assert client.claimed(W, [uuid.uuid4()]) == []
     with pytest.raises(InvalidArgument):
         client.claimed(W, [])
@@ -458,7 +463,7 @@ def test_get_job_of_an_unknown_id_raises_job_not_found(client: Client) -> None:
 
 
 def test_check_schema_returns_the_deployed_version(client: Client) -> None:
-    assert client.check_schema() == SCHEMA_VERSION == 1
+    assert client.check_schema() == SCHEMA_VERSION == 2
 
 
 def test_sweeper_last_pass_and_active_follow_the_background_sweeper(

@@ -298,7 +298,7 @@ def test_sqitch_verify_passes(dsn: str) -> None:
                        capture_output=True, text=True, timeout=300)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
-    assert re.search(r"\* privileges \.+ ok", out), out
+    assert re.search(r"\* privileges (@\S+ )?\.+ ok", out), out
     assert "Verify successful" in out
 
 

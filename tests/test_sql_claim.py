@@ -11,9 +11,10 @@ import psycopg
 import pytest
 
 from helpers import connect
+from clienthelpers import wait_for
 from sqlhelpers import (
-    assert_error, claim, claim_job, complete, enqueue, job, now, one, queue_count, queue_jobs, reclaim_expired,
-    release, rows, sql_error, wait_lease_expired,
+    assert_error, claim, claim_job, complete, enqueue, job, lease_expired_under_lock, now, one, queue_count,
+    queue_jobs, reclaim_expired, reclaimed_ids, release, rows, sql_error, wait_lease_expired,
 )
 from sqlhelpers import _job_id_floor, tx_conn  # noqa: F401 - fixtures
 
@@ -256,9 +257,17 @@ def _claim_req(conn: Conn, queue: str, request_id: uuid.UUID, worker: str = "wor
                       " max_jobs => %s, request_id => %s)", (worker, [queue], lease, max_jobs, request_id))
 
 
-def _claimed(conn: Conn, request_ids: list[uuid.UUID], worker: str = "worker-A") -> list[dict[str, Any]]:
-    return rows(conn, "SELECT * FROM pgfence.claimed(worker_id => %s, request_ids => %s::uuid[])",
-                (worker, request_ids))
+def _claimed(conn: Conn, request_ids: list[uuid.UUID], worker: str = "worker-A", *,
+             lease: str = "30 seconds") -> list[dict[str, Any]]:
+    return rows(conn, "SELECT * FROM pgfence.claimed(worker_id => %s, request_ids => %s::uuid[], lease => %s::interval)",
+                (worker, request_ids, lease))
+
+
+def _same_claim(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
+    """The same jobs and attempts, in the same order (leases aside: claimed() renews them)."""
+    def key(rs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in r.items() if k != "lease_expires_at"} for r in rs]
+    return key(a) == key(b)
 
 
 def test_claimed_returns_what_a_claim_with_a_request_id_took(conn: Conn, queue: str) -> None:
@@ -269,11 +278,18 @@ def test_claimed_returns_what_a_claim_with_a_request_id_took(conn: Conn, queue: 
     request = uuid.uuid4()
     got = _claim_req(conn, queue, request, max_jobs=2)
     assert _ids(got) == [high, low]
-    # The same rows, in the same order, as claim returned them; changing nothing.
-    before = queue_jobs(conn, queue)
-    assert _claimed(conn, [request]) == got
-    assert _claimed(conn, [uuid.uuid4(), request]) == got
-    assert queue_jobs(conn, queue) == before
+    # The same rows, in the same order, as claim returned them, each lease renewed
+    # (and stamped as a heartbeat); nothing else changes.
+    before = {r["id"]: r for r in queue_jobs(conn, queue)}
+    again = _claimed(conn, [request], lease="1 hour")
+    assert _same_claim(again, got)
+    assert all(a["lease_expires_at"] > g["lease_expires_at"] + dt.timedelta(minutes=50) for a, g in zip(again, got))
+    after = {r["id"]: r for r in queue_jobs(conn, queue)}
+    renewed = ("lease_expires_at", "heartbeat_at", "updated_at")
+    for job_id, row in after.items():
+        changed = {k for k in row if row[k] != before[job_id][k]}
+        assert changed == (set(renewed) if job_id in (high, low) else set()), (job_id, changed)
+    assert _same_claim(_claimed(conn, [uuid.uuid4(), request]), got)
     # Only for the worker that claimed, and only for that request.
     assert _claimed(conn, [request], worker="worker-B") == []
     assert _claimed(conn, [uuid.uuid4()]) == []
@@ -295,7 +311,7 @@ def test_a_request_id_given_twice_still_fences_each_attempt(conn: Conn, queue: s
     second = _claim_req(conn, queue, request)[0]
     assert second["id"] == job_id and second["attempts"] == 1
     assert second["attempt_token"] != first
-    assert _claimed(conn, [request]) == [second]
+    assert _same_claim(_claimed(conn, [request]), [second])
     err = sql_error(conn, "SELECT pgfence.complete(%s, %s)", (job_id, first))
     assert err.sqlstate == "PF001"
     complete(conn, job_id, second["attempt_token"])
@@ -312,7 +328,56 @@ def test_claimed_forgets_a_lease_reclaimed_and_claimed_again(sweep_paused: Conn,
     assert _claimed(conn, [request]) == []
     again = _claim_req(conn, queue, request)  # the same worker, the same request id
     assert _ids(again) == [job_id] and again[0]["attempts"] == 2
-    assert _claimed(conn, [request]) == again
+    assert _same_claim(_claimed(conn, [request]), again)
+
+
+def test_claimed_renews_a_lease_that_expired_but_was_not_reclaimed(
+        sweep_paused: Conn, tx_conn: Conn, conn: Conn, queue: str) -> None:
+    """A lease stays the holder's until someone takes it (as for heartbeat): the jobs come
+    back with a fresh lease, so no claim reclaims them while the caller starts running them."""
+    job_id = enqueue(conn, queue)
+    request = uuid.uuid4()
+    _claim_req(conn, queue, request, lease="200 milliseconds")
+    with lease_expired_under_lock(tx_conn, job_id):
+        got = _claimed(tx_conn, [request], lease="1 hour")
+        assert _ids(got) == [job_id]
+        assert one(tx_conn, "SELECT lease_expires_at > clock_timestamp() + interval '50 minutes'"
+                            " FROM pgfence.jobs WHERE id = %s", (job_id,)) is True
+    assert job_id not in reclaimed_ids(reclaim_expired(conn))
+    assert job(conn, job_id)["status"] == "processing"
+
+
+def test_claimed_waits_for_a_claim_with_that_request_id_still_running(
+        tx_conn: Conn, dsn: str, conn: Conn, queue: str) -> None:
+    """The reply can be lost before the claim commits (the client gave up on the
+    connection; the server still runs it): claimed() waits for that claim to end
+    instead of answering 'nothing' and leaving its jobs stranded."""
+    job_id = enqueue(conn, queue)
+    request = uuid.uuid4()
+    assert _ids(_claim_req(tx_conn, queue, request)) == [job_id]  # not committed yet
+    answer: list[list[dict[str, Any]]] = []
+    pids: list[int] = []
+
+    def ask() -> None:
+        with connect(dsn) as c:
+            pids.append(one(c, "SELECT pg_backend_pid()"))
+            answer.append(_claimed(c, [request]))
+    t = threading.Thread(target=ask)
+    t.start()
+    try:
+        wait_for(lambda: pids and one(conn, "SELECT wait_event FROM pg_stat_activity WHERE pid = %s",
+                                      (pids[0],)) == "advisory", 10, "claimed() to wait on the claim's lock")
+    finally:
+        tx_conn.commit()
+        t.join(15)
+    assert not t.is_alive()
+    assert [_ids(a) for a in answer] == [[job_id]]
+
+
+def test_claimed_outside_read_committed_raises_pf004(tx_conn: Conn) -> None:
+    tx_conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    err = sql_error(tx_conn, "SELECT * FROM pgfence.claimed('w', ARRAY[gen_random_uuid()])")
+    assert_error(err, "PF004")
 
 
 def test_claim_without_a_request_id_gives_random_tokens(conn: Conn, queue: str) -> None:
@@ -330,10 +395,12 @@ def test_claim_without_a_request_id_gives_random_tokens(conn: Conn, queue: str) 
     ("w", "{00000000-0000-0000-0000-000000000001,NULL}", "22004", "request_ids[2]"),
     ("w", "[0:0]={00000000-0000-0000-0000-000000000001}", "22023", "request_ids"),
     ("w", "{{00000000-0000-0000-0000-000000000001}}", "22023", "request_ids"),
+    ("w", "{00000000-0000-0000-0000-000000000001}", "22023", "lease"),
 ])
 def test_claimed_refuses_bad_arguments(conn: Conn, worker: str | None, request_ids: str | None,
                                        sqlstate: str, names: str) -> None:
-    err = sql_error(conn, "SELECT * FROM pgfence.claimed(%s, %s::uuid[])", (worker, request_ids))
+    lease = "0 seconds" if names == "lease" else "30 seconds"
+    err = sql_error(conn, "SELECT * FROM pgfence.claimed(%s, %s::uuid[], %s::interval)", (worker, request_ids, lease))
     assert_error(err, sqlstate, names)
 
 

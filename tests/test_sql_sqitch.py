@@ -90,3 +90,46 @@ def test_sqitch_deploy_verify_revert_deploy_round_trips(scratch_dsn: str) -> Non
         [token] = c.execute("SELECT attempt_token FROM pgfence.claim('w', ARRAY['roundtrip'])").fetchall()[0]
         c.execute("SELECT pgfence.complete(%s, %s)", (job_id, token))
         assert c.execute("SELECT status FROM pgfence.jobs WHERE id = %s", (job_id,)).fetchone() == ("done",)
+
+
+def test_sqitch_upgrades_a_database_deployed_at_v0_1_0_and_reverts_to_it(scratch_dsn: str) -> None:
+    """The plan is tagged: a database deployed at @v0.1.0 (API version 1) is upgraded by
+    `sqitch deploy` in place, its jobs kept, and `sqitch revert --to @v0.1.0` takes it back,
+    each side passing `sqitch verify` and keeping the roles' privileges."""
+    target = sqitch_target(scratch_dsn)
+    _ok(_sqitch("deploy", "--to", "@v0.1.0", target=target), "deploy --to @v0.1.0")
+
+    def worker_may(c: Conn, routine: str) -> bool:
+        row = c.execute("SELECT has_function_privilege('pgfence_worker', %s, 'EXECUTE')"
+                        " AND (SELECT prosecdef FROM pg_proc WHERE oid = %s::regprocedure)", (routine, routine)).fetchone()
+        return row == (True,)
+
+    with connect(scratch_dsn) as c:
+        assert c.execute("SELECT pgfence.schema_version()").fetchone() == (1,)
+        [held] = c.execute("SELECT pgfence.enqueue('k', queue => 'upgrade')").fetchall()[0]
+        [token] = c.execute("SELECT attempt_token FROM pgfence.claim('w', ARRAY['upgrade'])").fetchall()[0]
+        [waiting] = c.execute("SELECT pgfence.enqueue('k', queue => 'upgrade')").fetchall()[0]
+
+    out = _ok(_sqitch("deploy", target=target), "deploy (upgrade)")
+    assert "+ functions/claim" in out and "+ functions/sweep" in out, out
+    _ok(_sqitch("verify", target=target), "verify (upgraded)")
+    with connect(scratch_dsn) as c:
+        assert c.execute("SELECT pgfence.schema_version()").fetchone() == (2,)
+        assert worker_may(c, "pgfence.claim(text, text[], interval, integer, uuid)")
+        assert worker_may(c, "pgfence.claimed(text, uuid[], interval)")
+        c.execute("SELECT pgfence.complete(%s, %s)", (held, token))  # an attempt from before the upgrade
+        request = "00000000-0000-4000-8000-000000000001"
+        [(job_id, new_token)] = c.execute("SELECT id, attempt_token FROM pgfence.claim('w', ARRAY['upgrade'],"
+                                          " request_id => %s)", (request,)).fetchall()
+        assert job_id == waiting
+        assert c.execute("SELECT attempt_token FROM pgfence.claimed('w', ARRAY[%s]::uuid[])",
+                         (request,)).fetchall() == [(new_token,)]
+
+    _ok(_sqitch("revert", "-y", "--to", "@v0.1.0", target=target), "revert --to @v0.1.0")
+    _ok(_sqitch("verify", target=target), "verify (reverted)")
+    with connect(scratch_dsn) as c:
+        assert c.execute("SELECT pgfence.schema_version()").fetchone() == (1,)
+        assert c.execute("SELECT to_regprocedure('pgfence.claimed(text, uuid[], interval)')").fetchone() == (None,)
+        assert worker_may(c, "pgfence.claim(text, text[], interval, integer)")
+        assert c.execute("SELECT status FROM pgfence.jobs ORDER BY id").fetchall() == [("done",), ("processing",)]
+        c.execute("SELECT pgfence.complete(%s, %s)", (waiting, new_token))

@@ -10,6 +10,7 @@ detect a wedged worker; nothing here measures speed.
 """
 from __future__ import annotations
 
+import inspect
 import os
 import signal
 import socket
@@ -310,6 +311,45 @@ def test_a_shutdown_gives_back_the_jobs_of_a_claim_whose_reply_was_lost(
     rows = [client.get_job(i) for i in ids]
     assert [(r.status, r.attempts) for r in rows] == [("queued", 0)] * 3
     assert worker.counters["released"] == 3, worker.counters
+
+
+def test_a_lookup_the_database_refuses_is_logged_and_the_worker_carries_on(
+        dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
+    # Review finding: a non-retryable error from claimed() (here: a role without EXECUTE
+    # on it) escaped the claim loop, and the shutdown then raised on the same lookup
+    # before giving anything back.
+    first = [client.enqueue("echo", {"n": n}, queue=queue) for n in range(2)]
+    worker = start(dsn, queue, {"echo": echo}, workers, lease=timedelta(seconds=60))
+    lost_claims = _lose_replies(worker, "claim", 1)
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise psycopg.errors.InsufficientPrivilege("permission denied for function claimed (test)")
+    worker.client.claimed = refused  # type: ignore[method-assign]
+    with running_bounded(worker):
+        wait_for(lambda: lost_claims, 15, "the first claim")
+        later = [client.enqueue("echo", {"n": n}, queue=queue) for n in range(2, 4)]
+        wait_all(client, later, "done")
+    # The lost claim's jobs are left to their leases, as before there was a lookup.
+    assert {j.id for j in lost_claims[0]} == set(first)
+    assert [client.get_job(i).status for i in first] == ["processing", "processing"]
+
+
+def test_a_shutdown_does_not_look_up_a_lost_claim_again_while_the_database_is_unreachable(
+        dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
+    # Review finding: the shutdown's lookup waited out the pool's timeout (30 s) once more
+    # during an outage, also after a second signal.
+    client.enqueue("echo", {"n": 0}, queue=queue)
+    worker = start(dsn, queue, {"echo": echo}, workers, lease=timedelta(seconds=60))
+    _lose_replies(worker, "claim", 1)
+    calls: list[bool] = []  # per lookup: made by the shutdown?
+
+    def unreachable(*args: Any, **kwargs: Any) -> Any:
+        calls.append(any(frame.function == "_shutdown" for frame in inspect.stack()))
+        raise psycopg.OperationalError("connection refused (test: database unreachable)")
+    worker.client.claimed = unreachable  # type: ignore[method-assign]
+    with running_bounded(worker):
+        wait_for(lambda: calls, 15, "a first lookup")
+    assert calls and not any(calls), calls
 
 
 # ---------------------------------------------------- the NOTIFY listener ----

@@ -36,9 +36,7 @@ ALTER FUNCTION pgfence.enqueue(text, jsonb, text, integer, timestamptz, integer,
     SECURITY DEFINER SET search_path = pg_catalog, pgfence, pg_temp;
 ALTER FUNCTION pgfence.enqueue_many(text[], jsonb[], text, integer[], timestamptz[], integer, text, text[])
     SECURITY DEFINER SET search_path = pg_catalog, pgfence, pg_temp;
-ALTER FUNCTION pgfence.claim(text, text[], interval, integer, uuid)
-    SECURITY DEFINER SET search_path = pg_catalog, pgfence, pg_temp;
-ALTER FUNCTION pgfence.claimed(text, uuid[])
+ALTER FUNCTION pgfence.claim(text, text[], interval, integer)
     SECURITY DEFINER SET search_path = pg_catalog, pgfence, pg_temp;
 ALTER FUNCTION pgfence.heartbeat(bigint, uuid, interval)
     SECURITY DEFINER SET search_path = pg_catalog, pgfence, pg_temp;
@@ -67,7 +65,7 @@ ALTER FUNCTION pgfence.purge_finished(integer) SECURITY DEFINER SET search_path 
 ALTER FUNCTION pgfence.set_retention(text, interval, interval)
     SECURITY DEFINER SET search_path = pg_catalog, pgfence, pg_temp;
 ALTER FUNCTION pgfence.sweeper_last_pass() SECURITY DEFINER SET search_path = pg_catalog, pgfence, pg_temp;
-ALTER FUNCTION pgfence.note_sweeper_pass(bigint, bigint, text)
+ALTER FUNCTION pgfence.note_sweeper_pass(bigint, bigint)
     SECURITY DEFINER SET search_path = pg_catalog, pgfence, pg_temp;
 
 -- 3. What each role may call.
@@ -75,8 +73,7 @@ GRANT EXECUTE ON FUNCTION pgfence.schema_version() TO pgfence_producer, pgfence_
 GRANT EXECUTE ON FUNCTION pgfence.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text),
                           pgfence.enqueue_many(text[], jsonb[], text, integer[], timestamptz[], integer, text, text[])
     TO pgfence_producer;
-GRANT EXECUTE ON FUNCTION pgfence.claim(text, text[], interval, integer, uuid),
-                          pgfence.claimed(text, uuid[]),
+GRANT EXECUTE ON FUNCTION pgfence.claim(text, text[], interval, integer),
                           pgfence.heartbeat(bigint, uuid, interval),
                           pgfence.heartbeat_many(bigint[], uuid[], interval),
                           pgfence.complete(bigint, uuid, jsonb),
@@ -95,7 +92,7 @@ GRANT EXECUTE ON FUNCTION pgfence.requeue(bigint),
                           pgfence.set_retention(text, interval, interval),
                           pgfence.stats(),
                           pgfence.sweeper_last_pass(),
-                          pgfence.note_sweeper_pass(bigint, bigint, text)
+                          pgfence.note_sweeper_pass(bigint, bigint)
     TO pgfence_operator;
 GRANT EXECUTE ON PROCEDURE pgfence.sweep(bigint, integer),
                            pgfence.run_sweeper(interval, timestamptz)

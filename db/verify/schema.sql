@@ -2,7 +2,6 @@
 
 BEGIN;
 
-SELECT pg_catalog.has_schema_privilege('pgfence', 'usage');
-SELECT 1 / (pgfence.schema_version() = 1)::int;
+SELECT 1 / (pgfence.schema_version() = 2)::int;
 
 ROLLBACK;

@@ -26,7 +26,7 @@ from .models import Attempt, Enqueued, Job, JobRecord, Outcome, QueueStats, Recl
 log = logging.getLogger("pgfence.client")
 
 #: The ``pgfence.schema_version()`` this client speaks.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 T = TypeVar("T")
 
@@ -208,10 +208,12 @@ class Client:
         return self._claim_rows(_CLAIM, {"worker_id": worker_id, "queues": None if queues is None else list(queues),
                                          "lease": lease, "max_jobs": max_jobs, "request_id": request_id})
 
-    def claimed(self, worker_id: str, request_ids: Sequence[uuid.UUID]) -> list[Job]:
+    def claimed(self, worker_id: str, request_ids: Sequence[uuid.UUID], *,
+                lease: timedelta = timedelta(seconds=30)) -> list[Job]:
         """``pgfence.claimed``: the jobs that claims made with these request ids took and still
-        hold for ``worker_id``, as :meth:`claim` returned them (for a claim whose reply was lost)."""
-        return self._claim_rows(_CLAIMED, {"worker_id": worker_id, "request_ids": list(request_ids)})
+        hold for ``worker_id``, as :meth:`claim` returned them, each lease renewed to ``lease``
+        (for a claim whose reply was lost)."""
+        return self._claim_rows(_CLAIMED, {"worker_id": worker_id, "request_ids": list(request_ids), "lease": lease})
 
     def _claim_rows(self, query: tuple[str, str], params: dict[str, Any]) -> list[Job]:
         params["part_bytes"] = _CLAIM_PART_BYTES
@@ -423,7 +425,8 @@ def _claim_queries(call: str) -> tuple[str, str]:
 
 _CLAIM = _claim_queries("pgfence.claim(worker_id => %(worker_id)s, queues => %(queues)s, lease => %(lease)s,"
                         " max_jobs => %(max_jobs)s, request_id => %(request_id)s)")
-_CLAIMED = _claim_queries("pgfence.claimed(worker_id => %(worker_id)s, request_ids => %(request_ids)s::uuid[])")
+_CLAIMED = _claim_queries("pgfence.claimed(worker_id => %(worker_id)s, request_ids => %(request_ids)s::uuid[],"
+                          " lease => %(lease)s)")
 _JSONB_OID = 3802
 _decode_json = json.JSONDecoder().decode
 

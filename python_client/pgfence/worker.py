@@ -233,6 +233,7 @@ class Worker:
         # connection failed): if it committed, it holds jobs this worker does not know of.
         # Looked up with claimed() before the next claim, and run (or given back at shutdown).
         self._unanswered: Optional[uuid.UUID] = None
+        self._lookup_failed = False             # the last look-up could not reach the database
         self.counters = {"claimed": 0, "completed": 0, "failed": 0, "lease_lost": 0, "released": 0}
 
     # -- public -----------------------------------------------------------
@@ -301,6 +302,7 @@ class Worker:
                     self._recover_unanswered()
                     backoff = 0.1
                 except _RETRYABLE as exc:
+                    self._lookup_failed = True
                     log.warning("worker %s: looking up a claim whose reply was lost failed (%s); retrying in %.1fs",
                                 self.worker_id, str(exc).strip(), backoff)
                     self._stopping.wait(backoff)
@@ -332,12 +334,23 @@ class Worker:
 
     def _recover_unanswered(self) -> None:
         """Take over the jobs the unanswered claim took, if it committed: they are leased to
-        this worker, and would otherwise wait out their leases with the attempt counted."""
+        this worker, and would otherwise wait out their leases with the attempt counted.
+        ``claimed`` renews their leases. A retryable error propagates (ask again later);
+        any other (say the role may not call ``claimed``) is logged, and the jobs, if any,
+        are left to their leases, as before a lookup existed."""
         assert self._unanswered is not None
-        jobs = self.client.claimed(self.worker_id, [self._unanswered])
+        try:
+            jobs = self.client.claimed(self.worker_id, [self._unanswered], lease=self.lease)
+        except _RETRYABLE:
+            raise
+        except Exception:
+            log.exception("worker %s: could not look up the claim whose reply was lost (request %s); its jobs, "
+                          "if it took any, wait for their leases to expire", self.worker_id, self._unanswered)
+            jobs = []
         self._unanswered = None
+        self._lookup_failed = False
         if jobs:
-            log.warning("worker %s: a claim whose reply was lost had taken %s jobs (%s); running them",
+            log.warning("worker %s: the claim whose reply was lost had taken %s jobs (%s)",
                         self.worker_id, len(jobs), [j.id for j in jobs][:20])
         self._dispatch(jobs)
 
@@ -731,12 +744,15 @@ class Worker:
         # 1. Jobs claimed but never started go back without counting the attempt, with
         # those of a claim whose reply was lost. Handler threads take no job once
         # _stopping is set (checked under the lock).
-        if self._unanswered is not None:
+        # (Not after a second signal, nor while the database was unreachable: the look-up
+        # would wait out the pool's timeout; those jobs then wait for their leases.)
+        if self._unanswered is not None and not self._hurry.is_set() and not self._lookup_failed:
             try:
                 self._recover_unanswered()
             except _RETRYABLE as exc:
                 log.warning("worker %s: could not look up a claim whose reply was lost (%s); its jobs, if any, "
                             "wait for their leases to expire", self.worker_id, str(exc).strip())
+        self._unanswered = None
         with self._lock:
             unstarted = [job for job in self._ready if self._inflight.get(job.id) is job]
             self._ready.clear()

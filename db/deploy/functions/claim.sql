@@ -1,24 +1,12 @@
--- Deploy pgfence:functions/claim to pg
--- requires: functions/_rules
--- requires: functions/_checks
+-- Deploy pgfence:functions/claim to pg (reworked after @v0.1.0)
+-- requires: functions/claim@v0.1.0
+--
+-- claim gains request_id; claimed() is new. _queued_queues() is unchanged: see
+-- claim@v0.1.0.sql.
 
 BEGIN;
 
--- The queues that have queued jobs right now, by a loose index scan over the
--- claim index (one index probe per queue, whatever the table's depth).
-CREATE FUNCTION pgfence._queued_queues() RETURNS text[]
-LANGUAGE sql STABLE AS $$
-    WITH RECURSIVE q(name) AS (
-        (SELECT j.queue FROM pgfence.jobs j WHERE j.status = 'queued' ORDER BY j.queue LIMIT 1)
-        UNION ALL
-        SELECT (SELECT j.queue FROM pgfence.jobs j
-                 WHERE j.status = 'queued' AND j.queue > q.name ORDER BY j.queue LIMIT 1)
-          FROM q WHERE q.name IS NOT NULL
-    )
-    SELECT coalesce(array_agg(name), '{}') FROM q WHERE name IS NOT NULL
-$$;
-COMMENT ON FUNCTION pgfence._queued_queues() IS
-  'Private: distinct queues that hold queued jobs (loose index scan on jobs_claim_idx).';
+DROP FUNCTION pgfence.claim(text, text[], interval, integer);
 
 -- The attempt token of a claim made with a request_id: a digest of the request id,
 -- the claim time (to the microsecond), the job and its attempt number, so claimed()
@@ -26,7 +14,7 @@ COMMENT ON FUNCTION pgfence._queued_queues() IS
 -- token for each attempt. In two parts: the first is the same for every job of one
 -- claim call, and claim computes it once.
 CREATE FUNCTION pgfence._request_prefix(request_id uuid, claimed_at timestamptz) RETURNS text
-LANGUAGE sql STABLE AS $$
+LANGUAGE sql IMMUTABLE AS $$
     SELECT request_id::text || '/' || (extract(epoch FROM claimed_at) * 1000000)::bigint || '/'  -- (NULL for NULL)
 $$;
 COMMENT ON FUNCTION pgfence._request_prefix(uuid, timestamptz) IS
@@ -39,6 +27,15 @@ $$;
 COMMENT ON FUNCTION pgfence._request_token(text, bigint, integer) IS
   'Private: the attempt token claim gives a job claimed with a request_id: md5 of _request_prefix, job id, attempt.';
 
+-- The transaction lock of a claim request: claim takes it, claimed() waits for it.
+-- (Two-key advisory locks: their key space is apart from the sweeper's one-key lock.)
+CREATE FUNCTION pgfence._lock_request(request_id uuid) RETURNS void
+LANGUAGE sql AS $$
+    SELECT pg_advisory_xact_lock(hashtext('pgfence.claim'), hashtext(request_id::text))
+$$;
+COMMENT ON FUNCTION pgfence._lock_request(uuid) IS
+  'Private: the transaction-level advisory lock of a claim request id (held by claim, waited for by claimed).';
+
 -- Claim up to max_jobs runnable jobs for worker_id, in priority DESC,
 -- available_at, id order. Each claimed job gets a fresh attempt_token and a lease
 -- of `lease` from clock_timestamp() (not now(): a claim inside a long transaction
@@ -48,9 +45,9 @@ COMMENT ON FUNCTION pgfence._request_token(text, bigint, integer) IS
 -- exactly the rows it locked, so two callers never get the same job and no caller
 -- gets more than max_jobs.
 -- request_id (optional, fresh for each call): when the reply is lost (the connection
--- drops after the commit), claimed(worker_id, ARRAY[request_id]) returns the jobs
--- this call took, so the caller runs them instead of leaving them leased until the
--- lease expires (and the attempt, already counted, is wasted).
+-- drops), claimed(worker_id, ARRAY[request_id]) returns the jobs this call took, so
+-- the caller runs them instead of leaving them leased until the lease expires (and
+-- the attempt, already counted, is wasted).
 CREATE FUNCTION pgfence.claim(
     worker_id  text,
     queues     text[]   DEFAULT NULL,
@@ -107,6 +104,9 @@ BEGIN
 
     v_queues := CASE WHEN queues IS NULL THEN pgfence._queued_queues()
                      ELSE ARRAY(SELECT DISTINCT unnest(queues)) END;
+    IF request_id IS NOT NULL THEN
+        PERFORM pgfence._lock_request(request_id);  -- claimed() waits while this claim runs
+    END IF;
     v_now := clock_timestamp();
     v_prefix := pgfence._request_prefix(request_id, v_now);  -- (NULL without a request_id)
 
@@ -161,17 +161,26 @@ request_id (optional, fresh per call): pgfence.claimed(worker_id, ARRAY[request_
 took if its reply is lost. Needs READ COMMITTED (PF004 otherwise). Errors: 22004, 22023.$$;
 
 -- The jobs that claims made with these request ids took and that are still
--- leased to worker_id by those claims, as claim returned them: what a caller whose
--- claim reply was lost (the connection dropped after the commit) holds without
--- knowing it. Changes nothing; the leases run as they were (the caller heartbeats).
--- A job since reclaimed, released, finished or claimed again is not returned.
-CREATE FUNCTION pgfence.claimed(worker_id text, request_ids uuid[])
-RETURNS TABLE(id bigint, queue text, kind text, payload jsonb, attempts integer,
-              max_attempts integer, attempt_token uuid, lease_expires_at timestamptz)
-LANGUAGE plpgsql STABLE
+-- leased to worker_id by those claims, as claim returned them, with their leases
+-- renewed like a heartbeat's (the caller runs them now): what a caller whose claim
+-- reply was lost (the connection dropped after the commit) holds without knowing
+-- it. A job since reclaimed, released, finished or claimed again is not returned.
+-- A claim with one of these request ids that is still running (its reply was lost
+-- before it committed) is waited for, up to lock_timeout.
+CREATE FUNCTION pgfence.claimed(
+    worker_id   text,
+    request_ids uuid[],
+    lease       interval DEFAULT '30 seconds'
+) RETURNS TABLE(id bigint, queue text, kind text, payload jsonb, attempts integer,
+                max_attempts integer, attempt_token uuid, lease_expires_at timestamptz)
+LANGUAGE plpgsql
 -- Through jobs_reclaim_idx (the processing jobs), never by reading the table.
-SET enable_seqscan = off AS $$
+SET enable_seqscan = off
+-- A claim still running is waited for this long at most (then 55P03: ask again).
+SET lock_timeout = '10s' AS $$
 #variable_conflict use_column
+DECLARE
+    v_now timestamptz;
 BEGIN
     PERFORM pgfence._check_name('worker_id', worker_id);
     IF request_ids IS NULL THEN
@@ -183,20 +192,63 @@ BEGIN
         PERFORM pgfence._raise_null(format('request_ids[%s]', array_position(request_ids, NULL)),
             'pass the request_id each claim was given');
     END IF;
+    PERFORM pgfence._check_lease(lease);
+    PERFORM pgfence._check_isolation('claimed');
+    -- Wait for those claims to end (each holds its request's lock until it commits),
+    -- in a fixed order (two callers asking for the same ids never deadlock).
+    PERFORM pgfence._lock_request(s.r) FROM (SELECT DISTINCT r FROM unnest(request_ids) AS r ORDER BY r) s;
+    v_now := clock_timestamp();
     RETURN QUERY
-    SELECT j.id, j.queue, j.kind, j.payload, j.attempts, j.max_attempts, j.attempt_token, j.lease_expires_at
-      FROM pgfence.jobs j
-     WHERE j.status = 'processing'
-       AND j.reserved_by = worker_id
-       AND j.attempt_token IN (SELECT pgfence._request_token(pgfence._request_prefix(r, j.reserved_at),
-                                                             j.id, j.attempts)
-                                 FROM unnest(request_ids) AS r)
-     ORDER BY j.priority DESC, j.available_at, j.id;
+    WITH held AS (
+        SELECT j.id
+          FROM pgfence.jobs j
+         WHERE j.status = 'processing'
+           AND j.reserved_by = worker_id
+           AND j.attempt_token IN (SELECT pgfence._request_token(pgfence._request_prefix(r, j.reserved_at),
+                                                                 j.id, j.attempts)
+                                     FROM unnest(request_ids) AS r)
+         ORDER BY j.id
+           FOR UPDATE OF j
+    ), renewed AS (
+        UPDATE pgfence.jobs j
+           SET lease_expires_at = v_now + lease, heartbeat_at = v_now, updated_at = v_now
+          FROM held h
+         WHERE j.id = h.id
+        RETURNING j.id, j.queue, j.kind, j.payload, j.attempts, j.max_attempts, j.attempt_token,
+                  j.lease_expires_at, j.priority, j.available_at
+    )
+    SELECT r.id, r.queue, r.kind, r.payload, r.attempts, r.max_attempts, r.attempt_token, r.lease_expires_at
+      FROM renewed r
+     ORDER BY r.priority DESC, r.available_at, r.id;
 END $$;
 
-COMMENT ON FUNCTION pgfence.claimed(text, uuid[]) IS
+COMMENT ON FUNCTION pgfence.claimed(text, uuid[], interval) IS
 $$The jobs that claim calls made with these request_ids (1..1000) took and still hold for worker_id (status
-processing, same attempt), in claim order, as claim returned them: for a caller whose claim reply was lost.
-Changes nothing. Errors: 22004, 22023.$$;
+processing, same attempt), in claim order, as claim returned them, each lease renewed to clock_timestamp() +
+lease (like a heartbeat): for a caller whose claim reply was lost. Waits (up to 10 s, then 55P03) for such a
+claim that is still running. Needs READ COMMITTED (PF004 otherwise). Errors: 22004, 22023.$$;
+
+-- Privileges, as the privileges change gives every routine it finds (see privileges.sql):
+-- owned by pgfence_owner, no EXECUTE for PUBLIC, the public API SECURITY DEFINER with a
+-- pinned search_path, and EXECUTE for the role that calls it.
+ALTER FUNCTION pgfence.claim(text, text[], interval, integer, uuid) OWNER TO pgfence_owner;
+REVOKE ALL ON FUNCTION pgfence.claim(text, text[], interval, integer, uuid) FROM PUBLIC;
+ALTER FUNCTION pgfence.claimed(text, uuid[], interval) OWNER TO pgfence_owner;
+REVOKE ALL ON FUNCTION pgfence.claimed(text, uuid[], interval) FROM PUBLIC;
+ALTER FUNCTION pgfence._request_prefix(uuid, timestamptz) OWNER TO pgfence_owner;
+REVOKE ALL ON FUNCTION pgfence._request_prefix(uuid, timestamptz) FROM PUBLIC;
+ALTER FUNCTION pgfence._request_token(text, bigint, integer) OWNER TO pgfence_owner;
+REVOKE ALL ON FUNCTION pgfence._request_token(text, bigint, integer) FROM PUBLIC;
+ALTER FUNCTION pgfence._lock_request(uuid) OWNER TO pgfence_owner;
+REVOKE ALL ON FUNCTION pgfence._lock_request(uuid) FROM PUBLIC;
+ALTER FUNCTION pgfence.claim(text, text[], interval, integer, uuid) SECURITY DEFINER SET search_path = pg_catalog, pgfence, pg_temp;
+ALTER FUNCTION pgfence.claimed(text, uuid[], interval) SECURITY DEFINER SET search_path = pg_catalog, pgfence, pg_temp;
+GRANT EXECUTE ON FUNCTION pgfence.claim(text, text[], interval, integer, uuid) TO pgfence_worker;
+GRANT EXECUTE ON FUNCTION pgfence.claimed(text, uuid[], interval) TO pgfence_worker;
+
+COMMENT ON COLUMN pgfence.jobs.attempt_token IS
+  'The fence: a new value on every claim (random, or derived from the claim''s request_id). Kept on done rows, and on rows fail dead-lettered, as the token that finished the job.';
+COMMENT ON COLUMN pgfence.jobs.reserved_at IS
+  'When the current or last attempt claimed the job. Written by claim only: claimed() derives request-id tokens from it.';
 
 COMMIT;

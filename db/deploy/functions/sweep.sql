@@ -1,42 +1,13 @@
--- Deploy pgfence:functions/sweep to pg
--- requires: functions/reclaim_expired
--- requires: tables/sweeper_status
--- requires: functions/retention
+-- Deploy pgfence:functions/sweep to pg (reworked after @v0.1.0)
+-- requires: functions/sweep@v0.1.0
+--
+-- run_sweeper records a failed purge in sweeper_status.last_error, through
+-- note_sweeper_pass, which gains error. sweep() and sweeper_last_pass() are
+-- unchanged: see sweep@v0.1.0.sql.
 
 BEGIN;
 
--- Reclaim every expired lease, batch_size at a time, each batch committed in its
--- own transaction (so 100,000 expired rows never sit in one long transaction).
--- Overlapping sweeps are harmless: batches take rows with SKIP LOCKED. CALL it
--- outside an explicit transaction block; reclaimed returns the total.
-CREATE PROCEDURE pgfence.sweep(INOUT reclaimed bigint DEFAULT 0, batch_size integer DEFAULT 1000)
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_batch bigint;
-BEGIN
-    -- Checked inline: this procedure runs with the caller's rights (it commits, so
-    -- it cannot be SECURITY DEFINER), and the private helpers are the owner's.
-    IF batch_size IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed',
-            MESSAGE = 'pgfence: argument batch_size must not be NULL', HINT = 'pass a batch_size between 1 and 10000';
-    ELSIF batch_size NOT BETWEEN 1 AND 10000 THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = format('pgfence: invalid batch_size %s: outside 1..10000', batch_size),
-            HINT = 'pass a batch_size between 1 and 10000';
-    END IF;
-    reclaimed := 0;
-    LOOP
-        SELECT count(*) INTO v_batch FROM pgfence.reclaim_expired(batch_size);
-        reclaimed := reclaimed + v_batch;
-        COMMIT;
-        EXIT WHEN v_batch < batch_size;
-    END LOOP;
-END $$;
-
-COMMENT ON PROCEDURE pgfence.sweep(bigint, integer) IS
-$$Reclaim every expired lease (batch_size 1..10000 per transaction, each committed). CALL pgfence.sweep();
-outside a transaction block. Returns reclaimed = total jobs reclaimed. Safe to run concurrently.
-Errors: 22004, 22023, PF004 (from reclaim_expired).$$;
+DROP FUNCTION pgfence.note_sweeper_pass(bigint, bigint);
 
 -- Record a sweeper pass (reclaimed), a purge (purged) or a failed purge (error) in
 -- pgfence.sweeper_status. A function of its own so that run_sweeper, which runs
@@ -71,12 +42,21 @@ END $$;
 COMMENT ON FUNCTION pgfence.note_sweeper_pass(bigint, bigint, text) IS
   'Record in pgfence.sweeper_status a sweeper pass (reclaimed, or NULL), a purge (purged, or NULL; each 0..1000000000) and/or an error of the sweeper (error, 1..10000 characters, or NULL: kept with its time until the next error); used by run_sweeper. Errors: 22023.';
 
+-- Privileges, as the privileges change gives every routine it finds (see privileges.sql):
+-- owned by pgfence_owner, no EXECUTE for PUBLIC, the public API SECURITY DEFINER with a
+-- pinned search_path, and EXECUTE for the role that calls it.
+ALTER FUNCTION pgfence.note_sweeper_pass(bigint, bigint, text) OWNER TO pgfence_owner;
+REVOKE ALL ON FUNCTION pgfence.note_sweeper_pass(bigint, bigint, text) FROM PUBLIC;
+ALTER FUNCTION pgfence.note_sweeper_pass(bigint, bigint, text) SECURITY DEFINER SET search_path = pg_catalog, pgfence, pg_temp;
+GRANT EXECUTE ON FUNCTION pgfence.note_sweeper_pass(bigint, bigint, text) TO pgfence_operator;
+
+-- (CREATE OR REPLACE keeps the procedure's owner and grants.)
 -- The background sweeper pg_cron starts every minute: a pass every pass_interval
 -- until the end of the current minute (pg_cron 1.4 schedules by the minute only),
 -- so a lease is reclaimed within about pass_interval of its expiry. A pass is
 -- skipped while another session holds the advisory lock
 -- hashtext('pgfence.sweep') (another sweeper, or an operator pausing it).
-CREATE PROCEDURE pgfence.run_sweeper(pass_interval interval DEFAULT '0.5 seconds', run_until timestamptz DEFAULT NULL)
+CREATE OR REPLACE PROCEDURE pgfence.run_sweeper(pass_interval interval DEFAULT '0.5 seconds', run_until timestamptz DEFAULT NULL)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_until timestamptz := coalesce(run_until, date_trunc('minute', clock_timestamp()) + interval '1 minute');
@@ -160,14 +140,6 @@ BEGIN
     END LOOP;
 END $$;
 
--- When the background sweeper last completed a pass (NULL: never). Workers use
--- it to decide whether to sweep themselves.
-CREATE FUNCTION pgfence.sweeper_last_pass() RETURNS timestamptz
-LANGUAGE sql STABLE AS $$ SELECT last_pass_at FROM pgfence.sweeper_status $$;
-
-COMMENT ON FUNCTION pgfence.sweeper_last_pass() IS
-  'When the background sweeper (run_sweeper) last completed a pass; NULL if never.';
-
 COMMENT ON PROCEDURE pgfence.run_sweeper(interval, timestamptz) IS
 $$Background sweeper: CALL pgfence.sweep() every pass_interval (default 0.5 s) until run_until (default:
 the end of the current minute), recording each pass in pgfence.sweeper_status, and purge_finished every
@@ -177,5 +149,10 @@ passes). pg_cron job
 It holds that session-level lock during each pass: if a pass raises an error (a statement_timeout, a
 cancel), the calling session keeps the lock, and other sweepers skip their passes until it disconnects
 (pg_cron's runs always do). Errors: 22004, 22023, PF004.$$;
+
+COMMENT ON COLUMN pgfence.sweeper_status.last_error IS
+  'The last error the background sweeper caught and survived (a failed purge_finished), kept until the next one.';
+COMMENT ON COLUMN pgfence.sweeper_status.last_error_at IS
+  'When last_error happened (NULL: never).';
 
 COMMIT;

@@ -20,9 +20,5 @@ INSERT INTO pgfence.sweeper_status DEFAULT VALUES;
 
 COMMENT ON TABLE pgfence.sweeper_status IS
   'One row: when the background sweeper (pgfence.run_sweeper) last completed a pass, and what it reclaimed.';
-COMMENT ON COLUMN pgfence.sweeper_status.last_error IS
-  'The last error the background sweeper caught and survived (a failed purge_finished), kept until the next one.';
-COMMENT ON COLUMN pgfence.sweeper_status.last_error_at IS
-  'When last_error happened (NULL: never).';
 
 COMMIT;

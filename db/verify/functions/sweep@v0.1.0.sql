@@ -1,0 +1,10 @@
+-- Verify pgfence:functions/sweep on pg
+
+BEGIN;
+
+SELECT 'pgfence.sweep(bigint, integer)'::regprocedure,
+       'pgfence.run_sweeper(interval, timestamptz)'::regprocedure,
+       'pgfence.sweeper_last_pass()'::regprocedure,
+       'pgfence.note_sweeper_pass(bigint, bigint)'::regprocedure;
+
+ROLLBACK;
