@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 import psycopg
 import pytest
@@ -372,6 +372,42 @@ def test_claimed_waits_for_a_claim_with_that_request_id_still_running(
         t.join(15)
     assert not t.is_alive()
     assert [_ids(a) for a in answer] == [[job_id]]
+
+
+def test_claimed_waits_for_a_claim_stalled_before_it_touched_a_row(
+        tx_conn: Conn, dsn: str, conn: Conn, queue: str) -> None:
+    """Review finding: claim took its request lock only after reclaiming and listing the
+    queues, so a claim stalled there (here: behind a table lock) was answered 'nothing'."""
+    job_id = enqueue(conn, queue)
+    request = uuid.uuid4()
+    tx_conn.execute("LOCK TABLE pgfence.jobs IN EXCLUSIVE MODE")  # stalls claim's first row lock
+    results: dict[str, list[dict[str, Any]]] = {}
+    pids: dict[str, int] = {}
+
+    def run(name: str, call: Callable[[Conn], list[dict[str, Any]]]) -> threading.Thread:
+        def body() -> None:
+            with connect(dsn) as c:
+                pids[name] = one(c, "SELECT pg_backend_pid()")
+                results[name] = call(c)
+        t = threading.Thread(target=body)
+        t.start()
+        return t
+
+    def waits_on(name: str, event: str) -> bool:
+        return name in pids and one(conn, "SELECT wait_event FROM pg_stat_activity WHERE pid = %s",
+                                    (pids[name],)) == event
+    threads = []
+    try:
+        threads.append(run("claim", lambda c: _claim_req(c, queue, request)))
+        wait_for(lambda: waits_on("claim", "relation"), 10, "claim to wait behind the table lock")
+        threads.append(run("claimed", lambda c: _claimed(c, [request])))
+        wait_for(lambda: waits_on("claimed", "advisory"), 10, "claimed() to wait for the claim")
+    finally:
+        tx_conn.commit()
+        for t in threads:
+            t.join(15)
+    assert _ids(results["claim"]) == [job_id]
+    assert _same_claim(results["claimed"], results["claim"])
 
 
 def test_claimed_outside_read_committed_raises_pf004(tx_conn: Conn) -> None:

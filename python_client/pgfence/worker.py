@@ -56,6 +56,8 @@ MAX_ERROR_CHARS = 50_000
 #: class 40, and cancels, 57014, under OperationalError.)
 _RETRYABLE = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout,
               psycopg.errors.ReadOnlySqlTransaction)
+#: How long a shutdown waits for a connection to look up a claim whose reply was lost.
+SHUTDOWN_LOOKUP_WAIT = 5.0
 #: How often a worker with run_sweeper=None looks whether the background sweeper runs.
 SWEEPER_LOOK_INTERVAL = 60.0
 #: retry_in bounds the database accepts (pgfence.fail).
@@ -233,7 +235,6 @@ class Worker:
         # connection failed): if it committed, it holds jobs this worker does not know of.
         # Looked up with claimed() before the next claim, and run (or given back at shutdown).
         self._unanswered: Optional[uuid.UUID] = None
-        self._lookup_failed = False             # the last look-up could not reach the database
         self.counters = {"claimed": 0, "completed": 0, "failed": 0, "lease_lost": 0, "released": 0}
 
     # -- public -----------------------------------------------------------
@@ -302,7 +303,6 @@ class Worker:
                     self._recover_unanswered()
                     backoff = 0.1
                 except _RETRYABLE as exc:
-                    self._lookup_failed = True
                     log.warning("worker %s: looking up a claim whose reply was lost failed (%s); retrying in %.1fs",
                                 self.worker_id, str(exc).strip(), backoff)
                     self._stopping.wait(backoff)
@@ -332,15 +332,21 @@ class Worker:
             # the next claim sooner (recovery p95, 2 workers polling at 0.1 s: 96 -> 54-71 ms).
             self._wake.wait(self.poll_interval * random.uniform(0.5, 1.0) if drained or free <= 0 else 0.05)
 
-    def _recover_unanswered(self) -> None:
+    def _recover_unanswered(self, wait: Optional[float] = None) -> None:
         """Take over the jobs the unanswered claim took, if it committed: they are leased to
         this worker, and would otherwise wait out their leases with the attempt counted.
         ``claimed`` renews their leases. A retryable error propagates (ask again later);
         any other (say the role may not call ``claimed``) is logged, and the jobs, if any,
-        are left to their leases, as before a lookup existed."""
-        assert self._unanswered is not None
+        are left to their leases, as before a lookup existed. ``wait``: at most this long
+        for a pool connection (else the pool's timeout)."""
+        assert self._unanswered is not None and self.client.pool is not None
         try:
-            jobs = self.client.claimed(self.worker_id, [self._unanswered], lease=self.lease)
+            if wait is None:
+                jobs = self.client.claimed(self.worker_id, [self._unanswered], lease=self.lease)
+            else:
+                with self.client.pool.connection(timeout=wait) as conn:
+                    jobs = Client(conn, check_schema=False).claimed(self.worker_id, [self._unanswered],
+                                                                    lease=self.lease)
         except _RETRYABLE:
             raise
         except Exception:
@@ -348,7 +354,6 @@ class Worker:
                           "if it took any, wait for their leases to expire", self.worker_id, self._unanswered)
             jobs = []
         self._unanswered = None
-        self._lookup_failed = False
         if jobs:
             log.warning("worker %s: the claim whose reply was lost had taken %s jobs (%s)",
                         self.worker_id, len(jobs), [j.id for j in jobs][:20])
@@ -744,11 +749,12 @@ class Worker:
         # 1. Jobs claimed but never started go back without counting the attempt, with
         # those of a claim whose reply was lost. Handler threads take no job once
         # _stopping is set (checked under the lock).
-        # (Not after a second signal, nor while the database was unreachable: the look-up
-        # would wait out the pool's timeout; those jobs then wait for their leases.)
-        if self._unanswered is not None and not self._hurry.is_set() and not self._lookup_failed:
+        # (One try, waiting SHUTDOWN_LOOKUP_WAIT at most for a connection, none after a
+        # second signal: the database may be unreachable, and then those jobs wait for
+        # their leases, as after a crash.)
+        if self._unanswered is not None and not self._hurry.is_set():
             try:
-                self._recover_unanswered()
+                self._recover_unanswered(wait=SHUTDOWN_LOOKUP_WAIT)
             except _RETRYABLE as exc:
                 log.warning("worker %s: could not look up a claim whose reply was lost (%s); its jobs, if any, "
                             "wait for their leases to expire", self.worker_id, str(exc).strip())

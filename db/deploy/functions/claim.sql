@@ -14,7 +14,7 @@ DROP FUNCTION pgfence.claim(text, text[], interval, integer);
 -- token for each attempt. In two parts: the first is the same for every job of one
 -- claim call, and claim computes it once.
 CREATE FUNCTION pgfence._request_prefix(request_id uuid, claimed_at timestamptz) RETURNS text
-LANGUAGE sql IMMUTABLE AS $$
+LANGUAGE sql STABLE AS $$
     SELECT request_id::text || '/' || (extract(epoch FROM claimed_at) * 1000000)::bigint || '/'  -- (NULL for NULL)
 $$;
 COMMENT ON FUNCTION pgfence._request_prefix(uuid, timestamptz) IS
@@ -98,15 +98,18 @@ BEGIN
     PERFORM pgfence._check_lease(lease);
     PERFORM pgfence._check_range('max_jobs', max_jobs, 1, 1000);
     PERFORM pgfence._check_isolation('claim');
+    -- The request's lock first, before any row: claimed() waits for this claim from
+    -- its first statement that touches a table, and both take the advisory lock
+    -- before row locks (no lock-order cycle between them).
+    IF request_id IS NOT NULL THEN
+        PERFORM pgfence._lock_request(request_id);
+    END IF;
 
     -- On-claim recovery: the same rule and SQL as the sweep.
     PERFORM pgfence._reclaim(max_jobs);
 
     v_queues := CASE WHEN queues IS NULL THEN pgfence._queued_queues()
                      ELSE ARRAY(SELECT DISTINCT unnest(queues)) END;
-    IF request_id IS NOT NULL THEN
-        PERFORM pgfence._lock_request(request_id);  -- claimed() waits while this claim runs
-    END IF;
     v_now := clock_timestamp();
     v_prefix := pgfence._request_prefix(request_id, v_now);  -- (NULL without a request_id)
 
@@ -166,7 +169,9 @@ took if its reply is lost. Needs READ COMMITTED (PF004 otherwise). Errors: 22004
 -- reply was lost (the connection dropped after the commit) holds without knowing
 -- it. A job since reclaimed, released, finished or claimed again is not returned.
 -- A claim with one of these request ids that is still running (its reply was lost
--- before it committed) is waited for, up to lock_timeout.
+-- before it committed) is waited for, up to lock_timeout. (A claim whose request
+-- reaches the server only after this call has run cannot be waited for: ask again
+-- later if the network may still hold it.)
 CREATE FUNCTION pgfence.claimed(
     worker_id   text,
     request_ids uuid[],
@@ -179,8 +184,6 @@ SET enable_seqscan = off
 -- A claim still running is waited for this long at most (then 55P03: ask again).
 SET lock_timeout = '10s' AS $$
 #variable_conflict use_column
-DECLARE
-    v_now timestamptz;
 BEGIN
     PERFORM pgfence._check_name('worker_id', worker_id);
     IF request_ids IS NULL THEN
@@ -197,7 +200,6 @@ BEGIN
     -- Wait for those claims to end (each holds its request's lock until it commits),
     -- in a fixed order (two callers asking for the same ids never deadlock).
     PERFORM pgfence._lock_request(s.r) FROM (SELECT DISTINCT r FROM unnest(request_ids) AS r ORDER BY r) s;
-    v_now := clock_timestamp();
     RETURN QUERY
     WITH held AS (
         SELECT j.id
@@ -211,7 +213,9 @@ BEGIN
            FOR UPDATE OF j
     ), renewed AS (
         UPDATE pgfence.jobs j
-           SET lease_expires_at = v_now + lease, heartbeat_at = v_now, updated_at = v_now
+           -- (clock_timestamp(), not a time read before the row locks were waited for)
+           SET lease_expires_at = clock_timestamp() + lease, heartbeat_at = clock_timestamp(),
+               updated_at = clock_timestamp()
           FROM held h
          WHERE j.id = h.id
         RETURNING j.id, j.queue, j.kind, j.payload, j.attempts, j.max_attempts, j.attempt_token,
@@ -226,7 +230,7 @@ COMMENT ON FUNCTION pgfence.claimed(text, uuid[], interval) IS
 $$The jobs that claim calls made with these request_ids (1..1000) took and still hold for worker_id (status
 processing, same attempt), in claim order, as claim returned them, each lease renewed to clock_timestamp() +
 lease (like a heartbeat): for a caller whose claim reply was lost. Waits (up to 10 s, then 55P03) for such a
-claim that is still running. Needs READ COMMITTED (PF004 otherwise). Errors: 22004, 22023.$$;
+claim that is still running. Needs READ COMMITTED. Errors: 22004, 22023, PF004, 55P03.$$;
 
 -- Privileges, as the privileges change gives every routine it finds (see privileges.sql):
 -- owned by pgfence_owner, no EXECUTE for PUBLIC, the public API SECURITY DEFINER with a
