@@ -333,6 +333,29 @@ def test_a_lookup_the_database_refuses_is_logged_and_the_worker_carries_on(
     assert [client.get_job(i).status for i in first] == ["processing", "processing"]
 
 
+def test_a_worker_stops_looking_up_a_lost_claim_after_its_lease_and_claims_again(
+        dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
+    # A claim stuck in the server (say, sending its rows to a dead socket) keeps its request
+    # lock, so every look-up ends in 55P03: the worker must not stop claiming for it.
+    first = [client.enqueue("echo", {"n": n}, queue=queue) for n in range(2)]
+    worker = start(dsn, queue, {"echo": echo}, workers, lease=timedelta(seconds=1))
+    lost_claims = _lose_replies(worker, "claim", 1)
+    lookups: list[int] = []
+
+    def stuck(*args: Any, **kwargs: Any) -> Any:
+        lookups.append(1)
+        raise psycopg.errors.LockNotAvailable("canceling statement due to lock timeout (test)")
+    worker.client.claimed = stuck  # type: ignore[method-assign]
+    with running_bounded(worker):
+        wait_for(lambda: lost_claims, 15, "the first claim")
+        later = [client.enqueue("echo", {"n": n}, queue=queue) for n in range(2, 4)]
+        wait_all(client, later, "done")
+        # The lost claim's jobs: their leases expired, the worker's own claims reclaimed and ran them.
+        wait_all(client, first, "done")
+    assert lookups
+    assert [client.get_job(i).attempts for i in first] == [2, 2]
+
+
 def test_a_shutdown_looks_up_a_lost_claim_only_briefly_while_the_database_is_unreachable(
         dsn: str, client: Client, queue: str, workers: list[Client], proxy: TcpProxy) -> None:
     # Review finding: the shutdown's lookup could wait out the pool's timeout (30 s) once

@@ -233,8 +233,11 @@ class Worker:
         self._signals = 0
         # The request id of a claim that raised after it may have reached the database (the
         # connection failed): if it committed, it holds jobs this worker does not know of.
-        # Looked up with claimed() before the next claim, and run (or given back at shutdown).
+        # Looked up with claimed() before the next claim, and run (or given back at shutdown),
+        # until its leases would have expired (_unanswered_until, monotonic): a claim stuck
+        # in the server keeps its lock, and the worker must not stop claiming for it.
         self._unanswered: Optional[uuid.UUID] = None
+        self._unanswered_until = 0.0
         self.counters = {"claimed": 0, "completed": 0, "failed": 0, "lease_lost": 0, "released": 0}
 
     # -- public -----------------------------------------------------------
@@ -298,6 +301,11 @@ class Worker:
                 free = self.capacity - (len(self._inflight) - len(self._finishing))
             idle_threads = not self._ready
             drained = False
+            if self._unanswered is not None and time.monotonic() > self._unanswered_until:
+                log.warning("worker %s: gave up looking up the claim whose reply was lost (request %s) after its "
+                            "lease; its jobs, if it took any, are reclaimed as their leases expire",
+                            self.worker_id, self._unanswered)
+                self._unanswered = None
             if self._unanswered is not None:
                 try:
                     self._recover_unanswered()
@@ -317,6 +325,7 @@ class Worker:
                 except _RETRYABLE as exc:
                     if not isinstance(exc, PoolTimeout):  # (no connection: the claim was never sent)
                         self._unanswered = request_id
+                        self._unanswered_until = time.monotonic() + self.lease.total_seconds()
                     log.warning("worker %s: claim failed (%s); retrying in %.1fs", self.worker_id,
                                 str(exc).strip(), backoff)
                     self._stopping.wait(backoff)
