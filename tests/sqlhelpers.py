@@ -129,13 +129,13 @@ def enqueue(conn: psycopg.Connection[Any], queue: str, kind: str = "task", *,
 
 
 def claim(conn: psycopg.Connection[Any], queues: list[str] | None, worker: str = "worker-A", *,
-          lease: str = "30 seconds", max_jobs: int = 1) -> list[dict[str, Any]]:
+          lease: str = "30 seconds", max_jobs: int = 1, request_id: uuid.UUID | None = None) -> list[dict[str, Any]]:
     """pgfence.claim(...) rows, in the order claim returned them."""
     return rows(
         conn,
         "SELECT * FROM pgfence.claim(worker_id => %s, queues => %s::text[],"
-        " lease => %s::interval, max_jobs => %s)",
-        (worker, queues, lease, max_jobs),
+        " lease => %s::interval, max_jobs => %s, request_id => %s)",
+        (worker, queues, lease, max_jobs, request_id),
     )
 
 

@@ -251,12 +251,6 @@ def test_concurrent_claimers_never_claim_a_job_twice(dsn: str, conn: Conn, queue
 
 
 # ------------------------------------------- a claim whose reply was lost --
-def _claim_req(conn: Conn, queue: str, request_id: uuid.UUID, worker: str = "worker-A", *,
-               max_jobs: int = 10, lease: str = "30 seconds") -> list[dict[str, Any]]:
-    return rows(conn, "SELECT * FROM pgfence.claim(worker_id => %s, queues => %s::text[], lease => %s::interval,"
-                      " max_jobs => %s, request_id => %s)", (worker, [queue], lease, max_jobs, request_id))
-
-
 def _claimed(conn: Conn, request_ids: list[uuid.UUID], worker: str = "worker-A", *,
              lease: str = "30 seconds") -> list[dict[str, Any]]:
     return rows(conn, "SELECT * FROM pgfence.claimed(worker_id => %s, request_ids => %s::uuid[], lease => %s::interval)",
@@ -276,7 +270,7 @@ def test_claimed_returns_what_a_claim_with_a_request_id_took(conn: Conn, queue: 
     high = enqueue(conn, queue, priority=5, run_at=t - dt.timedelta(seconds=1))
     enqueue(conn, queue)  # left queued
     request = uuid.uuid4()
-    got = _claim_req(conn, queue, request, max_jobs=2)
+    got = claim(conn, [queue], max_jobs=2, request_id=request)
     assert _ids(got) == [high, low]
     # The same rows, in the same order, as claim returned them, each lease renewed
     # (and stamped as a heartbeat); nothing else changes.
@@ -305,10 +299,10 @@ def test_a_request_id_given_twice_still_fences_each_attempt(conn: Conn, queue: s
     the claim time: a request id reused (a caller's bug) never brings an old token back."""
     job_id = enqueue(conn, queue)
     request = uuid.uuid4()
-    first = _claim_req(conn, queue, request)[0]["attempt_token"]
+    first = claim(conn, [queue], request_id=request)[0]["attempt_token"]
     # started => false undoes the claim: the attempt number is the same next time.
     assert one(conn, "SELECT pgfence.release(%s, %s, started => false)", (job_id, first)) == "queued"
-    second = _claim_req(conn, queue, request)[0]
+    second = claim(conn, [queue], request_id=request)[0]
     assert second["id"] == job_id and second["attempts"] == 1
     assert second["attempt_token"] != first
     assert _same_claim(_claimed(conn, [request]), [second])
@@ -321,12 +315,12 @@ def test_a_request_id_given_twice_still_fences_each_attempt(conn: Conn, queue: s
 def test_claimed_forgets_a_lease_reclaimed_and_claimed_again(sweep_paused: Conn, conn: Conn, queue: str) -> None:
     job_id = enqueue(conn, queue)
     request = uuid.uuid4()
-    _claim_req(conn, queue, request, lease="50 milliseconds")
+    claim(conn, [queue], lease="50 milliseconds", request_id=request)
     wait_lease_expired(conn, job_id)
     reclaim_expired(conn)  # (or another session's claim did it first)
     assert job(conn, job_id)["status"] == "queued"
     assert _claimed(conn, [request]) == []
-    again = _claim_req(conn, queue, request)  # the same worker, the same request id
+    again = claim(conn, [queue], request_id=request)  # the same worker, the same request id
     assert _ids(again) == [job_id] and again[0]["attempts"] == 2
     assert _same_claim(_claimed(conn, [request]), again)
 
@@ -337,7 +331,7 @@ def test_claimed_renews_a_lease_that_expired_but_was_not_reclaimed(
     back with a fresh lease, so no claim reclaims them while the caller starts running them."""
     job_id = enqueue(conn, queue)
     request = uuid.uuid4()
-    _claim_req(conn, queue, request, lease="200 milliseconds")
+    claim(conn, [queue], lease="200 milliseconds", request_id=request)
     with lease_expired_under_lock(tx_conn, job_id):
         got = _claimed(tx_conn, [request], lease="1 hour")
         assert _ids(got) == [job_id]
@@ -354,7 +348,7 @@ def test_claimed_waits_for_a_claim_with_that_request_id_still_running(
     instead of answering 'nothing' and leaving its jobs stranded."""
     job_id = enqueue(conn, queue)
     request = uuid.uuid4()
-    assert _ids(_claim_req(tx_conn, queue, request)) == [job_id]  # not committed yet
+    assert _ids(claim(tx_conn, [queue], request_id=request)) == [job_id]  # not committed yet
     answer: list[list[dict[str, Any]]] = []
     pids: list[int] = []
 
@@ -398,7 +392,7 @@ def test_claimed_waits_for_a_claim_stalled_before_it_touched_a_row(
                                     (pids[name],)) == event
     threads = []
     try:
-        threads.append(run("claim", lambda c: _claim_req(c, queue, request)))
+        threads.append(run("claim", lambda c: claim(c, [queue], request_id=request)))
         wait_for(lambda: waits_on("claim", "relation"), 10, "claim to wait behind the table lock")
         threads.append(run("claimed", lambda c: _claimed(c, [request])))
         wait_for(lambda: waits_on("claimed", "advisory"), 10, "claimed() to wait for the claim")
