@@ -92,17 +92,19 @@ def test_sqitch_deploy_verify_revert_deploy_round_trips(scratch_dsn: str) -> Non
         assert c.execute("SELECT status FROM pgfence.jobs WHERE id = %s", (job_id,)).fetchone() == ("done",)
 
 
+def worker_may(c: Conn, routine: str) -> bool:
+    """pgfence_worker may EXECUTE routine, and it runs SECURITY DEFINER."""
+    row = c.execute("SELECT has_function_privilege('pgfence_worker', %s, 'EXECUTE')"
+                    " AND (SELECT prosecdef FROM pg_proc WHERE oid = %s::regprocedure)", (routine, routine)).fetchone()
+    return row == (True,)
+
+
 def test_sqitch_upgrades_a_database_deployed_at_v0_1_0_and_reverts_to_it(scratch_dsn: str) -> None:
     """The plan is tagged: a database deployed at @v0.1.0 (API version 1) is upgraded by
     `sqitch deploy` in place, its jobs kept, and `sqitch revert --to @v0.1.0` takes it back,
     each side passing `sqitch verify` and keeping the roles' privileges."""
     target = sqitch_target(scratch_dsn)
     _ok(_sqitch("deploy", "--to", "@v0.1.0", target=target), "deploy --to @v0.1.0")
-
-    def worker_may(c: Conn, routine: str) -> bool:
-        row = c.execute("SELECT has_function_privilege('pgfence_worker', %s, 'EXECUTE')"
-                        " AND (SELECT prosecdef FROM pg_proc WHERE oid = %s::regprocedure)", (routine, routine)).fetchone()
-        return row == (True,)
 
     with connect(scratch_dsn) as c:
         assert c.execute("SELECT pgfence.schema_version()").fetchone() == (1,)
@@ -133,3 +135,48 @@ def test_sqitch_upgrades_a_database_deployed_at_v0_1_0_and_reverts_to_it(scratch
         assert worker_may(c, "pgfence.claim(text, text[], interval, integer)")
         assert c.execute("SELECT status FROM pgfence.jobs ORDER BY id").fetchall() == [("done",), ("processing",)]
         c.execute("SELECT pgfence.complete(%s, %s)", (waiting, new_token))
+
+
+def test_sqitch_upgrades_a_database_deployed_at_v0_2_0_and_reverts_to_it(scratch_dsn: str) -> None:
+    """The claim rework after @v0.2.0 (CREATE OR REPLACE) keeps claim's owner, grants,
+    SECURITY DEFINER and search_path both ways, and a lease taken before it still fences."""
+    target = sqitch_target(scratch_dsn)
+    _ok(_sqitch("deploy", "--to", "@v0.2.0", target=target), "deploy --to @v0.2.0")
+    claim = "pgfence.claim(text, text[], interval, integer, uuid)"
+    probe = "%IF EXISTS (SELECT FROM pgfence.jobs j WHERE j.status = 'processing'%"
+
+    def claim_state(c: Conn) -> tuple[Any, ...]:
+        row = c.execute("SELECT proowner::regrole::text, proacl::text, proconfig, prosrc LIKE %s FROM pg_proc"
+                        " WHERE oid = %s::regprocedure", (probe, claim)).fetchone()
+        assert row is not None
+        return tuple(row)
+
+    with connect(scratch_dsn) as c:
+        before = claim_state(c)
+        assert before[3] is False
+        [held] = c.execute("SELECT pgfence.enqueue('k', queue => 'upgrade')").fetchall()[0]
+        [token] = c.execute("SELECT attempt_token FROM pgfence.claim('w', ARRAY['upgrade'])").fetchall()[0]
+
+    out = _ok(_sqitch("deploy", target=target), "deploy (upgrade)")
+    assert "+ functions/claim" in out, out
+    _ok(_sqitch("verify", target=target), "verify (upgraded)")
+    with connect(scratch_dsn) as c:
+        assert claim_state(c)[:3] == before[:3] and claim_state(c)[3] is True
+        assert worker_may(c, claim)
+        # an expired lease is still reclaimed by the next claim, then claimed again
+        c.execute("UPDATE pgfence.jobs SET lease_expires_at = clock_timestamp() - interval '1 second' WHERE id = %s",
+                  (held,))
+        [(job_id, attempts, new_token)] = c.execute(
+            "SELECT id, attempts, attempt_token FROM pgfence.claim('w', ARRAY['upgrade'])").fetchall()
+        assert (job_id, attempts) == (held, 2) and new_token != token
+        with pytest.raises(psycopg.Error) as refused:
+            c.execute("SELECT pgfence.complete(%s, %s)", (held, token))  # the attempt from before the upgrade
+        assert refused.value.sqlstate == "PF001"
+
+    _ok(_sqitch("revert", "-y", "--to", "@v0.2.0", target=target), "revert --to @v0.2.0")
+    _ok(_sqitch("verify", target=target), "verify (reverted)")
+    with connect(scratch_dsn) as c:
+        assert claim_state(c) == before
+        assert worker_may(c, claim)
+        c.execute("SELECT pgfence.complete(%s, %s)", (held, new_token))
+        assert c.execute("SELECT status FROM pgfence.jobs WHERE id = %s", (held,)).fetchone() == ("done",)

@@ -1,40 +1,14 @@
--- Deploy pgfence:functions/claim to pg (reworked after @v0.1.0)
--- requires: functions/claim@v0.1.0
+-- Deploy pgfence:functions/claim to pg (reworked after @v0.2.0)
+-- requires: functions/claim@v0.2.0
 --
--- claim gains request_id; claimed() is new. _queued_queues() is unchanged: see
--- claim@v0.1.0.sql.
+-- claim decides with one expression that its arguments are valid, and probes for an
+-- expired lease before it calls _reclaim. Same arguments, results, errors and rules;
+-- 15-50 us less server time per call (pgbench, back to back: a one-job claim
+-- 0.19-0.22 -> 0.16 ms, an empty one 0.18-0.20 -> 0.17 ms). claimed(), the
+-- request-id helpers and _queued_queues() are unchanged: see claim@v0.2.0.sql and
+-- claim@v0.1.0.sql. CREATE OR REPLACE keeps the owner and the grants.
 
 BEGIN;
-
-DROP FUNCTION pgfence.claim(text, text[], interval, integer);
-
--- The attempt token of a claim made with a request_id: a digest of the request id,
--- the claim time (to the microsecond), the job and its attempt number, so claimed()
--- can find what that claim took, and a request id given twice still yields a new
--- token for each attempt. In two parts: the first is the same for every job of one
--- claim call, and claim computes it once.
-CREATE FUNCTION pgfence._request_prefix(request_id uuid, claimed_at timestamptz) RETURNS text
-LANGUAGE sql STABLE AS $$
-    SELECT request_id::text || '/' || (extract(epoch FROM claimed_at) * 1000000)::bigint || '/'  -- (NULL for NULL)
-$$;
-COMMENT ON FUNCTION pgfence._request_prefix(uuid, timestamptz) IS
-  'Private: the part of a request-id token shared by the jobs of one claim call (request id, claim time in us).';
-
-CREATE FUNCTION pgfence._request_token(prefix text, job_id bigint, attempt integer) RETURNS uuid
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT md5(prefix || job_id::text || '/' || attempt::text)::uuid  -- (text casts: immutable, so inlined)
-$$;
-COMMENT ON FUNCTION pgfence._request_token(text, bigint, integer) IS
-  'Private: the attempt token claim gives a job claimed with a request_id: md5 of _request_prefix, job id, attempt.';
-
--- The transaction lock of a claim request: claim takes it, claimed() waits for it.
--- (Two-key advisory locks: their key space is apart from the sweeper's one-key lock.)
-CREATE FUNCTION pgfence._lock_request(request_id uuid) RETURNS void
-LANGUAGE sql AS $$
-    SELECT pg_advisory_xact_lock(hashtext('pgfence.claim'), hashtext(request_id::text))
-$$;
-COMMENT ON FUNCTION pgfence._lock_request(uuid) IS
-  'Private: the transaction-level advisory lock of a claim request id (held by claim, waited for by claimed).';
 
 -- Claim up to max_jobs runnable jobs for worker_id, in priority DESC,
 -- available_at, id order. Each claimed job gets a fresh attempt_token and a lease
@@ -48,7 +22,7 @@ COMMENT ON FUNCTION pgfence._lock_request(uuid) IS
 -- drops), claimed(worker_id, ARRAY[request_id]) returns the jobs this call took, so
 -- the caller runs them instead of leaving them leased until the lease expires (and
 -- the attempt, already counted, is wasted).
-CREATE FUNCTION pgfence.claim(
+CREATE OR REPLACE FUNCTION pgfence.claim(
     worker_id  text,
     queues     text[]   DEFAULT NULL,
     lease      interval DEFAULT '30 seconds',
@@ -73,7 +47,9 @@ SET jit = off
 -- claim index 6,941 pages, reclaim index 784) it chose to read and sort the whole
 -- queue, and the reclaim probe to read the whole table, on every claim: a claim of
 -- 8 took 7.5 ms; with this setting 0.5-0.7 ms.
-SET enable_seqscan = off AS $$
+SET enable_seqscan = off
+-- (Restated: CREATE OR REPLACE sets what it says, and this is the public API.)
+SECURITY DEFINER SET search_path = pg_catalog, pgfence, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
     v_queues text[];
@@ -82,22 +58,33 @@ DECLARE
     v_ids bigint[];
     v_prefix text;
 BEGIN
-    PERFORM pgfence._check_name('worker_id', worker_id);
-    IF queues IS NOT NULL THEN
-        IF cardinality(queues) = 0 THEN
-            PERFORM pgfence._raise_invalid('queues', '{}', 'is empty',
-                'pass NULL to claim from every queue, or at least one queue name');
+    -- One expression decides whether every argument is valid (the common case runs no
+    -- nested call); only an invalid call runs the checks that name the argument.
+    -- (The *_ok predicates are inlined; anything NULL counts as invalid here.)
+    IF NOT coalesce(pgfence._name_ok(worker_id)
+                    AND (queues IS NULL OR (cardinality(queues) > 0 AND pgfence._array_ok(queues)
+                         AND (SELECT bool_and(pgfence._name_ok(q.name)) FROM unnest(queues) AS q(name))))
+                    AND lease BETWEEN interval '1 millisecond' AND interval '1 day'
+                    AND pgfence._interval_signs_agree(lease)
+                    AND max_jobs BETWEEN 1 AND 1000
+                    AND current_setting('transaction_isolation') = 'read committed', false) THEN
+        PERFORM pgfence._check_name('worker_id', worker_id);
+        IF queues IS NOT NULL THEN
+            IF cardinality(queues) = 0 THEN
+                PERFORM pgfence._raise_invalid('queues', '{}', 'is empty',
+                    'pass NULL to claim from every queue, or at least one queue name');
+            END IF;
+            PERFORM pgfence._check_array('queues', queues);
+            SELECT min(t.ord) INTO v_bad FROM unnest(queues) WITH ORDINALITY t(q, ord)
+             WHERE NOT pgfence._name_ok(t.q);
+            IF v_bad IS NOT NULL THEN
+                PERFORM pgfence._check_name(format('queues[%s]', v_bad), queues[v_bad]);
+            END IF;
         END IF;
-        PERFORM pgfence._check_array('queues', queues);
-        SELECT min(t.ord) INTO v_bad FROM unnest(queues) WITH ORDINALITY t(q, ord)
-         WHERE NOT pgfence._name_ok(t.q);
-        IF v_bad IS NOT NULL THEN
-            PERFORM pgfence._check_name(format('queues[%s]', v_bad), queues[v_bad]);
-        END IF;
+        PERFORM pgfence._check_lease(lease);
+        PERFORM pgfence._check_range('max_jobs', max_jobs, 1, 1000);
+        PERFORM pgfence._check_isolation('claim');
     END IF;
-    PERFORM pgfence._check_lease(lease);
-    PERFORM pgfence._check_range('max_jobs', max_jobs, 1, 1000);
-    PERFORM pgfence._check_isolation('claim');
     -- The request's lock first, before any row: claimed() waits for this claim from
     -- its first statement that touches a table, and both take the advisory lock
     -- before row locks (no lock-order cycle between them).
@@ -105,8 +92,13 @@ BEGIN
         PERFORM pgfence._lock_request(request_id);
     END IF;
 
-    -- On-claim recovery: the same rule and SQL as the sweep.
-    PERFORM pgfence._reclaim(max_jobs);
+    -- On-claim recovery: the same rule and SQL as the sweep. _reclaim is called only
+    -- when an expired lease exists: the probe is one index look-up in this plan,
+    -- where the call costs a nested function and a plan of its own.
+    v_now := clock_timestamp();
+    IF EXISTS (SELECT FROM pgfence.jobs j WHERE j.status = 'processing' AND j.lease_expires_at < v_now) THEN
+        PERFORM pgfence._reclaim(max_jobs);
+    END IF;
 
     v_queues := CASE WHEN queues IS NULL THEN pgfence._queued_queues()
                      ELSE ARRAY(SELECT DISTINCT unnest(queues)) END;
@@ -162,97 +154,5 @@ available_at, id order, each with a fresh attempt_token and a lease (1 ms..1 day
 Reclaims a batch of expired leases first (same rule as the sweep). Never hands one job to two callers.
 request_id (optional, fresh per call): pgfence.claimed(worker_id, ARRAY[request_id]) finds what this call
 took if its reply is lost. Needs READ COMMITTED (PF004 otherwise). Errors: 22004, 22023.$$;
-
--- The jobs that claims made with these request ids took and that are still
--- leased to worker_id by those claims, as claim returned them, with their leases
--- renewed like a heartbeat's (the caller runs them now): what a caller whose claim
--- reply was lost (the connection dropped after the commit) holds without knowing
--- it. A job since reclaimed, released, finished or claimed again is not returned.
--- A claim with one of these request ids that is still running (its reply was lost
--- before it committed) is waited for, up to lock_timeout. (A claim whose request
--- reaches the server only after this call has run cannot be waited for: ask again
--- later if the network may still hold it.)
-CREATE FUNCTION pgfence.claimed(
-    worker_id   text,
-    request_ids uuid[],
-    lease       interval DEFAULT '30 seconds'
-) RETURNS TABLE(id bigint, queue text, kind text, payload jsonb, attempts integer,
-                max_attempts integer, attempt_token uuid, lease_expires_at timestamptz)
-LANGUAGE plpgsql
--- Through jobs_reclaim_idx (the processing jobs), never by reading the table.
-SET enable_seqscan = off
--- A claim still running is waited for this long at most (then 55P03: ask again).
-SET lock_timeout = '10s' AS $$
-#variable_conflict use_column
-BEGIN
-    PERFORM pgfence._check_name('worker_id', worker_id);
-    IF request_ids IS NULL THEN
-        PERFORM pgfence._raise_null('request_ids', 'pass the request_id of each claim whose reply was lost');
-    END IF;
-    PERFORM pgfence._check_array('request_ids', request_ids);
-    PERFORM pgfence._check_range('request_ids length', cardinality(request_ids), 1, 1000);
-    IF array_position(request_ids, NULL) IS NOT NULL THEN
-        PERFORM pgfence._raise_null(format('request_ids[%s]', array_position(request_ids, NULL)),
-            'pass the request_id each claim was given');
-    END IF;
-    PERFORM pgfence._check_lease(lease);
-    PERFORM pgfence._check_isolation('claimed');
-    -- Wait for those claims to end (each holds its request's lock until it commits),
-    -- in a fixed order (two callers asking for the same ids never deadlock).
-    PERFORM pgfence._lock_request(s.r) FROM (SELECT DISTINCT r FROM unnest(request_ids) AS r ORDER BY r) s;
-    RETURN QUERY
-    WITH held AS (
-        SELECT j.id
-          FROM pgfence.jobs j
-         WHERE j.status = 'processing'
-           AND j.reserved_by = worker_id
-           AND j.attempt_token IN (SELECT pgfence._request_token(pgfence._request_prefix(r, j.reserved_at),
-                                                                 j.id, j.attempts)
-                                     FROM unnest(request_ids) AS r)
-         ORDER BY j.id
-           FOR UPDATE OF j
-    ), renewed AS (
-        UPDATE pgfence.jobs j
-           -- (clock_timestamp(), not a time read before the row locks were waited for)
-           SET lease_expires_at = clock_timestamp() + lease, heartbeat_at = clock_timestamp(),
-               updated_at = clock_timestamp()
-          FROM held h
-         WHERE j.id = h.id
-        RETURNING j.id, j.queue, j.kind, j.payload, j.attempts, j.max_attempts, j.attempt_token,
-                  j.lease_expires_at, j.priority, j.available_at
-    )
-    SELECT r.id, r.queue, r.kind, r.payload, r.attempts, r.max_attempts, r.attempt_token, r.lease_expires_at
-      FROM renewed r
-     ORDER BY r.priority DESC, r.available_at, r.id;
-END $$;
-
-COMMENT ON FUNCTION pgfence.claimed(text, uuid[], interval) IS
-$$The jobs that claim calls made with these request_ids (1..1000) took and still hold for worker_id (status
-processing, same attempt), in claim order, as claim returned them, each lease renewed to clock_timestamp() +
-lease (like a heartbeat): for a caller whose claim reply was lost. Waits (up to 10 s, then 55P03) for such a
-claim that is still running. Needs READ COMMITTED. Errors: 22004, 22023, PF004, 55P03.$$;
-
--- Privileges, as the privileges change gives every routine it finds (see privileges.sql):
--- owned by pgfence_owner, no EXECUTE for PUBLIC, the public API SECURITY DEFINER with a
--- pinned search_path, and EXECUTE for the role that calls it.
-ALTER FUNCTION pgfence.claim(text, text[], interval, integer, uuid) OWNER TO pgfence_owner;
-REVOKE ALL ON FUNCTION pgfence.claim(text, text[], interval, integer, uuid) FROM PUBLIC;
-ALTER FUNCTION pgfence.claimed(text, uuid[], interval) OWNER TO pgfence_owner;
-REVOKE ALL ON FUNCTION pgfence.claimed(text, uuid[], interval) FROM PUBLIC;
-ALTER FUNCTION pgfence._request_prefix(uuid, timestamptz) OWNER TO pgfence_owner;
-REVOKE ALL ON FUNCTION pgfence._request_prefix(uuid, timestamptz) FROM PUBLIC;
-ALTER FUNCTION pgfence._request_token(text, bigint, integer) OWNER TO pgfence_owner;
-REVOKE ALL ON FUNCTION pgfence._request_token(text, bigint, integer) FROM PUBLIC;
-ALTER FUNCTION pgfence._lock_request(uuid) OWNER TO pgfence_owner;
-REVOKE ALL ON FUNCTION pgfence._lock_request(uuid) FROM PUBLIC;
-ALTER FUNCTION pgfence.claim(text, text[], interval, integer, uuid) SECURITY DEFINER SET search_path = pg_catalog, pgfence, pg_temp;
-ALTER FUNCTION pgfence.claimed(text, uuid[], interval) SECURITY DEFINER SET search_path = pg_catalog, pgfence, pg_temp;
-GRANT EXECUTE ON FUNCTION pgfence.claim(text, text[], interval, integer, uuid) TO pgfence_worker;
-GRANT EXECUTE ON FUNCTION pgfence.claimed(text, uuid[], interval) TO pgfence_worker;
-
-COMMENT ON COLUMN pgfence.jobs.attempt_token IS
-  'The fence: a new value on every claim (random, or derived from the claim''s request_id). Kept on done rows, and on rows fail dead-lettered, as the token that finished the job.';
-COMMENT ON COLUMN pgfence.jobs.reserved_at IS
-  'When the current or last attempt claimed the job. Written by claim only: claimed() derives request-id tokens from it.';
 
 COMMIT;

@@ -1,12 +1,8 @@
--- Revert pgfence:functions/claim from pg (back to @v0.1.0)
+-- Revert pgfence:functions/claim from pg (back to @v0.2.0)
+--
+-- claim as of @v0.2.0: its checks one call each, and _reclaim called on every claim.
 
 BEGIN;
-
-DROP FUNCTION pgfence.claimed(text, uuid[], interval);
-DROP FUNCTION pgfence.claim(text, text[], interval, integer, uuid);
-DROP FUNCTION pgfence._lock_request(uuid);
-DROP FUNCTION pgfence._request_token(text, bigint, integer);
-DROP FUNCTION pgfence._request_prefix(uuid, timestamptz);
 
 -- Claim up to max_jobs runnable jobs for worker_id, in priority DESC,
 -- available_at, id order. Each claimed job gets a fresh attempt_token and a lease
@@ -16,11 +12,16 @@ DROP FUNCTION pgfence._request_prefix(uuid, timestamptz);
 -- Concurrency: SELECT ... LIMIT max_jobs FOR UPDATE SKIP LOCKED first, then UPDATE
 -- exactly the rows it locked, so two callers never get the same job and no caller
 -- gets more than max_jobs.
-CREATE FUNCTION pgfence.claim(
-    worker_id text,
-    queues    text[]   DEFAULT NULL,
-    lease     interval DEFAULT '30 seconds',
-    max_jobs  integer  DEFAULT 1
+-- request_id (optional, fresh for each call): when the reply is lost (the connection
+-- drops), claimed(worker_id, ARRAY[request_id]) returns the jobs this call took, so
+-- the caller runs them instead of leaving them leased until the lease expires (and
+-- the attempt, already counted, is wasted).
+CREATE OR REPLACE FUNCTION pgfence.claim(
+    worker_id  text,
+    queues     text[]   DEFAULT NULL,
+    lease      interval DEFAULT '30 seconds',
+    max_jobs   integer  DEFAULT 1,
+    request_id uuid     DEFAULT NULL
 ) RETURNS TABLE(id bigint, queue text, kind text, payload jsonb, attempts integer,
                 max_attempts integer, attempt_token uuid, lease_expires_at timestamptz)
 LANGUAGE plpgsql
@@ -40,13 +41,15 @@ SET jit = off
 -- claim index 6,941 pages, reclaim index 784) it chose to read and sort the whole
 -- queue, and the reclaim probe to read the whole table, on every claim: a claim of
 -- 8 took 7.5 ms; with this setting 0.5-0.7 ms.
-SET enable_seqscan = off AS $$
+SET enable_seqscan = off
+SECURITY DEFINER SET search_path = pg_catalog, pgfence, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
     v_queues text[];
     v_now timestamptz;
     v_bad integer;
     v_ids bigint[];
+    v_prefix text;
 BEGIN
     PERFORM pgfence._check_name('worker_id', worker_id);
     IF queues IS NOT NULL THEN
@@ -64,6 +67,12 @@ BEGIN
     PERFORM pgfence._check_lease(lease);
     PERFORM pgfence._check_range('max_jobs', max_jobs, 1, 1000);
     PERFORM pgfence._check_isolation('claim');
+    -- The request's lock first, before any row: claimed() waits for this claim from
+    -- its first statement that touches a table, and both take the advisory lock
+    -- before row locks (no lock-order cycle between them).
+    IF request_id IS NOT NULL THEN
+        PERFORM pgfence._lock_request(request_id);
+    END IF;
 
     -- On-claim recovery: the same rule and SQL as the sweep.
     PERFORM pgfence._reclaim(max_jobs);
@@ -71,6 +80,7 @@ BEGIN
     v_queues := CASE WHEN queues IS NULL THEN pgfence._queued_queues()
                      ELSE ARRAY(SELECT DISTINCT unnest(queues)) END;
     v_now := clock_timestamp();
+    v_prefix := pgfence._request_prefix(request_id, v_now);  -- (NULL without a request_id)
 
     -- 1. Pick and lock, per queue in claim order, SKIP LOCKED.
     SELECT array_agg(c.id ORDER BY c.priority DESC, c.available_at, c.id) INTO v_ids
@@ -99,7 +109,8 @@ BEGIN
         UPDATE pgfence.jobs j
            SET status           = 'processing',
                attempts         = j.attempts + 1,
-               attempt_token    = gen_random_uuid(),
+               attempt_token    = CASE WHEN v_prefix IS NULL THEN gen_random_uuid()
+                                       ELSE pgfence._request_token(v_prefix, j.id, j.attempts + 1) END,
                reserved_by      = worker_id,
                reserved_at      = v_now,
                heartbeat_at     = NULL,
@@ -114,22 +125,11 @@ BEGIN
      ORDER BY c.priority DESC, c.available_at, c.id;
 END $$;
 
-COMMENT ON FUNCTION pgfence.claim(text, text[], interval, integer) IS
+COMMENT ON FUNCTION pgfence.claim(text, text[], interval, integer, uuid) IS
 $$Claim 0..max_jobs (1..1000) runnable jobs for worker_id from queues (NULL = all), priority DESC,
 available_at, id order, each with a fresh attempt_token and a lease (1 ms..1 day) from clock_timestamp().
 Reclaims a batch of expired leases first (same rule as the sweep). Never hands one job to two callers.
-Needs READ COMMITTED (PF004 otherwise). Errors: 22004, 22023.$$;
-
--- Privileges, as the privileges change gives every routine it finds (see privileges.sql):
--- owned by pgfence_owner, no EXECUTE for PUBLIC, the public API SECURITY DEFINER with a
--- pinned search_path, and EXECUTE for the role that calls it.
-ALTER FUNCTION pgfence.claim(text, text[], interval, integer) OWNER TO pgfence_owner;
-REVOKE ALL ON FUNCTION pgfence.claim(text, text[], interval, integer) FROM PUBLIC;
-ALTER FUNCTION pgfence.claim(text, text[], interval, integer) SECURITY DEFINER SET search_path = pg_catalog, pgfence, pg_temp;
-GRANT EXECUTE ON FUNCTION pgfence.claim(text, text[], interval, integer) TO pgfence_worker;
-
-COMMENT ON COLUMN pgfence.jobs.attempt_token IS
-  'The fence: a fresh value on every claim. Kept on done rows, and on rows fail dead-lettered, as the token that finished the job.';
-COMMENT ON COLUMN pgfence.jobs.reserved_at IS 'When the current or last attempt claimed the job (audit only).';
+request_id (optional, fresh per call): pgfence.claimed(worker_id, ARRAY[request_id]) finds what this call
+took if its reply is lost. Needs READ COMMITTED (PF004 otherwise). Errors: 22004, 22023.$$;
 
 COMMIT;
