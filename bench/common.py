@@ -45,6 +45,11 @@ def dsn_for_db(dsn: str, dbname: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, "/" + dbname, parts.query, parts.fragment))
 
 
+def dsn_dbname(dsn: str) -> str:
+    """The database a DSN names."""
+    return urlsplit(dsn).path.lstrip("/") or "postgres"
+
+
 def dsn_host_port(dsn: str) -> tuple[str, int, str]:
     parts = urlsplit(dsn)
     return parts.hostname or "127.0.0.1", parts.port or 5432, parts.username or "postgres"

@@ -30,13 +30,15 @@ def pgbench_path() -> str:
     return p
 
 
-def _run(dsn: str, script: str, name: str, clients: int, threads: int, seconds: int) -> dict[str, Any]:
+def _run(dsn: str, script: str, name: str, clients: int, threads: int, seconds: int,
+         db: str = DB) -> dict[str, Any]:
+    """pgbench -n with `script` against database `db`; tx/s and the transactions run."""
     host, port, user = dsn_host_port(dsn)
     path = LOG_DIR / f"pgbench-{name}.sql"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(script)
     cmd = [pgbench_path(), "-n", "-c", str(clients), "-j", str(threads), "-T", str(seconds),
-           "-f", str(path), "-h", host, "-p", str(port), "-U", user, DB]
+           "-f", str(path), "-h", host, "-p", str(port), "-U", user, db]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
     (LOG_DIR / f"pgbench-{name}.log").write_text(r.stdout + r.stderr)
     if r.returncode != 0:
@@ -44,7 +46,9 @@ def _run(dsn: str, script: str, name: str, clients: int, threads: int, seconds: 
     m = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", r.stdout)
     if not m:
         raise BenchError(f"pgbench {name}: no tps line in output:\n{r.stdout[-500:]}")
-    return {"tps": float(m.group(1)), "command": " ".join(cmd[:9]) + f" -f {path.name}"}
+    n = re.search(r"number of transactions actually processed: ([0-9]+)", r.stdout)
+    return {"tps": float(m.group(1)), "transactions": int(n.group(1)) if n else None,
+            "command": " ".join(cmd[:8]) + f" -f {path.name}"}
 
 
 def run(admin_dsn: str, seconds: int, prefill: int, clients: int = 8, threads: int = 2) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from common import (BENCH_DIR, LOG_DIR, BenchError, DrainResult, connect, count_lines, log,
+from common import (BENCH_DIR, LOG_DIR, BenchError, DrainResult, connect, count_lines, dsn_dbname, log,
                     measure_drain, median, percentile, read_floats, settle, spawn, stop, wait_ready)
 
 PY = sys.executable
@@ -466,6 +466,36 @@ def sweeper_recovery(dsn: str, samples: int, first: float = 2.0, spread: float =
         delays = [float(r[0]) for r in rows]
         return {"samples": samples, "p50_ms": percentile(delays, 50), "p95_ms": percentile(delays, 95),
                 "max_ms": max(delays), "min_ms": min(delays)}
+    finally:
+        cleanup(dsn, queue)
+
+
+# ------------------------------------------------------------------ ceiling --
+def sql_ceiling(dsn: str, n: int, clients: int, seconds: int, batch: int = 500) -> dict[str, Any]:
+    """What the database alone sustains: pgbench, `clients` connections (one per worker
+    process of the drain), each looping over claim(batch) and complete_many of what it
+    got, in SQL, with no worker process at all, on a fresh queue of n jobs. The drain
+    cannot beat this on the same machine: its workers need CPU of their own."""
+    from pgbench_bench import _run
+    queue = new_queue("ceiling")
+    try:
+        batch_enqueue(dsn, queue, n)
+        settle(dsn, ["pgfence.jobs", "pgfence.attempts"])
+        script = (f"SELECT count(*) AS n, array_agg(id) AS ids, array_agg(attempt_token) AS tokens"
+                  f" FROM pgfence.claim('bench-ceiling', ARRAY['{queue}'], '10 minutes', {batch}) \\gset\n"
+                  "\\if :n > 0\n"
+                  "SELECT count(*) FROM pgfence.complete_many(':ids'::bigint[], ':tokens'::uuid[]) WHERE accepted;\n"
+                  "\\endif\n")
+        r = _run(dsn, script, "ceiling", clients, clients, seconds, db=dsn_dbname(dsn))
+        with connect(dsn) as conn:
+            done = int(scalar_in(conn, "SELECT count(*) FROM pgfence.jobs WHERE queue = %s AND status = 'done'",
+                                 (queue,)))
+            left = int(scalar_in(conn, "SELECT count(*) FROM pgfence.jobs WHERE queue = %s AND status <> 'done'",
+                                 (queue,)))
+        tx = r["transactions"] or 0
+        rate = done / tx * r["tps"] if tx else math.nan
+        return {"n": n, "clients": clients, "seconds": seconds, "batch": batch, "done": done, "left": left,
+                "transactions": tx, "tps": r["tps"], "rate": rate, "command": r["command"]}
     finally:
         cleanup(dsn, queue)
 

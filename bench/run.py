@@ -59,6 +59,8 @@ class Config:
     churn_depths: tuple[int, ...] = (20_000, 1_000_000)
     pgbench_seconds: int = 10
     pgbench_prefill: int = 1_000_000
+    ceiling_n: int = 600_000  # > 10 s of the ceiling: the queue never runs dry
+    ceiling_seconds: int = 5
     pgfence_prefetch: tuple[int, ...] = (8, 72, 500)
 
     @classmethod
@@ -67,7 +69,8 @@ class Config:
             return cls(quick=False)
         return cls(quick=True, single_n=2000, drain_n=20_000, drain_runs=1, drain_timeout=12.0,
                    depth_queued=200_000, sweep_n=20_000, sweep_idle_max_s=3.0, recovery_samples=5,
-                   sweeper_spread=0.27, churn_seconds=0, pgbench_seconds=5, pgbench_prefill=200_000)
+                   sweeper_spread=0.27, churn_seconds=0, pgbench_seconds=5, pgbench_prefill=200_000,
+                   ceiling_n=150_000, ceiling_seconds=2)
 
 
 def default_dsn() -> str:
@@ -230,6 +233,12 @@ def run_pgfence_only(cfg: Config, dsn: str) -> dict[str, Any]:
                 log(f"  {r['rate']:,.0f} jobs/s claim+complete, {r['wall_rate']:,.0f} jobs/s wall"
                     f" (fill {r['fill_seconds']:.1f} s)")
     out["depth"] = [merge_depth_runs(rs, best_p) for rs in per_queued.values() if rs]
+    log(f"pgfence database-only ceiling: pgbench -c {cfg.procs}, claim 500 + complete_many in SQL,"
+        f" {cfg.ceiling_n:,} queued, {cfg.ceiling_seconds} s")
+    out["ceiling"] = guarded(holder, "ceiling", lambda: pf.sql_ceiling(dsn, cfg.ceiling_n, cfg.procs,
+                                                                       cfg.ceiling_seconds))
+    if out["ceiling"]:
+        log(f"  {out['ceiling']['rate']:,.0f} jobs/s with no worker process")
     log(f"pgfence sweep: {cfg.sweep_n:,} expired leases")
     out["sweep"] = guarded(holder, "sweep", lambda: pf.sweep(dsn, cfg.sweep_n, 1000, cfg.sweep_idle_max_s))
     log(f"pgfence recovery: {cfg.recovery_samples} killed workers, 2 s lease, workers polling at 0.1 s")
@@ -416,10 +425,23 @@ def pgbench_table(pb: Optional[dict[str, Any]]) -> str:
     ])
 
 
-def pgfence_only_table(po: Optional[dict[str, Any]], cfg: Config) -> str:
+def pgfence_only_table(po: Optional[dict[str, Any]], cfg: Config,
+                       drain: Optional[dict[str, Any]] = None) -> str:
+    """drain: the drain row of the ratio table (the best peer's drain, for the ceiling)."""
     if not po:
         return "pgfence-only measurements: not run."
     lines = ["| pgfence-only measurement | result |", "|---|---|"]
+    ce = po.get("ceiling")
+    if ce:
+        peer = ""
+        if drain and drain.get("peer_value"):
+            peer = (f"; {ce['rate'] / drain['peer_value']:.2f} x the best peer's drain"
+                    f" ({drain['best_peer']}, {fmt_num(drain['peer_value'])} jobs/s)")
+        dry = f"; the queue ran dry ({ce['left']:,} left)" if ce["left"] == 0 else ""
+        lines.append(f"| database-only ceiling: {ce['clients']} pgbench clients (one per worker process), each"
+                     f" looping over `claim(max_jobs => {ce['batch']})` and `complete_many` of what it got, in SQL,"
+                     f" no worker process; {ce['n']:,} queued, `pgbench -c {ce['clients']} -T {ce['seconds']}` |"
+                     f" {fmt_num(ce['rate'])} jobs/s{peer}{dry} |")
     for d in po.get("depth", []):
         capped = " (a run capped)" if d["capped"] else ""
         lines.append(f"| depth: claim+complete of {d['measured']:,} jobs with {d['queued']:,} queued"
@@ -549,7 +571,8 @@ def render(results: dict[str, Any], cfg: Config) -> str:
         "",
         "### pgfence only",
         "",
-        pgfence_only_table(results.get("pgfence_only"), cfg),
+        pgfence_only_table(results.get("pgfence_only"), cfg,
+                           next((x for x in results["ratios"] if x["column"] == "drain jobs/s"), None)),
         "",
     ]
     errs = [(r["variant"], e) for r in rows for e in r["errors"]] + [("general", e) for e in results["errors"]]
