@@ -434,14 +434,17 @@ def pgfence_only_table(po: Optional[dict[str, Any]], cfg: Config,
     ce = po.get("ceiling")
     if ce:
         peer = ""
+        if drain and drain.get("pgfence"):
+            peer += (f"; pgfence's drain ({drain['pgfence_variant']}, {fmt_num(drain['pgfence'])} jobs/s) is"
+                     f" {drain['pgfence'] / ce['rate']:.2f} of it")
         if drain and drain.get("peer_value"):
-            peer = (f"; {ce['rate'] / drain['peer_value']:.2f} x the best peer's drain"
-                    f" ({drain['best_peer']}, {fmt_num(drain['peer_value'])} jobs/s)")
-        dry = f"; the queue ran dry ({ce['left']:,} left)" if ce["left"] == 0 else ""
+            peer += (f"; it is {ce['rate'] / drain['peer_value']:.2f} x the best peer's drain"
+                     f" ({drain['best_peer']}, {fmt_num(drain['peer_value'])} jobs/s)")
+        dry = "; the queue ran dry, so this is a lower bound" if ce["left"] == 0 else ""
         lines.append(f"| database-only ceiling: {ce['clients']} pgbench clients (one per worker process), each"
                      f" looping over `claim(max_jobs => {ce['batch']})` and `complete_many` of what it got, in SQL,"
                      f" no worker process; {ce['n']:,} queued, `pgbench -c {ce['clients']} -T {ce['seconds']}` |"
-                     f" {fmt_num(ce['rate'])} jobs/s{peer}{dry} |")
+                     f" {fmt_num(ce['rate'])} jobs/s{dry}{peer} |")
     for d in po.get("depth", []):
         capped = " (a run capped)" if d["capped"] else ""
         lines.append(f"| depth: claim+complete of {d['measured']:,} jobs with {d['queued']:,} queued"

@@ -3,7 +3,7 @@
 --
 -- claim decides with one expression that its arguments are valid, and probes for an
 -- expired lease before it calls _reclaim. Same arguments, results, errors and rules;
--- 15-50 us less server time per call (pgbench, back to back: a one-job claim
+-- 10-60 us less server time per call (pgbench, back to back: a one-job claim
 -- 0.19-0.22 -> 0.16 ms, an empty one 0.18-0.20 -> 0.17 ms). claimed(), the
 -- request-id helpers and _queued_queues() are unchanged: see claim@v0.2.0.sql and
 -- claim@v0.1.0.sql. CREATE OR REPLACE keeps the owner and the grants.
