@@ -26,6 +26,7 @@ from common import (BENCH_DIR, LOG_DIR, BenchError, DrainResult, connect, count_
 PY = sys.executable
 WORKER = BENCH_DIR / "pgfence_worker.py"
 VICTIM = BENCH_DIR / "pgfence_victim.py"
+FLOOR_CLAIMER = BENCH_DIR / "floor_claimer.py"
 SWEEP_LOCK = "hashtext('pgfence.sweep')"
 
 SINGLE_SQL = "SELECT pgfence.enqueue(kind => 'noop', payload => %s::jsonb, queue => %s)"
@@ -225,6 +226,48 @@ def latency(dsn: str, shape: WorkerShape, n: int = 100, rate: float = 20.0, tag:
         log(f"pgfence latency: only {len(delays)}/{n} jobs recorded a delay")
     return {"n": len(delays), "p50_ms": percentile(delays, 50), "p95_ms": percentile(delays, 95),
             "max_ms": max(delays) if delays else math.nan, "impl": worker_impl_used(logs)}
+
+
+def latency_floor(dsn: str, procs: int, n: int = 100, rate: float = 20.0) -> dict[str, Any]:
+    """The latency step with no queue logic: a bare INSERT into pgfence.jobs and a
+    NOTIFY in one autocommit statement, `procs` idle processes (bench/floor_claimer.py)
+    LISTENing that each claim one job per notification with a bare SKIP LOCKED UPDATE.
+    Same rate, payload and delay as `latency`: what the machine leaves for a queue's
+    checks, fencing and worker threads."""
+    queue = new_queue("floor")
+    channel = f"bench_floor_{os.getpid()}"
+    outs = [LOG_DIR / f"pgfence-floor-w{i}.delays" for i in range(procs)]
+    for o in outs:
+        o.unlink(missing_ok=True)
+    claimers, logs = [], []
+    try:
+        for i in range(procs):
+            lp = LOG_DIR / f"pgfence-floor-w{i}.log"
+            claimers.append(spawn([PY, str(FLOOR_CLAIMER), "--dsn", dsn, "--queue", queue, "--channel", channel,
+                                   "--out", str(outs[i])], log_path=lp))
+            logs.append(lp)
+        wait_ready(claimers, logs, timeout=60)
+        time.sleep(0.5)
+        with connect(dsn) as conn:
+            t0 = time.time()
+            for i in range(n):
+                d = t0 + i / rate - time.time()
+                if d > 0:
+                    time.sleep(d)
+                conn.execute("WITH j AS (INSERT INTO pgfence.jobs (queue, kind, payload)"
+                             " VALUES (%s, 'noop', jsonb_build_object('t', %s::float8, 'i', %s::int)) RETURNING id)"
+                             " SELECT pg_notify(%s, '') FROM j", (queue, time.time(), i, channel), prepare=True)
+        deadline = time.time() + 30
+        while count_lines(outs) < n and time.time() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop(claimers)
+        cleanup(dsn, queue)
+    delays = [d * 1000 for d in read_floats(outs)]
+    if len(delays) < n:
+        log(f"pgfence latency floor: only {len(delays)}/{n} jobs recorded a delay")
+    return {"n": len(delays), "procs": procs, "rate": rate, "p50_ms": percentile(delays, 50),
+            "p95_ms": percentile(delays, 95), "max_ms": max(delays) if delays else math.nan}
 
 
 # -------------------------------------------------------------------- depth --

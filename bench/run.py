@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import functools
 import json
 import math
 import os
@@ -24,7 +25,7 @@ import time
 import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -42,6 +43,7 @@ class Config:
     procs: int = 2
     concurrency: int = 8
     single_n: int = 5000
+    single_runs: int = 3   # single enqueue and latency: median of this many runs
     drain_n: int = 100_000
     batch: int = 1000
     drain_runs: int = 3
@@ -67,7 +69,7 @@ class Config:
     def make(cls, quick: bool) -> "Config":
         if not quick:
             return cls(quick=False)
-        return cls(quick=True, single_n=2000, drain_n=20_000, drain_runs=1, drain_timeout=12.0,
+        return cls(quick=True, single_n=2000, single_runs=1, drain_n=20_000, drain_runs=1, drain_timeout=12.0,
                    depth_queued=200_000, sweep_n=20_000, sweep_idle_max_s=3.0, recovery_samples=5,
                    sweeper_spread=0.27, churn_seconds=0, pgbench_seconds=5, pgbench_prefill=200_000,
                    ceiling_n=150_000, ceiling_seconds=2)
@@ -158,6 +160,26 @@ def drain_cap(cfg: Config, row: dict[str, Any]) -> float:
     return cfg.drain_timeout
 
 
+def repeated(row: dict[str, Any], what: str, runs: int, fn: Callable[[int], dict[str, Any]],
+             keys: Sequence[str]) -> Optional[dict[str, Any]]:
+    """fn(i) for i in range(runs), each guarded, merged by `merge_runs`."""
+    return merge_runs([r for i in range(runs)
+                       if (r := guarded(row, f"{what} run {i + 1}" if runs > 1 else what, lambda: fn(i))) is not None],
+                      keys)
+
+
+def merge_runs(got: list[dict[str, Any]], keys: Sequence[str]) -> Optional[dict[str, Any]]:
+    """One result from several runs: the first run's fields, with each of `keys` the median
+    over the runs, `<key>_spread` [min, max], `runs` and the runs themselves (`each`)."""
+    if not got:
+        return None
+    out = {**got[0], "runs": len(got), "each": got}
+    for k in keys:
+        xs = [r[k] for r in got]
+        out[k], out[f"{k}_spread"] = median(xs), [min(xs), max(xs)]
+    return out
+
+
 def summarize(row: dict[str, Any]) -> None:
     rates = [r["rate"] for r in row["drain_runs"]]
     row["drain"] = ({"median": median(rates), "min": min(rates), "max": max(rates), "runs": len(rates),
@@ -171,7 +193,6 @@ def run_pgfence(cfg: Config, dsn: str, version: str) -> list[dict[str, Any]]:
     impl = "client" if pf.client_available() else "standin"
     label = "" if impl == "client" else " [stand-in worker]"
     rows = []
-    single = None
     for p in cfg.pgfence_prefetch:
         shape = pf.WorkerShape(procs=cfg.procs, concurrency=cfg.concurrency, prefetch=p, poll_interval=0.05,
                                impl=impl)
@@ -181,10 +202,6 @@ def run_pgfence(cfg: Config, dsn: str, version: str) -> list[dict[str, Any]]:
         via = "pgfence.Client" if impl == "client" else "SQL via psycopg"
         row = new_row("pgfence", f"pgfence (prefetch {p}){label}", version, f"{desc}; enqueue: {via}")
         row["worker_impl"] = impl
-        if single is None:
-            log(f"pgfence: {cfg.single_n:,} single enqueues")
-            single = guarded(row, "single enqueue", lambda: pf.single_enqueue(dsn, cfg.single_n))
-        row["single"] = single
         for i in range(cfg.drain_runs):
             log(f"{row['variant']}: batch enqueue {cfg.drain_n:,} + drain, run {i + 1}/{cfg.drain_runs}")
             cap = drain_cap(cfg, row)
@@ -195,8 +212,10 @@ def run_pgfence(cfg: Config, dsn: str, version: str) -> list[dict[str, Any]]:
                 row["drain_runs"].append(r["drain"])
                 log(f"  batch {r['batch']['rate']:,.0f}/s, drain {r['drain']['rate']:,.0f} jobs/s"
                     f" ({r['drain']['seconds']:.2f} s){' TIMED OUT' if r['drain']['timed_out'] else ''}")
-        log(f"{row['variant']}: latency, {cfg.lat_n} jobs at {cfg.lat_rate:g}/s")
-        row["latency"] = guarded(row, "latency", lambda: pf.latency(dsn, shape, cfg.lat_n, cfg.lat_rate, f"p{p}"))
+        log(f"{row['variant']}: latency, {cfg.lat_n} jobs at {cfg.lat_rate:g}/s, {cfg.single_runs} run(s)")
+        row["latency"] = repeated(row, "latency", cfg.single_runs,
+                                  lambda i: pf.latency(dsn, shape, cfg.lat_n, cfg.lat_rate, f"p{p}r{i}"),
+                                  ["p50_ms", "p95_ms"])
         summarize(row)
         rows.append(row)
     return rows
@@ -239,6 +258,12 @@ def run_pgfence_only(cfg: Config, dsn: str) -> dict[str, Any]:
                                                                        cfg.ceiling_seconds))
     if out["ceiling"]:
         log(f"  {out['ceiling']['rate']:,.0f} jobs/s with no worker process")
+    log(f"pgfence latency floor: bare INSERT + NOTIFY, {cfg.procs} bare SKIP LOCKED claimers,"
+        f" {cfg.lat_n} jobs at {cfg.lat_rate:g}/s")
+    out["latency_floor"] = guarded(holder, "latency floor",
+                                   lambda: pf.latency_floor(dsn, cfg.procs, cfg.lat_n, cfg.lat_rate))
+    if out["latency_floor"]:
+        log(f"  p50 {out['latency_floor']['p50_ms']:.2f} ms, p95 {out['latency_floor']['p95_ms']:.2f} ms")
     log(f"pgfence sweep: {cfg.sweep_n:,} expired leases")
     out["sweep"] = guarded(holder, "sweep", lambda: pf.sweep(dsn, cfg.sweep_n, 1000, cfg.sweep_idle_max_s))
     log(f"pgfence recovery: {cfg.recovery_samples} killed workers, 2 s lease, workers polling at 0.1 s")
@@ -258,6 +283,40 @@ def run_pgfence_only(cfg: Config, dsn: str) -> dict[str, Any]:
             log(f"  median {ch['median_rate']:,.0f} jobs/s, min {ch['min_rate']:,.0f},"
                 f" max dead rows {ch['max_dead_rows']:,}")
     return out
+
+
+# --------------------------------------------------------- single enqueue --
+def single_enqueue_turns(cfg: Config, dsn: str, rows: list[dict[str, Any]],
+                         peer_list: Sequence[peers_mod.Peer]) -> None:
+    """Single enqueue of every system that ran, taking turns (pgfence, then each peer, then
+    again, cfg.single_runs rounds): a slow spell of the machine hits every system alike,
+    where one block per system put minutes between pgfence's figure and a peer's. Each
+    system's median goes to all its rows."""
+    systems: list[tuple[str, Callable[[], dict[str, Any]], Optional[Callable[[], None]]]] = []
+    if any(r["system"] == "pgfence" for r in rows):
+        systems.append(("pgfence", lambda: pf.single_enqueue(dsn, cfg.single_n), None))
+    for peer in peer_list:
+        prow = [r for r in rows if r["system"] == peer.name]
+        if prow and prow[0]["drain_runs"]:  # (set up, and it ran)
+            pdsn = peer.dsn(dsn)
+            systems.append((peer.name, functools.partial(peer.single, pdsn, cfg.single_n, timeout=300),
+                            functools.partial(peer.reset, pdsn)))
+    got: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in systems}
+    for i in range(cfg.single_runs):
+        for name, measure, reset in systems:
+            row0 = next(r for r in rows if r["system"] == name)
+            log(f"{name}: {cfg.single_n:,} single enqueues, turn {i + 1}/{cfg.single_runs}")
+            r = guarded(row0, f"single enqueue turn {i + 1}", measure)
+            if reset is not None:
+                guarded(row0, "reset after single enqueue", reset)
+            if r:
+                got[name].append(r)
+                log(f"  {r['rate']:,.0f}/s")
+    for name, runs in got.items():
+        single = merge_runs(runs, ["rate"])
+        for r in rows:
+            if r["system"] == name:
+                r["single"] = single
 
 
 # ------------------------------------------------------------------ peers --
@@ -302,10 +361,7 @@ def run_peer(peer: peers_mod.Peer, cfg: Config, admin_dsn: str) -> list[dict[str
         return rows
     pdsn = peer.dsn(admin_dsn)
     peer.reset(pdsn)
-    log(f"{peer.name}: {cfg.single_n:,} single enqueues")
-    single = guarded(rows[0], "single enqueue", lambda: peer.single(pdsn, cfg.single_n, timeout=300))
     for row, variant in zip(rows, peer.variants):
-        row["single"] = single
         for i in range(cfg.drain_runs):
             tag = f"-{peer.variants.index(variant)}r{i}"
             log(f"{variant.name}: batch enqueue {cfg.drain_n:,} + drain, run {i + 1}/{cfg.drain_runs}")
@@ -336,9 +392,11 @@ def run_peer(peer: peers_mod.Peer, cfg: Config, admin_dsn: str) -> list[dict[str
                 log(f"  batch {r[0]['rate']:,.0f}/s, drain {r[1]['rate']:,.0f} jobs/s ({r[1]['seconds']:.2f} s)"
                     f"{' TIMED OUT: %d/%d finished' % (r[1]['finished'], r[1]['jobs']) if r[1]['timed_out'] else ''}")
         peer.reset(pdsn)
-        log(f"{variant.name}: latency, {cfg.lat_n} jobs at {cfg.lat_rate:g}/s")
-        row["latency"] = guarded(row, "latency",
-                                 lambda: peer_latency(peer, pdsn, variant, cfg, f"-{peer.variants.index(variant)}"))
+        log(f"{variant.name}: latency, {cfg.lat_n} jobs at {cfg.lat_rate:g}/s, {cfg.single_runs} run(s)")
+        row["latency"] = repeated(row, "latency", cfg.single_runs,
+                                  lambda i: peer_latency(peer, pdsn, variant, cfg,
+                                                         f"-{peer.variants.index(variant)}r{i}"),
+                                  ["p50_ms", "p95_ms"])
         summarize(row)
     peer.reset(pdsn)
     return rows
@@ -382,6 +440,15 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def with_spread(result: Optional[dict[str, Any]], key: str, digits: int) -> str:
+    """A median with its min-max over the runs, when there was more than one run."""
+    if not result:
+        return "n/a"
+    lo, hi = result.get(f"{key}_spread") or (None, None)
+    more = f" ({fmt_num(lo, digits)}-{fmt_num(hi, digits)})" if result.get("runs", 1) > 1 and lo is not None else ""
+    return fmt_num(result[key], digits) + more
+
+
 def main_table(rows: list[dict[str, Any]], cfg: Config) -> str:
     runs = "1 run (quick)" if cfg.drain_runs == 1 else f"median of {cfg.drain_runs}"
     hdr = ("| system | single enqueue/s | batch enqueue/s | drain jobs/s (" + runs + ") | drain spread min-max |"
@@ -394,9 +461,8 @@ def main_table(rows: list[dict[str, Any]], cfg: Config) -> str:
             drain += f" (capped {d['timed_out_runs']}/{d['runs']})"
         spread = f"{fmt_num(d['min'])}-{fmt_num(d['max'])}" if d and d["runs"] > 1 else ("1 run" if d else "n/a")
         lat = r.get("latency")
-        lines.append(f"| {r['variant']} | {fmt_num(COLUMNS[0][1](r))} | {fmt_num(COLUMNS[1][1](r))} | {drain} |"
-                     f" {spread} | {fmt_num(lat['p50_ms'] if lat else None, 1)} |"
-                     f" {fmt_num(lat['p95_ms'] if lat else None, 1)} |")
+        lines.append(f"| {r['variant']} | {with_spread(r.get('single'), 'rate', 0)} | {fmt_num(COLUMNS[1][1](r))} |"
+                     f" {drain} | {spread} | {with_spread(lat, 'p50_ms', 1)} | {with_spread(lat, 'p95_ms', 1)} |")
     return "\n".join(lines)
 
 
@@ -426,10 +492,13 @@ def pgbench_table(pb: Optional[dict[str, Any]]) -> str:
 
 
 def pgfence_only_table(po: Optional[dict[str, Any]], cfg: Config,
-                       drain: Optional[dict[str, Any]] = None) -> str:
-    """drain: the drain row of the ratio table (the best peer's drain, for the ceiling)."""
+                       ratio_rows: Sequence[dict[str, Any]] = ()) -> str:
+    """ratio_rows: the ratio table's rows (pgfence's and the best peer's drain and latency,
+    set beside the ceiling and the latency floor)."""
     if not po:
         return "pgfence-only measurements: not run."
+    by_column = {x["column"]: x for x in ratio_rows}
+    drain = by_column.get("drain jobs/s")
     lines = ["| pgfence-only measurement | result |", "|---|---|"]
     ce = po.get("ceiling")
     if ce:
@@ -452,6 +521,16 @@ def pgfence_only_table(po: Optional[dict[str, Any]], cfg: Config,
                      f" database clock) | {fmt_num(d['rate'])} jobs/s (spread {fmt_num(d['spread'][0])}-"
                      f"{fmt_num(d['spread'][1])}; wall clock incl. process start {fmt_num(d['wall_rate'])})"
                      f"{capped} |")
+    fl = po.get("latency_floor")
+    if fl:
+        p50, p95 = by_column.get("latency p50 ms"), by_column.get("latency p95 ms")
+        mine = (f"; pgfence's latency step: p50 {fmt_num(p50['pgfence'], 1)} ms, p95 {fmt_num(p95['pgfence'], 1)} ms"
+                if p50 and p95 and p50.get("pgfence") is not None and p95.get("pgfence") is not None else "")
+        lines.append(f"| latency floor, no queue logic: {fl['n']} bare `INSERT INTO pgfence.jobs` + NOTIFY at"
+                     f" {fl['rate']:g}/s (the latency step's producer); {fl['procs']} idle processes LISTENing,"
+                     f" each claiming one job per notification with a bare one-row SKIP LOCKED UPDATE"
+                     f" (bench/floor_claimer.py: no checks, no reclaim probe, no worker threads) |"
+                     f" p50 {fl['p50_ms']:.1f} ms, p95 {fl['p95_ms']:.1f} ms{mine} |")
     depth = po.get("depth", [])
     if len(depth) == 2 and depth[0]["rate"]:
         lines.append(f"| depth ratio: {depth[1]['queued']:,} queued vs {depth[0]['queued']:,} queued |"
@@ -506,8 +585,9 @@ def render(results: dict[str, Any], cfg: Config) -> str:
     st = m["pg_settings"]
     peer_versions = results["versions"]
     runs_note = ("QUICK mode: every measurement is ONE run (no median, no spread)." if cfg.quick else
-                 f"Drain: median of {cfg.drain_runs} runs, spread = min-max; single enqueue and latency: one run"
-                 " each; batch enqueue: median over the drain runs' pre-fills.")
+                 f"Drain: median of {cfg.drain_runs} runs, spread = min-max; single enqueue and latency: median of"
+                 f" {cfg.single_runs} runs, (min-max) after it; batch enqueue: median over the drain runs'"
+                 " pre-fills.")
     md = [
         "# pgfence benchmarks",
         "",
@@ -541,7 +621,8 @@ def render(results: dict[str, Any], cfg: Config) -> str:
         " no-op handler. Each peer in its own database (bench_pgqueuer, bench_procrastinate, bench_graphile)"
         " with the schema installed by its own tooling; pgfence in its deployed database, a fresh queue per"
         " run, jobs deleted and VACUUMed after each run; peer tables truncated + VACUUM between runs.",
-        f"- single enqueue/s: {cfg.single_n:,} sequential single enqueues from one client connection"
+        f"- single enqueue/s: {cfg.single_n:,} sequential single enqueues from one client connection, after"
+        f" the drains, the systems taking turns ({cfg.single_runs} rounds; median, min-max)"
         " (pgfence: `SELECT pgfence.enqueue(kind => 'noop', payload => %s::jsonb, queue => %s)`).",
         f"- batch enqueue/s: {cfg.drain_n:,} jobs in batches of {cfg.batch:,} through the system's batch API"
         " (pgfence: `pgfence.enqueue_many`), measured as the pre-fill of each drain run.",
@@ -555,7 +636,8 @@ def render(results: dict[str, Any], cfg: Config) -> str:
         f" {min(cfg.drain_timeout, cfg.drain_timeout_after_cap):.0f} s): a capped run reports"
         " finished/elapsed and is marked 'capped'.",
         f"- latency: idle workers, {cfg.lat_n} jobs enqueued at {cfg.lat_rate:g}/s, payload carries"
-        " time.time() at enqueue; the handler records now - t. p50/p95 over the jobs.",
+        " time.time() at enqueue; the handler records now - t. p50/p95 over the jobs of a run, with fresh"
+        f" workers; the median of {cfg.single_runs} runs.",
         "",
         "| system | settings |", "|---|---|",
         *[f"| {r['variant']} | {r['settings']} |" for r in rows],
@@ -574,8 +656,7 @@ def render(results: dict[str, Any], cfg: Config) -> str:
         "",
         "### pgfence only",
         "",
-        pgfence_only_table(results.get("pgfence_only"), cfg,
-                           next((x for x in results["ratios"] if x["column"] == "drain jobs/s"), None)),
+        pgfence_only_table(results.get("pgfence_only"), cfg, results["ratios"]),
         "",
     ]
     errs = [(r["variant"], e) for r in rows for e in r["errors"]] + [("general", e) for e in results["errors"]]
@@ -659,6 +740,7 @@ def main() -> int:
         for p in peer_list:
             if p.name in wanted:
                 rows += run_peer(p, cfg, a.dsn)
+        single_enqueue_turns(cfg, a.dsn, rows, peer_list)
         results["rows"] = rows
         if "pgbench" in wanted:
             try:
