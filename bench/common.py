@@ -279,6 +279,23 @@ def count_lines(paths: Sequence[Path]) -> int:
     return n
 
 
+def wait_lines(paths: Sequence[Path], n: int, timeout: float = 30.0) -> None:
+    """Wait until the files hold n lines in all (each handler's delay), or timeout s."""
+    deadline = time.time() + timeout
+    while count_lines(paths) < n and time.time() < deadline:
+        time.sleep(0.05)
+
+
+def delay_summary(paths: Sequence[Path], n: int, what: str) -> dict[str, Any]:
+    """The delays (seconds, one per line) the handlers wrote, in ms: n, p50, p95, max;
+    logs when fewer than n jobs recorded one."""
+    delays = [d * 1000 for d in read_floats(paths)]
+    if len(delays) < n:
+        log(f"{what}: only {len(delays)}/{n} jobs recorded a delay")
+    return {"n": len(delays), "p50_ms": percentile(delays, 50), "p95_ms": percentile(delays, 95),
+            "max_ms": max(delays) if delays else math.nan}
+
+
 # ---------------------------------------------------------------- statistics --
 def median(xs: Sequence[float]) -> float:
     s = sorted(xs)

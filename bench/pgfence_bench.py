@@ -18,10 +18,10 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
-from common import (BENCH_DIR, LOG_DIR, BenchError, DrainResult, connect, count_lines, dsn_dbname, log,
-                    measure_drain, median, percentile, read_floats, settle, spawn, stop, wait_ready)
+from common import (BENCH_DIR, LOG_DIR, BenchError, DrainResult, connect, delay_summary, dsn_dbname,
+                    log, measure_drain, median, percentile, settle, spawn, stop, wait_lines, wait_ready)
 
 PY = sys.executable
 WORKER = BENCH_DIR / "pgfence_worker.py"
@@ -209,23 +209,22 @@ def latency(dsn: str, shape: WorkerShape, n: int = 100, rate: float = 20.0, tag:
         wait_ready(procs, logs, timeout=60)
         time.sleep(0.5)  # let both workers reach their idle poll/listen state
         with connect(dsn) as conn:
-            t0 = time.time()
-            for i in range(n):
-                d = t0 + i / rate - time.time()
-                if d > 0:
-                    time.sleep(d)
-                conn.execute(SINGLE_SQL, (json.dumps({"t": time.time(), "i": i}), queue))
-        deadline = time.time() + 30
-        while count_lines(outs) < n and time.time() < deadline:
-            time.sleep(0.05)
+            _paced(n, rate, lambda i: conn.execute(SINGLE_SQL, (json.dumps({"t": time.time(), "i": i}), queue)))
+        wait_lines(outs, n)
     finally:
         stop(procs)
         cleanup(dsn, queue)
-    delays = [d * 1000 for d in read_floats(outs)]
-    if len(delays) < n:
-        log(f"pgfence latency: only {len(delays)}/{n} jobs recorded a delay")
-    return {"n": len(delays), "p50_ms": percentile(delays, 50), "p95_ms": percentile(delays, 95),
-            "max_ms": max(delays) if delays else math.nan, "impl": worker_impl_used(logs)}
+    return {**delay_summary(outs, n, "pgfence latency"), "impl": worker_impl_used(logs)}
+
+
+def _paced(n: int, rate: float, send: Callable[[int], Any]) -> None:
+    """send(i) for i in range(n), the i-th at i / rate s after the first."""
+    t0 = time.time()
+    for i in range(n):
+        d = t0 + i / rate - time.time()
+        if d > 0:
+            time.sleep(d)
+        send(i)
 
 
 def latency_floor(dsn: str, procs: int, n: int = 100, rate: float = 20.0) -> dict[str, Any]:
@@ -249,25 +248,15 @@ def latency_floor(dsn: str, procs: int, n: int = 100, rate: float = 20.0) -> dic
         wait_ready(claimers, logs, timeout=60)
         time.sleep(0.5)
         with connect(dsn) as conn:
-            t0 = time.time()
-            for i in range(n):
-                d = t0 + i / rate - time.time()
-                if d > 0:
-                    time.sleep(d)
-                conn.execute("WITH j AS (INSERT INTO pgfence.jobs (queue, kind, payload)"
-                             " VALUES (%s, 'noop', jsonb_build_object('t', %s::float8, 'i', %s::int)) RETURNING id)"
-                             " SELECT pg_notify(%s, '') FROM j", (queue, time.time(), i, channel), prepare=True)
-        deadline = time.time() + 30
-        while count_lines(outs) < n and time.time() < deadline:
-            time.sleep(0.05)
+            _paced(n, rate, lambda i: conn.execute(
+                "WITH j AS (INSERT INTO pgfence.jobs (queue, kind, payload)"
+                " VALUES (%s, 'noop', jsonb_build_object('t', %s::float8, 'i', %s::int)) RETURNING id)"
+                " SELECT pg_notify(%s, '') FROM j", (queue, time.time(), i, channel), prepare=True))
+        wait_lines(outs, n)
     finally:
         stop(claimers)
         cleanup(dsn, queue)
-    delays = [d * 1000 for d in read_floats(outs)]
-    if len(delays) < n:
-        log(f"pgfence latency floor: only {len(delays)}/{n} jobs recorded a delay")
-    return {"n": len(delays), "procs": procs, "rate": rate, "p50_ms": percentile(delays, 50),
-            "p95_ms": percentile(delays, 95), "max_ms": max(delays) if delays else math.nan}
+    return {**delay_summary(outs, n, "pgfence latency floor"), "procs": procs, "rate": rate}
 
 
 # -------------------------------------------------------------------- depth --

@@ -32,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pgbench_bench  # noqa: E402
 import pgfence_bench as pf  # noqa: E402
 import peers as peers_mod  # noqa: E402
-from common import (LOG_DIR, REPO, RESULTS_DIR, BenchError, connect, count_lines, fmt_num,  # noqa: E402
-                    kill_all, log, measure_drain, median, percentile, read_floats, run_json, scalar, spawn,
-                    settle, stop, wait_ready)
+from common import (LOG_DIR, REPO, RESULTS_DIR, BenchError, connect, delay_summary,  # noqa: E402
+                    fmt_num, kill_all, log, measure_drain, median, run_json, scalar, spawn,
+                    settle, stop, wait_lines, wait_ready)
 
 
 @dataclass
@@ -335,16 +335,10 @@ def peer_latency(peer: peers_mod.Peer, pdsn: str, variant: peers_mod.Variant, cf
         time.sleep(0.5)  # let both workers reach their idle poll/listen state
         run_json(peer.latency_cmd(pdsn, cfg.lat_n, cfg.lat_rate), log_path=LOG_DIR / f"{peer.name}-latency{tag}.log",
                  timeout=cfg.lat_n / cfg.lat_rate + 60, env=peer.env)
-        deadline = time.time() + 30
-        while count_lines(outs) < cfg.lat_n and time.time() < deadline:
-            time.sleep(0.05)
+        wait_lines(outs, cfg.lat_n)
     finally:
         stop(procs)
-    delays = [d * 1000 for d in read_floats(outs)]
-    if len(delays) < cfg.lat_n:
-        log(f"{variant.name} latency: only {len(delays)}/{cfg.lat_n} jobs recorded a delay")
-    return {"n": len(delays), "p50_ms": percentile(delays, 50), "p95_ms": percentile(delays, 95),
-            "max_ms": max(delays) if delays else math.nan}
+    return delay_summary(outs, cfg.lat_n, f"{variant.name} latency")
 
 
 def run_peer(peer: peers_mod.Peer, cfg: Config, admin_dsn: str) -> list[dict[str, Any]]:
