@@ -30,7 +30,7 @@ def pgbench_path() -> str:
     return p
 
 
-def _run(dsn: str, script: str, name: str, clients: int, threads: int, seconds: int,
+def run_script(dsn: str, script: str, name: str, clients: int, threads: int, seconds: int,
          db: str = DB) -> dict[str, Any]:
     """pgbench -n with `script` against database `db`; tx/s and the transactions run."""
     host, port, user = dsn_host_port(dsn)
@@ -65,9 +65,9 @@ def run(admin_dsn: str, seconds: int, prefill: int, clients: int = 8, threads: i
         conn.execute("VACUUM (ANALYZE) t")
         conn.execute("VACUUM (ANALYZE) ins_t")
     log(f"pgbench insert: -c {clients} -j {threads} -T {seconds}")
-    ins = _run(dsn, INSERT_SQL, "insert", clients, threads, seconds)
+    ins = run_script(dsn, INSERT_SQL, "insert", clients, threads, seconds)
     log(f"pgbench claim: -c {clients} -j {threads} -T {seconds} on {prefill:,} pre-filled rows")
-    claim = _run(dsn, CLAIM_SQL, "claim", clients, threads, seconds)
+    claim = run_script(dsn, CLAIM_SQL, "claim", clients, threads, seconds)
     with connect(dsn) as conn:
         row = conn.execute("SELECT count(*) FILTER (WHERE status = 'queued'), count(*) FROM t").fetchone()
         assert row is not None

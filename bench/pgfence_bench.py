@@ -508,7 +508,7 @@ def sql_ceiling(dsn: str, n: int, clients: int, seconds: int, batch: int = 500) 
     process of the drain), each looping over claim(batch) and complete_many of what it
     got, in SQL, with no worker process at all, on a fresh queue of n jobs. The drain
     cannot beat this on the same machine: its workers need CPU of their own."""
-    from pgbench_bench import _run
+    from pgbench_bench import run_script
     queue = new_queue("ceiling")
     try:
         batch_enqueue(dsn, queue, n)
@@ -518,7 +518,7 @@ def sql_ceiling(dsn: str, n: int, clients: int, seconds: int, batch: int = 500) 
                   "\\if :n > 0\n"
                   "SELECT count(*) FROM pgfence.complete_many(':ids'::bigint[], ':tokens'::uuid[]) WHERE accepted;\n"
                   "\\endif\n")
-        r = _run(dsn, script, "ceiling", clients, clients, seconds, db=dsn_dbname(dsn))
+        r = run_script(dsn, script, "ceiling", clients, clients, seconds, db=dsn_dbname(dsn))
         with connect(dsn) as conn:
             done = int(scalar_in(conn, "SELECT count(*) FROM pgfence.jobs WHERE queue = %s AND status = 'done'",
                                  (queue,)))
