@@ -52,7 +52,7 @@ stop: ## stop the local cluster
 psql: db ## psql into the local database
 	@$(PG) psql
 
-test: db deploy ## run the test suite (PYTEST_ARGS=... passed to pytest)
+test: setup ## run the test suite on its own throwaway cluster (PYTEST_ARGS=... passed to pytest)
 	cd $(REPO) && $(PY) -m pytest -q tests $(PYTEST_ARGS)
 
 demo: db deploy ## run the demo (python -m pgfence.demo)
@@ -61,7 +61,7 @@ demo: db deploy ## run the demo (python -m pgfence.demo)
 bench: db deploy ## run the benchmark (QUICK=1 for a short run)
 	cd $(REPO) && $(PY) bench/run.py $(if $(QUICK),--quick)
 
-chaos: setup ## run the full chaos suite (its own cluster on port 54339; make test runs the short form)
+chaos: setup ## run the full chaos suite (its own cluster, first free port from 54339; make test runs the short form)
 	cd $(REPO) && $(PY) -m pytest -q tests/chaos --chaos-full $(PYTEST_ARGS)
 
 typecheck: setup ## mypy on python_client/pgfence
@@ -71,4 +71,4 @@ clean: ## stop the cluster, remove .pgdata and .venv
 	-@$(PG) stop
 	@d="$$($(PG) datadir 2>/dev/null || true)"; \
 	  case "$$d" in $(REPO)/.pgdata|/tmp/pgfence-*) rm -rf "$$d";; esac
-	rm -rf $(REPO)/.pgdata $(REPO)/.venv
+	rm -rf $(REPO)/.pgdata $(REPO)/.pgdata-test $(REPO)/.pgdata-chaos $(REPO)/.venv

@@ -21,7 +21,6 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 PORT="${PGFENCE_PGPORT:-54329}"
 DB="${PGFENCE_DB:-pgfence}"
 REPO_HASH="$(printf '%s' "$REPO" | sha1sum | cut -c1-12)"
-LOCK_FILE="/tmp/pgfence-${REPO_HASH}.lock"
 START_TIMEOUT=60
 
 log()  { printf 'pg.sh: %s\n' "$*" >&2; }
@@ -81,11 +80,17 @@ fi
 
 PGDATA_DEFAULT="$REPO/.pgdata"
 PGDATA="${PGFENCE_PGDATA:-$PGDATA_DEFAULT}"
+# One lock per data directory (the dev, test and chaos clusters of one checkout start
+# independently), and one fallback directory per data directory: the default cluster
+# keeps /tmp/pgfence-<hash of the checkout>, any other one gets a name of its own.
+PGDATA_HASH="$(printf '%s' "$PGDATA" | sha1sum | cut -c1-12)"
+LOCK_FILE="/tmp/pgfence-${PGDATA_HASH}.lock"
 if [[ "$IS_ROOT" -eq 1 ]]; then
   parent="$(dirname "$PGDATA")"
   # `test -x` as postgres fails unless every ancestor of $parent is traversable too.
   if [[ ! -d "$parent" ]] || ! runuser -u postgres -- test -x "$parent" 2>/dev/null; then
-    fallback="/tmp/pgfence-${REPO_HASH}"
+    if [[ "$PGDATA" == "$PGDATA_DEFAULT" ]]; then fallback="/tmp/pgfence-${REPO_HASH}"
+    else fallback="/tmp/pgfence-${PGDATA_HASH}"; fi
     if [[ "${1:-}" == start || "${1:-}" == status ]]; then
       warn "$parent is not traversable by OS user postgres; using data dir $fallback instead of $PGDATA"
     fi
@@ -264,6 +269,10 @@ ensure_db() {
   fi
 }
 
+# Something (another checkout's cluster, a system PostgreSQL, any program) already
+# accepts connections on 127.0.0.1:$PORT.
+port_taken() { (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; }
+
 cmd_start() {
   exec 9>"$LOCK_FILE"
   flock -w 120 9 || die "could not lock $LOCK_FILE"
@@ -275,6 +284,9 @@ cmd_start() {
   [[ -f "$PGDATA/PG_VERSION" ]] || init_cluster
   if [[ "$IS_ROOT" -eq 1 ]]; then chown -R postgres: "$PGDATA"; fi
   clear_stale
+  if port_taken; then
+    die "port $PORT on 127.0.0.1 is already taken (another checkout's cluster, a system PostgreSQL, or another program); start this cluster on another port with PGFENCE_PGPORT=<port> (e.g. PGFENCE_PGPORT=$((PORT + 1)) make db), and use that variable with every make target"
+  fi
   write_conf
   local attempt
   for attempt in 1 2 3 4 5; do

@@ -1,17 +1,23 @@
 """pgfence test harness: test-database selection and shared fixtures.
 
-Database selection (once per session, in this order):
+Database selection (once per session, in this order). The tests never use the
+developer's cluster (``make db``, port 54329) or its database, which ``make demo``
+and a newcomer's worker use:
 
-1. ``PGFENCE_TEST_DSN`` set: used as is.
-2. The local throwaway cluster (``scripts/pg.sh``) when it is already running
-   (``make test`` starts it before pytest), or when ``PGFENCE_TEST_BACKEND=local``.
-3. A Docker engine answers (``docker info`` exits 0 within 5 s) and testcontainers
-   imports (or ``PGFENCE_TEST_BACKEND=docker``): a throwaway container from image
-   ``PGFENCE_TEST_IMAGE`` (default ``postgres:<major>``, the official Debian-based
-   image, whose PGDG apt source has ``postgresql-<major>-cron``). Its startup command
-   apt-installs pg_cron when the image lacks it, then runs the normal entrypoint with
+1. ``PGFENCE_TEST_DSN`` set: used as is (a database of its own, please: the tests
+   create queues, roles and jobs in it).
+2. ``PGFENCE_TEST_BACKEND=docker``: a throwaway container (below).
+3. A PostgreSQL server is installed here (``make test`` installs one): the tests'
+   own throwaway cluster (tests/clusters.py: ``.pgdata-test``, database
+   ``pgfence_test``, the first free port from 54349 or ``PGFENCE_TEST_PGPORT``, with
+   pg_cron running the sweeper in that database), wiped, started and deployed for the
+   session and stopped after it (``PGFENCE_TEST_KEEP=1``: reused and left running).
+4. A Docker engine answers (``docker info`` exits 0 within 5 s) and testcontainers
+   imports: a throwaway container from image ``PGFENCE_TEST_IMAGE`` (default
+   ``postgres:<major>``, the official Debian-based image, whose PGDG apt source has
+   ``postgresql-<major>-cron``). Its startup command apt-installs pg_cron when the
+   image lacks it, then runs the normal entrypoint with
    ``-c shared_preload_libraries=pg_cron -c cron.database_name=pgfence ...``.
-4. Otherwise ``scripts/pg.sh start`` and ``scripts/pg.sh dsn``.
 
 Whatever the source, ``sqitch deploy --target db:<dsn>`` runs once per session
 (idempotent; skipped while sqitch.plan has no changes).
@@ -31,7 +37,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from helpers import PG_SH, SWEEP_LOCK_SQL, connect, sqitch_deploy
+from clusters import Cluster, test_cluster
+from helpers import SWEEP_LOCK_SQL, connect, sqitch_deploy
 
 DB_NAME = "pgfence"
 
@@ -55,13 +62,6 @@ def chaos_full(request: pytest.FixtureRequest) -> bool:
 
 
 # ------------------------------------------------------ backend selection --
-def _local_running() -> bool:
-    try:
-        return subprocess.run([str(PG_SH), "status"], capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
-
-
 def _docker_available() -> bool:
     if shutil.which("docker") is None:
         return False
@@ -75,11 +75,8 @@ def _docker_available() -> bool:
         return False
 
 
-def _local_dsn() -> str:
-    r = subprocess.run([str(PG_SH), "start"], capture_output=True, text=True, timeout=180)
-    if r.returncode != 0:
-        raise RuntimeError(f"scripts/pg.sh start failed:\n{r.stdout}{r.stderr}")
-    return subprocess.run([str(PG_SH), "dsn"], capture_output=True, text=True, check=True).stdout.strip()
+def _server_installed() -> bool:
+    return any((p / "bin" / "postgres").exists() for p in Path("/usr/lib/postgresql").glob("*"))
 
 
 def _installed_major() -> str:
@@ -139,17 +136,38 @@ def _start_container() -> tuple[Any, str]:
 
 # --------------------------------------------------------------- fixtures --
 @pytest.fixture(scope="session")
-def dsn() -> Iterator[str]:
+def test_db_cluster() -> Iterator[Cluster | None]:
+    """The tests' own cluster when the session uses it (see module docstring), else None."""
+    backend = os.environ.get("PGFENCE_TEST_BACKEND", "").lower()
+    if os.environ.get("PGFENCE_TEST_DSN") or backend == "docker" or (
+            backend != "local" and not _server_installed() and _docker_available()):
+        yield None
+        return
+    cluster = test_cluster()
+    keep = os.environ.get("PGFENCE_TEST_KEEP") == "1"
+    cluster.lock()
+    try:
+        if not (keep and cluster.reuse()):
+            cluster.fresh()
+        yield cluster
+    finally:
+        try:
+            if not keep:
+                cluster.stop()
+        finally:
+            cluster.unlock()
+
+
+@pytest.fixture(scope="session")
+def dsn(test_db_cluster: Cluster | None) -> Iterator[str]:
     """The test database DSN (see module docstring), deployed with sqitch once."""
     container = None
-    env_dsn = os.environ.get("PGFENCE_TEST_DSN")
-    backend = os.environ.get("PGFENCE_TEST_BACKEND", "").lower()
-    if env_dsn:
-        the_dsn = env_dsn
-    elif backend == "docker" or (backend != "local" and not _local_running() and _docker_available()):
-        container, the_dsn = _start_container()
+    if os.environ.get("PGFENCE_TEST_DSN"):
+        the_dsn = os.environ["PGFENCE_TEST_DSN"]
+    elif test_db_cluster is not None:
+        the_dsn = test_db_cluster.dsn()
     else:
-        the_dsn = _local_dsn()
+        container, the_dsn = _start_container()
     try:
         sqitch_deploy(the_dsn)
         yield the_dsn

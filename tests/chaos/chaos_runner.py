@@ -13,14 +13,13 @@ compare them directly.
 from __future__ import annotations
 
 import dataclasses
-import fcntl
+import hashlib
 import json
 import math
 import os
 import random
 import re
 import secrets
-import shutil
 import signal
 import statistics
 import subprocess
@@ -35,14 +34,10 @@ from typing import Any, Callable, Iterator, Optional
 
 import psycopg
 
+from clusters import Cluster
 from pgfence import Client, PgfenceError
 
 REPO = Path(__file__).resolve().parents[2]
-PG_SH = REPO / "scripts" / "pg.sh"
-SHARED_PORT = 54329          # the shared cluster: never touched by this suite
-DB_NAME = "pgfence"
-CHAOS_PORT = int(os.environ.get("PGFENCE_CHAOS_PGPORT", "54339"))
-CHAOS_DATADIR = Path(os.environ.get("PGFENCE_CHAOS_PGDATA", str(REPO / ".pgdata-chaos")))
 
 #: Reports of the scenarios run in this session (printed by the terminal summary).
 REPORTS: list["Report"] = []
@@ -130,15 +125,9 @@ class Config:
 
 
 # =================================================================== cluster ==
-def _pg_bindir() -> Path:
-    env = os.environ.get("PGFENCE_PG_BINDIR")
-    if env:
-        return Path(env)
-    found = [(int(p.name), p / "bin") for p in Path("/usr/lib/postgresql").glob("*")
-             if p.name.isdigit() and (p / "bin" / "postgres").exists()]
-    if not found:
-        raise RuntimeError("no PostgreSQL server under /usr/lib/postgresql/*/bin (run scripts/setup.sh)")
-    return max(found)[1]
+# The chaos cluster itself (its own data directory and port, crash-restarted) is
+# tests/clusters.py's Cluster; this module only reaps the worker processes a crashed
+# earlier session left behind.
 
 
 def _start_time(pid: int) -> Optional[str]:
@@ -150,15 +139,16 @@ def _start_time(pid: int) -> Optional[str]:
     return stat.rsplit(")", 1)[1].split()[19]
 
 
-def _pidfile(port: int) -> Path:
-    return Path(f"/tmp/pgfence-chaos-{port}.workers")
+def _pidfile(cluster: Cluster) -> Path:
+    key = hashlib.sha1(str(cluster.requested_datadir).encode()).hexdigest()[:12]
+    return Path(f"/tmp/pgfence-chaos-{key}.workers")
 
 
-def reap_orphans(port: int) -> list[int]:
+def reap_orphans(cluster: Cluster) -> list[int]:
     """SIGKILL the worker processes a crashed earlier session left behind (they
-    reconnect forever to this port): exactly the pids it recorded, when they are
+    reconnect forever to its port): exactly the pids it recorded, when they are
     still the same processes (start time) running the chaos handlers."""
-    path = _pidfile(port)
+    path = _pidfile(cluster)
     killed: list[int] = []
     try:
         lines = path.read_text().split("\n")
@@ -183,103 +173,6 @@ def reap_orphans(port: int) -> list[int]:
                 pass
     path.unlink(missing_ok=True)
     return killed
-
-
-class Cluster:
-    """The chaos suite's own throwaway cluster (``scripts/pg.sh`` with another
-    data directory and port). It is crash-restarted, so it is never the shared one."""
-
-    def __init__(self, datadir: Path = CHAOS_DATADIR, port: int = CHAOS_PORT, db: str = DB_NAME) -> None:
-        if port == SHARED_PORT:
-            raise RuntimeError(f"the chaos cluster must not use the shared port {SHARED_PORT}")
-        self.datadir = datadir.resolve()
-        self.port = port
-        self.db = db
-        self.started_at = 0.0          # wall time of the last (re)start, for pg_cron timing
-        self.lock_fh: Optional[Any] = None
-
-    def env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(PGFENCE_PGDATA=str(self.datadir), PGFENCE_PGPORT=str(self.port), PGFENCE_DB=self.db)
-        env.pop("SQITCH_TARGET", None)
-        env.setdefault("SQITCH_FULLNAME", "pgfence chaos")
-        env.setdefault("SQITCH_EMAIL", "pgfence-chaos@localhost")
-        return env
-
-    def dsn(self, app: Optional[str] = None) -> str:
-        base = f"postgresql://postgres@127.0.0.1:{self.port}/{self.db}"
-        return f"{base}?application_name={app}" if app else base
-
-    def pg_sh(self, *args: str, timeout: float = 180.0, check: bool = True) -> subprocess.CompletedProcess[str]:
-        r = subprocess.run([str(PG_SH), *args], env=self.env(), capture_output=True, text=True, timeout=timeout)
-        if check and r.returncode != 0:
-            raise RuntimeError(f"scripts/pg.sh {' '.join(args)} failed (exit {r.returncode}):\n{r.stdout}{r.stderr}")
-        return r
-
-    def lock(self, wait: float = 150.0) -> None:
-        """One chaos run per port at a time (the cluster is wiped and crashed)."""
-        self.lock_fh = open(f"/tmp/pgfence-chaos-{self.port}.lock", "w")
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                fcntl.flock(self.lock_fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"another chaos run holds /tmp/pgfence-chaos-{self.port}.lock")
-                time.sleep(0.5)
-
-    def unlock(self) -> None:
-        if self.lock_fh is not None:
-            self.lock_fh.close()
-            self.lock_fh = None
-
-    def fresh(self) -> None:
-        """Wipe, start and deploy: every session tests the SQL as it is in the tree."""
-        reported = self.pg_sh("datadir").stdout.strip()
-        if Path(reported).resolve() != self.datadir:
-            raise RuntimeError(f"scripts/pg.sh would use {reported}, not {self.datadir} "
-                               "(parent not traversable by the postgres user?); refusing to run chaos there")
-        reap_orphans(self.port)
-        self.pg_sh("stop", check=False)
-        if self.datadir.exists():
-            shutil.rmtree(self.datadir)
-        self.start()
-        sqitch = shutil.which("sqitch")
-        if sqitch is None:
-            raise RuntimeError("sqitch not found on PATH (run scripts/setup.sh)")
-        r = subprocess.run([sqitch, "deploy", "--target", f"db:pg://postgres@127.0.0.1:{self.port}/{self.db}"],
-                           cwd=REPO, env=self.env(), capture_output=True, text=True, timeout=300)
-        if r.returncode != 0:
-            raise RuntimeError(f"sqitch deploy to the chaos cluster failed:\n{r.stdout}{r.stderr}")
-
-    def start(self) -> None:
-        self.pg_sh("start")
-        self.started_at = time.time()
-
-    def stop(self) -> None:
-        self.pg_sh("stop", check=False, timeout=120)
-
-    @property
-    def server_log(self) -> Path:
-        return self.datadir / "server.log"
-
-    def crash_restart(self) -> float:
-        """``pg_ctl stop -m immediate`` (as the postgres OS user when root), then
-        ``scripts/pg.sh start``. Returns the seconds the server was down."""
-        pidfile = self.datadir / "postmaster.pid"
-        lines = pidfile.read_text().splitlines()
-        if len(lines) < 4 or lines[3].strip() != str(self.port):
-            raise RuntimeError(f"{pidfile} does not belong to a server on port {self.port}; not crashing it")
-        cmd = [str(_pg_bindir() / "pg_ctl"), "-D", str(self.datadir), "stop", "-m", "immediate", "-w", "-t", "60"]
-        if os.geteuid() == 0:
-            cmd = ["runuser", "-u", "postgres", "--", *cmd]
-        t = time.time()
-        r = subprocess.run(cmd, cwd="/", capture_output=True, text=True, timeout=90)
-        if r.returncode != 0:
-            raise RuntimeError(f"pg_ctl stop -m immediate failed:\n{r.stdout}{r.stderr}")
-        self.start()
-        return time.time() - t
 
 
 class Db:
@@ -382,7 +275,7 @@ class Workers:
             with open(log, "ab") as fh:
                 popen = subprocess.Popen(cmd, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=fh,
                                          stderr=subprocess.STDOUT, start_new_session=True)
-            with open(_pidfile(self.cluster.port), "a") as pf:
+            with open(_pidfile(self.cluster), "a") as pf:
                 pf.write(f"{popen.pid} {_start_time(popen.pid)}\n")
             proc = Proc(slot, gen, worker_id, popen, log, time.time())
             self.current[slot] = proc
@@ -469,7 +362,7 @@ class Workers:
             # kill leftovers of the group too (a worker has no children, but be sure)
             self.signal(p, signal.SIGKILL)
         if all(p.popen.poll() is not None for p in self.history):
-            _pidfile(self.cluster.port).unlink(missing_ok=True)
+            _pidfile(self.cluster).unlink(missing_ok=True)
 
     def by_id(self, worker_id: str) -> Optional[Proc]:
         with self.lock:

@@ -1,9 +1,10 @@
 """Fixtures of the chaos suite: its own throwaway cluster and one scenario per session.
 
-The suite crash-restarts PostgreSQL, so it never uses the shared cluster
-(port 54329): ``chaos_cluster`` wipes and starts ``<repo>/.pgdata-chaos`` on
-port 54339 (``PGFENCE_CHAOS_PGDATA`` / ``PGFENCE_CHAOS_PGPORT`` override),
-deploys with sqitch, and stops it at the end of the session. ``chaos_report``
+The suite crash-restarts PostgreSQL, so it never uses the developer's cluster nor
+the tests' one: ``chaos_cluster`` wipes and starts ``<repo>/.pgdata-chaos`` on the
+first free port from 54339 (``PGFENCE_CHAOS_PGDATA`` / ``PGFENCE_CHAOS_PGPORT``
+override; see tests/clusters.py), deploys with sqitch, and stops it at the end of
+the session. ``chaos_report``
 runs the scenario once (short form by default, ``--chaos-full`` for the long
 one); every test asserts one invariant of it, and the terminal summary prints
 the table of faults and invariants.
@@ -15,14 +16,16 @@ from collections.abc import Iterator
 import pytest
 
 import chaos_runner
-from chaos_runner import Cluster, Report
+from chaos_runner import Report
+from clusters import Cluster, chaos_cluster as make_chaos_cluster
 
 
 @pytest.fixture(scope="session")
 def chaos_cluster() -> Iterator[Cluster]:
-    cluster = Cluster()
+    cluster = make_chaos_cluster()
     cluster.lock()
     try:
+        chaos_runner.reap_orphans(cluster)
         cluster.fresh()
         yield cluster
     finally:
