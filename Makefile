@@ -71,4 +71,4 @@ clean: ## stop the cluster, remove .pgdata and .venv
 	-@$(PG) stop
 	@d="$$($(PG) datadir 2>/dev/null || true)"; \
 	  case "$$d" in $(REPO)/.pgdata|/tmp/pgfence-*) rm -rf "$$d";; esac
-	rm -rf $(REPO)/.pgdata $(REPO)/.pgdata-test $(REPO)/.pgdata-chaos $(REPO)/.venv
+	rm -rf $(REPO)/.pgdata $(REPO)/.pgdata-test $(REPO)/.pgdata-chaos $(REPO)/.pgdata-restart $(REPO)/.venv

@@ -27,7 +27,6 @@ PY = sys.executable
 WORKER = BENCH_DIR / "pgfence_worker.py"
 VICTIM = BENCH_DIR / "pgfence_victim.py"
 FLOOR_CLAIMER = BENCH_DIR / "floor_claimer.py"
-SWEEP_LOCK = "hashtext('pgfence.sweep')"
 
 SINGLE_SQL = "SELECT pgfence.enqueue(kind => 'noop', payload => %s::jsonb, queue => %s)"
 # The payloads as one JSON array, unpacked in order (what pgfence.Client.enqueue_many sends).
@@ -324,8 +323,7 @@ def sweep(dsn: str, n: int, idle_calls: int = 1000, idle_max_s: float = 30.0) ->
     for all to expire. (Claiming straight with lease '1 second' does not work at
     this size: claim's on-claim recovery reclaims the earlier batches' expired
     leases while later batches are still being claimed.) The pg_cron sweeper is
-    paused meanwhile by holding pg_advisory_lock(hashtext('pgfence.sweep')),
-    which pgfence.run_sweeper honours; nothing else claims from this queue.
+    paused meanwhile (pgfence.pause_sweeper()); nothing else claims from this queue.
     Then: the cost of a sweep batch when nothing is expired, as the mean of
     `idle_calls` x SELECT count(*) FROM pgfence.reclaim_expired(1000) (stopped
     early after idle_max_s; the count of calls made is reported).
@@ -333,7 +331,7 @@ def sweep(dsn: str, n: int, idle_calls: int = 1000, idle_max_s: float = 30.0) ->
     queue = new_queue("sweep")
     lock = connect(dsn)
     try:
-        lock.execute(f"SELECT pg_advisory_lock({SWEEP_LOCK})")
+        lock.execute("SELECT pgfence.pause_sweeper()")
         batch_enqueue(dsn, queue, n, 10000)
         ids: list[int] = []
         tokens: list[Any] = []
@@ -387,7 +385,7 @@ def sweep(dsn: str, n: int, idle_calls: int = 1000, idle_max_s: float = 30.0) ->
                 "busy_idle_calls": busy_calls, "busy_idle_us_per_call": busy_s / busy_calls * 1e6}
     finally:
         try:
-            lock.execute(f"SELECT pg_advisory_unlock({SWEEP_LOCK})")
+            lock.execute("SELECT pgfence.resume_sweeper()")
         finally:
             lock.close()
         cleanup(dsn, queue)

@@ -5,7 +5,7 @@
 #   apt (as root):  postgresql-<major>-cron, sqitch, libdbd-pg-perl
 #                   (+ postgresql-<major>-pgtap, postgresql-<major>-plpgsql-check when
 #                   the package lists offer them; optional)
-#   python:         $REPO/.venv with psycopg, psycopg-pool, pytest, pytest-timeout,
+#   python:         $REPO/.venv with psycopg, psycopg-pool, pytest, pytest-timeout, hypothesis,
 #                   mypy, testcontainers, and `pip install -e python_client`
 #
 # <major> is the highest installed PostgreSQL server (/usr/lib/postgresql/N/bin/postgres).
@@ -95,7 +95,7 @@ fi
 # ------------------------------------------------------------- python ------
 VENV="$REPO/.venv"
 STAMP="$VENV/.stamp"
-PY_DEPS=("psycopg[binary]>=3.1" "psycopg-pool>=3.2" "pytest>=8" "pytest-timeout" "mypy" "testcontainers>=4")
+PY_DEPS=("psycopg[binary]>=3.1" "psycopg-pool>=3.2" "pytest>=8" "pytest-timeout" "hypothesis>=6" "mypy" "testcontainers>=4")
 
 if [[ ! -x "$VENV/bin/python" ]] || ! "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
   log "creating $VENV"

@@ -36,9 +36,11 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 from clusters import Cluster, test_cluster
-from helpers import SWEEP_LOCK_SQL, connect, sqitch_deploy
+from helpers import connect, sqitch_deploy
 
 DB_NAME = "pgfence"
 
@@ -177,6 +179,22 @@ def dsn(test_db_cluster: Cluster | None) -> Iterator[str]:
 
 
 @pytest.fixture
+def scratch_dsn(dsn: str) -> Iterator[str]:
+    """A new, empty database pgfence_roundtrip_<random> on the test server (nothing
+    deployed, no pg_cron); dropped after, with its sessions ended."""
+    name = f"pgfence_roundtrip_{secrets.token_hex(4)}"
+    with connect(dsn) as c:
+        c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield make_conninfo(dsn, dbname=name)
+    finally:
+        with connect(dsn) as c:
+            c.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+                      (name,))
+            c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture
 def conn(dsn: str) -> Iterator[psycopg.Connection[Any]]:
     """A fresh autocommit psycopg 3 connection, closed after the test."""
     c = connect(dsn)
@@ -209,18 +227,16 @@ def queue(request: pytest.FixtureRequest) -> str:
 def sweep_paused(dsn: str) -> Iterator[psycopg.Connection[Any]]:
     """Pause the background pg_cron sweeper for the duration of the test.
 
-    Holds, on a dedicated autocommit connection, the session-level advisory lock
-    ``pg_advisory_lock(hashtext('pgfence.sweep'))``. The sweeper run by pg_cron
-    try-locks that same key (``pg_try_advisory_lock(hashtext('pgfence.sweep'))``)
-    and skips its pass when it cannot get it. Acquiring waits for a sweep in
-    progress to finish (lock_timeout 60 s). Released (and the connection closed)
-    at teardown. Yields the lock-holding connection; do not use it for test work.
-    """
+    Calls ``pgfence.pause_sweeper()`` (it waits for a sweeper step in progress, so no
+    reclaim or purge of the background sweeper happens after it returns) and
+    ``pgfence.resume_sweeper()`` at teardown, on a dedicated autocommit connection,
+    which it yields; do not use it for test work. Claims and CALL pgfence.sweep()
+    still reclaim."""
     c = connect(dsn)
     try:
         c.execute("SET lock_timeout = '60s'")
-        c.execute(f"SELECT pg_advisory_lock({SWEEP_LOCK_SQL})")
+        c.execute("SELECT pgfence.pause_sweeper()")
         yield c
-        c.execute(f"SELECT pg_advisory_unlock({SWEEP_LOCK_SQL})")
+        c.execute("SELECT pgfence.resume_sweeper()")
     finally:
         c.close()

@@ -15,7 +15,6 @@ from psycopg.conninfo import conninfo_to_dict
 REPO = Path(__file__).resolve().parent.parent
 PG_SH = REPO / "scripts" / "pg.sh"
 SQITCH_PLAN = REPO / "sqitch.plan"
-SWEEP_LOCK_SQL = "hashtext('pgfence.sweep')"
 
 
 def connect(dsn: str, **kw: Any) -> psycopg.Connection[Any]:

@@ -463,7 +463,7 @@ def test_get_job_of_an_unknown_id_raises_job_not_found(client: Client) -> None:
 
 
 def test_check_schema_returns_the_deployed_version(client: Client) -> None:
-    assert client.check_schema() == SCHEMA_VERSION == 2
+    assert client.check_schema() == SCHEMA_VERSION == 3
 
 
 def test_sweeper_last_pass_and_active_follow_the_background_sweeper(
@@ -472,19 +472,23 @@ def test_sweeper_last_pass_and_active_follow_the_background_sweeper(
     assert isinstance(first, datetime) and first.tzinfo is not None and first <= db_now(conn)
     assert client.sweeper_active() is True
     assert client.sweep_scheduled() is True  # the deprecated name
-    # Paused (the advisory lock), it completes no pass: a short max_age sees it idle.
-    with connect(dsn) as pause:
-        pause.execute("SET lock_timeout = '60s'")
-        pause.execute("SELECT pg_advisory_lock(hashtext('pgfence.sweep'))")
-        # The pass that held the lock drops it at its first COMMIT, before it records
-        # last_pass_at: let that record land first.
-        conn.execute("SELECT pg_sleep(0.2)")
+    assert client.sweeper_health().state == "running"
+    # Paused (pause_sweeper), it completes no pass, and says so.
+    assert client.pause_sweeper() is True
+    try:
+        assert client.pause_sweeper() is False  # already paused
         paused_at = client.sweeper_last_pass()
-        conn.execute("SELECT pg_sleep(0.3)")
+        conn.execute("SELECT pg_sleep(0.7)")
         assert client.sweeper_last_pass() == paused_at
+        health = client.sweeper_health()
+        assert (health.state, health.paused_by) == ("paused", "postgres") and health.paused_at is not None
         assert client.sweeper_active(timedelta(milliseconds=200)) is False
-        assert client.sweeper_active() is True
-        pause.execute("SELECT pg_advisory_unlock(hashtext('pgfence.sweep'))")
+        assert client.sweeper_active() is False
+    finally:
+        assert client.resume_sweeper() is True
+    assert client.resume_sweeper() is False
+    wait_for(lambda: client.sweeper_last_pass() != paused_at, 10, "a pass after resume_sweeper")
+    assert client.sweeper_health().state == "running"
 
 
 def test_attempts_lists_each_ended_attempt(client: Client, queue: str) -> None:
@@ -519,8 +523,10 @@ def test_a_refused_single_call_is_recorded_as_a_rejection(client: Client, queue:
 
 def test_refused_batch_calls_record_their_own_rejections(client: Client, queue: str) -> None:
     client.enqueue("k", queue=queue)
+    first = claim_one(client, queue)
+    client.release(first.id, first.attempt_token)  # its attempt is over: the token is stale
     job = claim_one(client, queue)
-    stale = uuid.uuid4()
+    stale = first.attempt_token
     assert [o.accepted for o in client.complete_many([job.id], [stale])] == [False]
     assert [o.accepted for o in client.fail_many([job.id], [stale], ["late"])] == [False]
     assert [(r.operation, r.attempt_token) for r in client.rejections(job.id)] == \
@@ -530,16 +536,21 @@ def test_refused_batch_calls_record_their_own_rejections(client: Client, queue: 
 
 def test_report_rejection_refuses_the_current_token(client: Client, queue: str) -> None:
     client.enqueue("k", queue=queue)
+    first = claim_one(client, queue)
+    client.release(first.id, first.attempt_token)
     job = claim_one(client, queue)
     with pytest.raises(InvalidArgument) as exc:
         client.report_rejection(job.id, job.attempt_token, "complete")
     assert exc.value.sqlstate == "22023" and exc.value.hint
     with pytest.raises(InvalidArgument):
-        client.report_rejection(job.id, uuid.uuid4(), "explode")
+        client.report_rejection(job.id, first.attempt_token, "explode")
     with pytest.raises(JobNotFound):
         client.report_rejection(UNKNOWN_ID, uuid.uuid4(), "complete")
-    client.report_rejection(job.id, uuid.uuid4(), "release")
-    assert [r.operation for r in client.rejections(job.id)] == ["release"]
+    with pytest.raises(InvalidArgument) as exc:  # a token that never held an attempt of the job
+        client.report_rejection(job.id, uuid.uuid4(), "complete")
+    assert "never held an attempt" in exc.value.message
+    client.report_rejection(job.id, first.attempt_token, "complete")
+    assert [r.operation for r in client.rejections(job.id)] == ["complete"]
 
 
 # -------------------------------------------------------------- errors ----

@@ -30,6 +30,10 @@ def test_queue_names_unique(queue: str) -> None:
     assert queue.startswith("t_test_queue_names_unique_") and len(queue) <= 100
 
 
-def test_sweep_paused_holds_lock(sweep_paused: psycopg.Connection[Any], conn: psycopg.Connection[Any]) -> None:
-    row = conn.execute("SELECT pg_try_advisory_lock(hashtext('pgfence.sweep'))").fetchone()
-    assert row == (False,)
+def test_sweep_paused_pauses_the_background_sweeper(sweep_paused: psycopg.Connection[Any],
+                                                   conn: psycopg.Connection[Any]) -> None:
+    row = conn.execute("SELECT state, paused_by FROM pgfence.sweeper_health()").fetchone()
+    assert row == ("paused", "postgres")
+    before = conn.execute("SELECT last_pass_at FROM pgfence.sweeper_status").fetchone()
+    conn.execute("SELECT pg_sleep(0.7)")  # longer than a pass interval
+    assert conn.execute("SELECT last_pass_at FROM pgfence.sweeper_status").fetchone() == before

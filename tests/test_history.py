@@ -277,13 +277,14 @@ def test_accepted_rows_of_a_batch_are_not_rejections(conn: Conn, worker_conn: Co
     answer but has no job to attach a rejection to)."""
     j1, j2 = enqueue(conn, q), enqueue(conn, q)
     t1 = claim_job(conn, q, j1, lease="1 hour")
+    s2 = claim_job(conn, q, j2, lease="1 hour")
+    release(conn, j2, s2)  # s2's attempt is over: a stale token
     t2 = claim_job(conn, q, j2, lease="1 hour")
     got = worker_conn.execute(BATCH_CALLS["complete"],
-                              {"ids": [j1, j2, UNKNOWN_ID], "toks": [t1, uuid.UUID(ZERO_TOKEN), t2]}).fetchall()
+                              {"ids": [j1, j2, UNKNOWN_ID], "toks": [t1, s2, t2]}).fetchall()
     assert [g[0] for g in got] == [True, False, False]
     assert rejections_of(conn, j1) == []
-    assert [(r["operation"], r["attempt_token"]) for r in rejections_of(conn, j2)] == [
-        ("complete", uuid.UUID(ZERO_TOKEN))]
+    assert [(r["operation"], r["attempt_token"]) for r in rejections_of(conn, j2)] == [("complete", s2)]
     assert rejections_of(conn, UNKNOWN_ID) == []
 
 
@@ -359,12 +360,18 @@ def test_report_rejection_refuses_what_was_not_refused(conn: Conn, worker_conn: 
     assert_error(err, "22004", "operation")
     err = sql_error(worker_conn, "SELECT pgfence.report_rejection(%s, NULL, 'complete')", (jid,))
     assert_error(err, "22004", "attempt_token")
+    # a token that never held an attempt of the job proves nothing: refused, not recorded
+    err = sql_error(worker_conn, "SELECT pgfence.report_rejection(%s, %s, 'release')", (jid, ZERO_TOKEN))
+    assert_error(err, "22023", "attempt_token")
     assert rejections_of(conn, jid) == []
     assert rejections_of(conn, UNKNOWN_ID) == []
-    # a foreign token is reported, with the reason the fence would have given
-    worker_conn.execute("SELECT pgfence.report_rejection(%s, %s, 'release')", (jid, ZERO_TOKEN))
+    # a token of an earlier attempt is reported, with the reason the fence would have given
+    release(conn, jid, tok)
+    current = claim_job(conn, q, jid, lease="1 hour")
+    worker_conn.execute("SELECT pgfence.report_rejection(%s, %s, 'complete')", (jid, tok))
     assert [(r["operation"], r["caller"], r["detail"]) for r in rejections_of(conn, jid)] == [
-        ("release", WORKER_ROLE, "the lease was taken over: another attempt (worker worker-A) now holds the job")]
+        ("complete", WORKER_ROLE, "the lease was taken over: another attempt (worker worker-A) now holds the job")]
+    assert current != tok
 
 
 def test_report_rejection_refuses_a_repeat_that_was_accepted(conn: Conn, worker_conn: Conn, q: str) -> None:
@@ -399,10 +406,13 @@ def test_report_rejection_refuses_a_repeat_that_was_accepted(conn: Conn, worker_
 def _finish_three(conn: Conn, q: str) -> dict[str, int]:
     """A done job (with a refused call on record), a dead-lettered one, a cancelled
     processing one; plus a queued and a processing job that no purge may touch."""
-    jd, jf, jc = enqueue(conn, q), enqueue(conn, q), enqueue(conn, q)
+    jd = enqueue(conn, q)
+    stale = claim_job(conn, q, jd, lease="1 hour")
+    release(conn, jd, stale)
     td = claim_job(conn, q, jd, lease="1 hour")
     complete(conn, jd, td)
-    conn.execute("SELECT * FROM pgfence.complete_many(%s, %s)", ([jd], [ZERO_TOKEN]))  # a rejection
+    conn.execute("SELECT * FROM pgfence.complete_many(%s, %s)", ([jd], [stale]))  # a rejection
+    jf, jc = enqueue(conn, q), enqueue(conn, q)
     tf = claim_job(conn, q, jf, lease="1 hour")
     fail(conn, jf, tf, "boom", permanent=True)
     claim_job(conn, q, jc, lease="1 hour")

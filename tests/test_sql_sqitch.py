@@ -42,21 +42,6 @@ def test_sqitch_verify_passes_on_the_test_database(dsn: str) -> None:
     assert "Verify successful" in out
 
 
-@pytest.fixture
-def scratch_dsn(dsn: str) -> Iterator[str]:
-    """A new, empty database pgfence_roundtrip_<random> on the test server; dropped after."""
-    name = f"pgfence_roundtrip_{secrets.token_hex(4)}"
-    with connect(dsn) as c:
-        c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield make_conninfo(dsn, dbname=name)
-    finally:
-        with connect(dsn) as c:
-            c.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
-                      (name,))
-            c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-
-
 def _has_jobs_table(dsn: str) -> bool:
     with connect(dsn) as c:
         return c.execute("SELECT to_regclass('pgfence.jobs') IS NOT NULL").fetchone() == (True,)
@@ -116,7 +101,7 @@ def test_sqitch_upgrades_a_database_deployed_at_v0_1_0_and_reverts_to_it(scratch
     assert "+ functions/claim" in out and "+ functions/sweep" in out, out
     _ok(_sqitch("verify", target=target), "verify (upgraded)")
     with connect(scratch_dsn) as c:
-        assert c.execute("SELECT pgfence.schema_version()").fetchone() == (2,)
+        assert c.execute("SELECT pgfence.schema_version()").fetchone() == (3,)
         assert worker_may(c, "pgfence.claim(text, text[], interval, integer, uuid)")
         assert worker_may(c, "pgfence.claimed(text, uuid[], interval)")
         c.execute("SELECT pgfence.complete(%s, %s)", (held, token))  # an attempt from before the upgrade
@@ -157,7 +142,7 @@ def test_sqitch_upgrades_a_database_deployed_at_v0_2_0_and_reverts_to_it(scratch
         [held] = c.execute("SELECT pgfence.enqueue('k', queue => 'upgrade')").fetchall()[0]
         [token] = c.execute("SELECT attempt_token FROM pgfence.claim('w', ARRAY['upgrade'])").fetchall()[0]
 
-    out = _ok(_sqitch("deploy", target=target), "deploy (upgrade)")
+    out = _ok(_sqitch("deploy", "--to", "@v0.3.0", target=target), "deploy --to @v0.3.0 (upgrade)")
     assert "+ functions/claim" in out, out
     _ok(_sqitch("verify", target=target), "verify (upgraded)")
     with connect(scratch_dsn) as c:

@@ -28,6 +28,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from clienthelpers import WorkerThread, backends, unique_name, wait_for, worker_process
+from helpers import sqitch_deploy
 from pgfence import Client, Job, RawJson, RetryAfter, Worker
 from test_worker import start, wait_status, workers  # noqa: F401  (workers is a fixture)
 
@@ -573,17 +574,19 @@ def test_a_second_sigterm_ends_the_shutdown_even_while_the_database_is_unreachab
 
 
 def test_a_worker_sweeps_only_while_no_background_sweeper_is_seen(
-        dsn: str, client: Client, queue: str, workers: list[Client], sweep_paused: psycopg.Connection[Any],
-        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
-    """run_sweeper=None: the worker keeps looking at sweeper_last_pass() (every minute;
-    here every 0.1 s) and sweeps while no pass was recorded in 2 minutes. It used to look
-    once, at start, so a pg_cron sweeper that stopped later was never stood in for."""
+        scratch_dsn: str, queue: str, workers: list[Client], caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_sweeper=None: the worker keeps looking at pgfence.sweeper_health() (every
+    minute; here every 0.1 s) and sweeps while it says no background sweeper runs (no
+    pass in 2 minutes, or never), not while an operator paused it. It used to look once,
+    at start, so a pg_cron sweeper that stopped later was never stood in for. (A
+    database of its own, where pg_cron runs no sweeper: sweeper_status changes only here.)"""
+    sqitch_deploy(scratch_dsn)
     monkeypatch.setattr("pgfence.worker.SWEEPER_LOOK_INTERVAL", 0.1)
     caplog.set_level("INFO", logger="pgfence.worker")
-    with psycopg.connect(dsn, autocommit=True) as c:
-        # The background sweeper is paused (sweep_paused): last_pass_at changes only here.
+    with psycopg.connect(scratch_dsn, autocommit=True) as c:
         c.execute("UPDATE pgfence.sweeper_status SET last_pass_at = clock_timestamp()")
-        worker = start(dsn, queue, {"echo": echo}, workers, run_sweeper=None, sweep_interval=0.05)
+        worker = start(scratch_dsn, queue, {"echo": echo}, workers, run_sweeper=None, sweep_interval=0.05)
         with running_bounded(worker):
             time.sleep(0.5)
             assert "runs the reclaim sweep" not in caplog.text  # a pass was just recorded
@@ -591,3 +594,11 @@ def test_a_worker_sweeps_only_while_no_background_sweeper_is_seen(
             wait_for(lambda: "runs the reclaim sweep" in caplog.text or None, 10, "the worker to start sweeping")
             c.execute("UPDATE pgfence.sweeper_status SET last_pass_at = clock_timestamp()")
             wait_for(lambda: "stops the reclaim sweep" in caplog.text or None, 10, "the worker to stop sweeping")
+            # paused by an operator: the worker does not stand in, however old the last pass
+            caplog.clear()
+            c.execute("SELECT pgfence.pause_sweeper()")
+            c.execute("UPDATE pgfence.sweeper_status SET last_pass_at = clock_timestamp() - interval '10 minutes'")
+            time.sleep(0.5)
+            assert "runs the reclaim sweep" not in caplog.text
+            c.execute("SELECT pgfence.resume_sweeper()")
+            wait_for(lambda: "runs the reclaim sweep" in caplog.text or None, 10, "the worker to sweep after resume")

@@ -21,12 +21,12 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from .errors import JobNotFound, LeaseLost, PgfenceError, SchemaMismatch, translate
-from .models import Attempt, Enqueued, Job, JobRecord, Outcome, QueueStats, Reclaimed, Rejection
+from .models import Attempt, Enqueued, Job, JobRecord, Outcome, QueueStats, Reclaimed, Rejection, SweeperHealth
 
 log = logging.getLogger("pgfence.client")
 
 #: The ``pgfence.schema_version()`` this client speaks.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 T = TypeVar("T")
 
@@ -222,7 +222,14 @@ class Client:
             rows = conn.execute(query[1] if load else query[0], params).fetchall()
         jobs: list[Job] = []
         for ids, queue_names, kinds, payloads, attempts, max_attempts, tokens, leases in rows:
-            payloads = list(map(load, payloads)) if load else _decode_json_text(payloads)
+            try:
+                payloads = list(map(load, payloads)) if load else _decode_json_text(payloads)
+            except Exception:  # RecursionError, ValueError ...: some payload no decoder here can read
+                texts = payloads if load else _json_array_elements(payloads)
+                decoded = [_decode_one(load or _decode_json_text, text) for text in texts]
+                jobs += map(Job, ids, queue_names, kinds, [d[0] for d in decoded], attempts, max_attempts, tokens,
+                            leases, [d[1] for d in decoded])
+                continue
             jobs += map(Job, ids, queue_names, kinds, payloads, attempts, max_attempts, tokens, leases)
         return jobs
 
@@ -341,11 +348,38 @@ class Client:
         value: Optional[datetime] = self._scalar("SELECT pgfence.sweeper_last_pass()")
         return value
 
-    def sweeper_active(self, max_age: timedelta = timedelta(minutes=2)) -> bool:
-        """True when the background sweeper (pg_cron job ``pgfence-reclaim``) completed a
-        pass within ``max_age`` by the database clock."""
+    def sweeper_active(self, max_age: Optional[timedelta] = None) -> bool:
+        """True when the background sweeper (pg_cron job ``pgfence-reclaim``) runs: by
+        default as :meth:`sweeper_health` says (state ``running``), else when it completed
+        a pass within ``max_age`` by the database clock."""
+        if max_age is None:
+            return self.sweeper_health().state == "running"
         return bool(self._scalar(
             "SELECT coalesce(pgfence.sweeper_last_pass() > clock_timestamp() - %s, false)", (max_age,)))
+
+    def sweeper_health(self) -> SweeperHealth:
+        """``pgfence.sweeper_health()``: whether the background sweeper runs, is paused or
+        stopped, its last pass and the last error it survived."""
+        return self._rows(SweeperHealth,
+            "SELECT state, last_pass_at, last_pass_age, paused_at, paused_by, last_error, last_error_at"
+            " FROM pgfence.sweeper_health()", positional=True)[0]
+
+    def pause_sweeper(self) -> bool:
+        """``pgfence.pause_sweeper()``: pause the background sweeper (operators); true when it
+        was running. Claims still reclaim expired leases."""
+        return bool(self._scalar("SELECT pgfence.pause_sweeper()"))
+
+    def resume_sweeper(self) -> bool:
+        """``pgfence.resume_sweeper()``: let the background sweeper run again; true when it was paused."""
+        return bool(self._scalar("SELECT pgfence.resume_sweeper()"))
+
+    def wakeup_tags(self, queues: Sequence[str]) -> dict[str, str]:
+        """``pgfence.wakeup_tags``: {queue: the NOTIFY pgfence_enqueue payload an enqueue
+        into it sends} (the channel carries tags, not queue names)."""
+        with self._call() as conn:
+            rows = conn.execute("SELECT queue, tag FROM pgfence.wakeup_tags(queues => %s)",
+                                (list(queues),)).fetchall()
+        return {str(q): str(t) for q, t in rows}
 
     def report_rejection(self, job_id: int, attempt_token: uuid.UUID, operation: str) -> None:
         """``pgfence.report_rejection``: record that a single call (``heartbeat``, ``complete``,
@@ -434,6 +468,42 @@ _decode_json = json.JSONDecoder().decode
 def _decode_json_text(text: Any) -> Any:
     # str, except on a SQL_ASCII connection, where psycopg returns text as bytes
     return _decode_json(text) if type(text) is str else json.loads(text)
+
+
+def _decode_one(load: Callable[[Any], Any], text: Any) -> tuple[Any, Optional[str]]:
+    """(payload, None), or (None, why) for a payload that cannot be decoded here."""
+    try:
+        return load(text), None
+    except Exception as exc:  # RecursionError on a payload nested deeper than Python recurses
+        return None, f"{type(exc).__name__}: {str(exc)[:500]}"
+
+
+def _json_array_elements(text: Any) -> list[str]:
+    """The texts of the elements of a JSON array text, found without decoding them (a
+    scan that keeps no stack, so any depth splits): for the claimed batch whose
+    decoding as one array failed, to decode its payloads one by one."""
+    if not isinstance(text, str):  # SQL_ASCII connections return bytes
+        text = text.decode("utf-8", "replace")
+    out: list[str] = []
+    i, n = 1, len(text) - 1          # inside the outer [ ... ]
+    while i < n:
+        start, depth = i, 0
+        while i < n:
+            c = text[i]
+            if c == '"':
+                i += 1
+                while text[i] != '"':
+                    i += 2 if text[i] == "\\" else 1
+            elif c in "[{":
+                depth += 1
+            elif c in "]}":
+                depth -= 1
+            elif c == "," and depth == 0:
+                break
+            i += 1
+        out.append(text[start:i])
+        i += 1                        # the comma
+    return out
 
 
 def _custom_jsonb_load(conn: psycopg.Connection[Any]) -> Optional[Callable[[Any], Any]]:

@@ -25,6 +25,11 @@ class Job:
     max_attempts: int
     attempt_token: uuid.UUID
     lease_expires_at: datetime
+    #: Why ``payload`` could not be decoded (it is then ``None``): the database accepts a
+    #: payload no JSON decoder here can read (nested too deep for Python's recursion
+    #: limit, say, stored before the 64-level limit existed). A :class:`~pgfence.Worker`
+    #: fails such a job permanently without running a handler; the rest of its batch runs.
+    payload_error: Optional[str] = None
     # Set by the worker: a flag (one bool, cheap to create per job) and the worker's
     # shared shutdown event. Reads and writes of a list element are atomic.
     _lost: list[bool] = field(default_factory=lambda: [False], repr=False, compare=False)
@@ -89,6 +94,23 @@ class QueueStats:
     jobs: int
     oldest_runnable_age: Optional[timedelta]
     expired_leases: int
+
+
+@dataclass(frozen=True)
+class SweeperHealth:
+    """``pgfence.sweeper_health()``: whether the background sweeper runs.
+
+    ``state``: ``running`` (a pass within the last 2 minutes by the database clock),
+    ``paused`` (``pause_sweeper``), ``stopped`` (no pass within 2 minutes) or ``never_ran``.
+    """
+
+    state: str
+    last_pass_at: Optional[datetime]
+    last_pass_age: Optional[timedelta]
+    paused_at: Optional[datetime]
+    paused_by: Optional[str]
+    last_error: Optional[str]
+    last_error_at: Optional[datetime]
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,14 @@ _RETRYABLE = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout,
 SHUTDOWN_LOOKUP_WAIT = 5.0
 #: How often a worker with run_sweeper=None looks whether the background sweeper runs.
 SWEEPER_LOOK_INTERVAL = 60.0
+#: Notifications within one second beyond which the listener stops listening for a while
+#: (any role may NOTIFY pgfence_enqueue), and for how long (seconds).
+NOTIFY_FLOOD = 2000
+NOTIFY_FLOOD_PAUSE = 5.0
+#: After a claim that found nothing, the next one waits at least this long (seconds), so
+#: that wake-ups arriving together (a burst of enqueues, or a NOTIFY flood) cost one claim;
+#: a claim after a quiet moment is never delayed.
+CLAIM_HOLDOFF = 0.005
 #: retry_in bounds the database accepts (pgfence.fail).
 _MAX_RETRY_IN = timedelta(days=365)
 # A NUL character escaped in JSON text (an odd number of backslashes before u0000):
@@ -180,8 +188,9 @@ class Worker:
       not poll in step).
     * ``shutdown_grace`` [30 s]: how long SIGTERM/SIGINT waits for running
       handlers before giving their jobs back (fenced ``release``).
-    * ``run_sweeper`` [None = while the pg_cron sweeper has not passed in 2 minutes, checked
-      every minute]: run ``CALL pgfence.sweep()`` every ``sweep_interval`` [1 s] from this process.
+    * ``run_sweeper`` [None = while ``pgfence.sweeper_health()`` says no background sweeper
+      runs (no pass in 2 minutes, and not paused by an operator), looked at every minute]: run
+      ``CALL pgfence.sweep()`` every ``sweep_interval`` [1 s] from this process.
     * ``flush_interval`` [5 ms] and ``flush_batch`` [500]: outcomes are reported when
       ``flush_batch`` are waiting or the oldest has waited ``flush_interval``.
     * ``worker_id`` [host:pid:random]: recorded as ``reserved_by``.
@@ -339,7 +348,12 @@ class Worker:
             # The idle poll is drawn from [poll_interval / 2, poll_interval]: workers that a
             # NOTIFY woke together do not keep polling in step, so an expired lease meets
             # the next claim sooner (recovery p95, 2 workers polling at 0.1 s: 96 -> 54-71 ms).
+            waited_from = time.monotonic()
             self._wake.wait(self.poll_interval * random.uniform(0.5, 1.0) if drained or free <= 0 else 0.05)
+            if drained:  # see CLAIM_HOLDOFF
+                rest = CLAIM_HOLDOFF - (time.monotonic() - waited_from)
+                if rest > 0:
+                    self._stopping.wait(rest)
 
     def _recover_unanswered(self, wait: Optional[float] = None) -> None:
         """Take over the jobs the unanswered claim took, if it committed: they are leased to
@@ -438,6 +452,10 @@ class Worker:
     def _run_handler(self, job: Job) -> _Result:
         """Run the handler; always returns its outcome (a handler thread never dies of it:
         a SystemExit, or an exception that cannot even be formatted, fails the attempt)."""
+        if job.payload_error is not None:
+            return _Result(job, False, _storable_text(
+                f"PayloadNotDecodable: the job's payload cannot be decoded in worker {self.worker_id} "
+                f"({job.payload_error}); no handler ran"), permanent=True)
         handler = self.handlers.get(job.kind)
         if handler is None:
             return _Result(job, False, _storable_text(f"UnknownKind: no handler for kind {job.kind!r} in worker "
@@ -686,13 +704,13 @@ class Worker:
         while not self._done.is_set():
             try:
                 with psycopg.connect(self._conninfo(), **self._connect_kwargs()) as conn:
+                    # The channel carries a tag per queue, not its name: ask the database
+                    # which tags are ours (None: every notification is ours).
+                    tags = None if self.queues is None else self._wakeup_tags(conn)
                     conn.execute("LISTEN pgfence_enqueue")
                     backoff = 0.1
                     self._wake.set()  # anything sent while we were not listening
-                    while not self._done.is_set():
-                        for note in conn.notifies(timeout=0.5):
-                            if self.queues is None or note.payload in self.queues:
-                                self._wake.set()
+                    self._listen(conn, tags)
             except psycopg.Error as exc:
                 if self._done.is_set():
                     return
@@ -701,9 +719,48 @@ class Worker:
                 self._done.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
 
+    def _wakeup_tags(self, conn: psycopg.Connection[Any]) -> Optional[set[str]]:
+        """The NOTIFY payloads of this worker's queues; None (wake on every notification)
+        when the database refuses to say (a role without pgfence_worker's grants)."""
+        try:
+            return set(Client(conn, check_schema=False).wakeup_tags(self.queues or []).values())
+        except (PgfenceError, psycopg.errors.InsufficientPrivilege) as exc:
+            log.warning("worker %s: cannot read the wake-up tags of its queues (%s); every notification wakes it",
+                        self.worker_id, str(exc).strip())
+            return None
+
+    def _listen(self, conn: psycopg.Connection[Any], tags: Optional[set[str]]) -> None:
+        """Wake the claimer on each notification that carries one of ``tags``. Any role may
+        NOTIFY on the channel: more than NOTIFY_FLOOD notifications within a second make the
+        listener stop listening for NOTIFY_FLOOD_PAUSE seconds (the claimer polls meanwhile),
+        so a flood costs this process a bounded share of a core, and the server holds no
+        notification queue for it."""
+        window_start, seen = time.monotonic(), 0
+        while not self._done.is_set():
+            for note in conn.notifies(timeout=0.5):
+                if tags is None or note.payload in tags:
+                    self._wake.set()
+                seen += 1
+                if seen > NOTIFY_FLOOD:
+                    now = time.monotonic()
+                    if now - window_start < 1.0:
+                        break
+                    window_start, seen = now, 0
+            else:
+                continue
+            conn.execute("UNLISTEN pgfence_enqueue")
+            log.warning("worker %s: more than %s notifications on pgfence_enqueue within a second; not listening for "
+                        "%ss (claiming every poll_interval meanwhile)", self.worker_id, NOTIFY_FLOOD, NOTIFY_FLOOD_PAUSE)
+            if self._done.wait(NOTIFY_FLOOD_PAUSE):
+                return
+            conn.execute("LISTEN pgfence_enqueue")
+            self._wake.set()
+            window_start, seen = time.monotonic(), 0
+
     def _sweep_loop(self) -> None:
-        # run_sweeper None: sweep while no background sweeper pass was seen in 2 minutes,
-        # looked at once a minute (pg_cron may stop, or come back, while we run).
+        # run_sweeper None: sweep while the database says no background sweeper runs
+        # (pgfence.sweeper_health(): stopped or never ran; not while an operator paused
+        # it), looked at once a minute (pg_cron may stop, or come back, while we run).
         auto = self.run_sweeper is None
         sweeping = not auto
         next_look = time.monotonic()
@@ -713,14 +770,14 @@ class Worker:
             if auto and time.monotonic() >= next_look:
                 next_look = time.monotonic() + SWEEPER_LOOK_INTERVAL
                 try:
-                    active = self.client.sweeper_active()
+                    state = self.client.sweeper_health().state
                 except (PgfenceError, psycopg.Error):
-                    active = False
-                if sweeping == active:
-                    sweeping = not active
-                    log.info("worker %s %s the reclaim sweep (%s)", self.worker_id,
-                             "runs" if sweeping else "stops",
-                             "no background sweeper pass in 2 minutes" if sweeping else "the background sweeper runs")
+                    state = "unknown"
+                wanted = state in ("stopped", "never_ran", "unknown")
+                if sweeping != wanted:
+                    sweeping = wanted
+                    log.info("worker %s %s the reclaim sweep (background sweeper: %s)", self.worker_id,
+                             "runs" if sweeping else "stops", state)
             if self._done.wait(self.sweep_interval):
                 return
             if not sweeping:

@@ -1,23 +1,65 @@
--- Deploy pgfence:functions/claim to pg (reworked after @v0.2.0)
--- requires: functions/claim@v0.2.0
+-- Deploy pgfence:functions/claim to pg (reworked after @v0.3.0)
+-- requires: functions/claim@v0.3.0
+-- requires: tables/jobs_claim_order
+-- requires: functions/_checks
 --
--- claim decides with one expression that its arguments are valid, and probes for an
--- expired lease before it calls _reclaim. Same arguments, results, errors and rules;
--- 10-60 us less server time per call (pgbench, back to back: a one-job claim
--- 0.19-0.22 -> 0.16 ms, an empty one 0.18-0.20 -> 0.17 ms). claimed(), the
--- request-id helpers and _queued_queues() are unchanged: see claim@v0.2.0.sql and
--- claim@v0.1.0.sql. CREATE OR REPLACE keeps the owner and the grants.
+-- claim, claimed and their request-id helpers, whole. Changed after @v0.3.0: a claim
+-- locks only the rows it returns (over all queues it walks the claim order index of
+-- tables/jobs_claim_order instead of locking max_jobs rows in every queue), and
+-- queues holds at most 10,000 names. _queued_queues(), which only claim used, is gone.
 
 BEGIN;
+
+DROP FUNCTION IF EXISTS pgfence._queued_queues();
+
+-- The attempt token of a claim made with a request_id: a digest of the request id,
+-- the claim time (to the microsecond), the job and its attempt number, so claimed()
+-- can find what that claim took, and a request id given twice still yields a new
+-- token for each attempt. In two parts: the first is the same for every job of one
+-- claim call, and claim computes it once.
+CREATE OR REPLACE FUNCTION pgfence._request_prefix(request_id uuid, claimed_at timestamptz) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT request_id::text || '/' || (extract(epoch FROM claimed_at) * 1000000)::bigint || '/'  -- (NULL for NULL)
+$$;
+COMMENT ON FUNCTION pgfence._request_prefix(uuid, timestamptz) IS
+  'Private: the part of a request-id token shared by the jobs of one claim call (request id, claim time in us).';
+
+CREATE OR REPLACE FUNCTION pgfence._request_token(prefix text, job_id bigint, attempt integer) RETURNS uuid
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT md5(prefix || job_id::text || '/' || attempt::text)::uuid  -- (text casts: immutable, so inlined)
+$$;
+COMMENT ON FUNCTION pgfence._request_token(text, bigint, integer) IS
+  'Private: the attempt token claim gives a job claimed with a request_id: md5 of _request_prefix, job id, attempt.';
+
+-- The transaction lock of a claim request: claim takes it, claimed() waits for it.
+-- (Two-key advisory locks: their key space is apart from the sweeper's one-key lock.)
+CREATE OR REPLACE FUNCTION pgfence._lock_request(request_id uuid) RETURNS void
+LANGUAGE sql AS $$
+    SELECT pg_advisory_xact_lock(hashtext('pgfence.claim'), hashtext(request_id::text))
+$$;
+COMMENT ON FUNCTION pgfence._lock_request(uuid) IS
+  'Private: the transaction-level advisory lock of a claim request id (held by claim, waited for by claimed).';
 
 -- Claim up to max_jobs runnable jobs for worker_id, in priority DESC,
 -- available_at, id order. Each claimed job gets a fresh attempt_token and a lease
 -- of `lease` from clock_timestamp() (not now(): a claim inside a long transaction
 -- still hands out a full lease). First applies the reclaim rule to a batch of
 -- expired leases, so recovery does not wait for the sweep.
--- Concurrency: SELECT ... LIMIT max_jobs FOR UPDATE SKIP LOCKED first, then UPDATE
--- exactly the rows it locked, so two callers never get the same job and no caller
--- gets more than max_jobs.
+-- Concurrency: rows are picked with FOR UPDATE SKIP LOCKED, and only the rows the
+-- claim returns are ever locked, so two callers never get the same job, no caller
+-- gets more than max_jobs, and a claim never holds jobs it does not take (a claim
+-- over 2,000 queues used to lock max_jobs rows in each).
+-- How the rows are found, by the shape of queues:
+--   * NULL (every queue): the claim order over all queues (jobs_claim_order_idx),
+--     whatever the number of queues;
+--   * one queue: that queue's claim order (jobs_claim_idx);
+--   * 2..16 queues: each queue's claim order is read without locks to find the first
+--     max_jobs across them, which are then locked SKIP LOCKED; those another claimer
+--     holds are skipped, and the next ones read, up to 3 rounds (so under contention a
+--     claim may return fewer than are runnable: the caller claims again);
+--   * more than 16 (up to 10,000): the claim order over all queues, keeping the listed
+--     queues' jobs (a long list should hold most of the queued work: the unlisted
+--     queues' jobs are read and passed over).
 -- request_id (optional, fresh for each call): when the reply is lost (the connection
 -- drops), claimed(worker_id, ARRAY[request_id]) returns the jobs this call took, so
 -- the caller runs them instead of leaving them leased until the lease expires (and
@@ -48,21 +90,27 @@ SET jit = off
 -- queue, and the reclaim probe to read the whole table, on every claim: a claim of
 -- 8 took 7.5 ms; with this setting 0.5-0.7 ms.
 SET enable_seqscan = off
--- (Restated: CREATE OR REPLACE sets what it says, and this is the public API.)
-SECURITY DEFINER SET search_path = pg_catalog, pgfence, pg_temp AS $$
+-- No bitmap scan: it returns rows out of claim order, so the claim would read (and
+-- sort) every queued job of its queues instead of stopping at max_jobs.
+SET enable_bitmapscan = off AS $$
 #variable_conflict use_column
 DECLARE
     v_queues text[];
     v_now timestamptz;
     v_bad integer;
     v_ids bigint[];
+    v_cand bigint[];
+    v_got bigint[];
     v_prefix text;
+    v_cut_priority integer;          -- the last job read, in claim order (the few-queues rounds)
+    v_cut_available_at timestamptz;
+    v_cut_id bigint;
 BEGIN
     -- One expression decides whether every argument is valid (the common case runs no
     -- nested call); only an invalid call runs the checks that name the argument.
     -- (The *_ok predicates are inlined; anything NULL counts as invalid here.)
     IF NOT coalesce(pgfence._name_ok(worker_id)
-                    AND (queues IS NULL OR (cardinality(queues) > 0 AND pgfence._array_ok(queues)
+                    AND (queues IS NULL OR (cardinality(queues) BETWEEN 1 AND 10000 AND pgfence._array_ok(queues)
                          AND (SELECT bool_and(pgfence._name_ok(q.name)) FROM unnest(queues) AS q(name))))
                     AND lease BETWEEN interval '1 millisecond' AND interval '1 day'
                     AND pgfence._interval_signs_agree(lease)
@@ -75,6 +123,10 @@ BEGIN
                     'pass NULL to claim from every queue, or at least one queue name');
             END IF;
             PERFORM pgfence._check_array('queues', queues);
+            IF cardinality(queues) > 10000 THEN
+                PERFORM pgfence._raise_invalid('queues length', cardinality(queues)::text, 'outside 1..10000',
+                    'pass at most 10000 queue names, or NULL to claim from every queue');
+            END IF;
             SELECT min(t.ord) INTO v_bad FROM unnest(queues) WITH ORDINALITY t(q, ord)
              WHERE NOT pgfence._name_ok(t.q);
             IF v_bad IS NOT NULL THEN
@@ -100,26 +152,74 @@ BEGIN
         PERFORM pgfence._reclaim(max_jobs);
     END IF;
 
-    v_queues := CASE WHEN queues IS NULL THEN pgfence._queued_queues()
-                     ELSE ARRAY(SELECT DISTINCT unnest(queues)) END;
     v_now := clock_timestamp();
     v_prefix := pgfence._request_prefix(request_id, v_now);  -- (NULL without a request_id)
+    IF queues IS NOT NULL AND cardinality(queues) <= 16 THEN
+        v_queues := ARRAY(SELECT DISTINCT q.name FROM unnest(queues) AS q(name));
+    END IF;
 
-    -- 1. Pick and lock, per queue in claim order, SKIP LOCKED.
-    SELECT array_agg(c.id ORDER BY c.priority DESC, c.available_at, c.id) INTO v_ids
-      FROM (SELECT c.id, c.priority, c.available_at
-              FROM unnest(v_queues) AS q(name)
-             CROSS JOIN LATERAL (
-                    SELECT j.id, j.priority, j.available_at
-                      FROM pgfence.jobs j
-                     WHERE j.status = 'queued'
-                       AND j.queue = q.name
-                       AND j.available_at <= v_now
-                     ORDER BY j.priority DESC, j.available_at, j.id
-                     LIMIT max_jobs
-                       FOR UPDATE SKIP LOCKED) c
-             ORDER BY c.priority DESC, c.available_at, c.id
-             LIMIT max_jobs) c;
+    -- 1. Pick and lock, in claim order, SKIP LOCKED: only the rows returned.
+    IF queues IS NULL OR v_queues IS NULL THEN
+        -- Every queue, or a long list: the claim order over all queues.
+        SELECT array_agg(c.id ORDER BY c.priority DESC, c.available_at, c.id) INTO v_ids
+          FROM (SELECT j.id, j.priority, j.available_at
+                  FROM pgfence.jobs j
+                 WHERE j.status = 'queued'
+                   AND j.available_at <= v_now
+                   -- (|| '': a condition on queue that jobs_claim_idx cannot serve, so the
+                   -- plan walks jobs_claim_order_idx in order and stops at max_jobs)
+                   AND (queues IS NULL OR (j.queue || '') = ANY (queues))
+                 ORDER BY j.priority DESC, j.available_at, j.id
+                 LIMIT max_jobs
+                   FOR UPDATE SKIP LOCKED) c;
+    ELSIF cardinality(v_queues) = 1 THEN
+        SELECT array_agg(c.id ORDER BY c.priority DESC, c.available_at, c.id) INTO v_ids
+          FROM (SELECT j.id, j.priority, j.available_at
+                  FROM pgfence.jobs j
+                 WHERE j.status = 'queued'
+                   AND j.queue = v_queues[1]
+                   AND j.available_at <= v_now
+                 ORDER BY j.priority DESC, j.available_at, j.id
+                 LIMIT max_jobs
+                   FOR UPDATE SKIP LOCKED) c;
+    ELSE
+        -- A few queues: find the first max_jobs across them without locking (each
+        -- queue's claim order, merged), lock those SKIP LOCKED, and go on after the
+        -- last one read for those another claimer holds.
+        v_ids := '{}';
+        FOR i IN 1..3 LOOP
+            SELECT array_agg(c.id ORDER BY c.priority DESC, c.available_at, c.id) INTO v_cand
+              FROM (SELECT c.id, c.priority, c.available_at
+                      FROM unnest(v_queues) AS q(name)
+                     CROSS JOIN LATERAL (
+                            SELECT j.id, j.priority, j.available_at
+                              FROM pgfence.jobs j
+                             WHERE j.status = 'queued'
+                               AND j.queue = q.name
+                               AND j.available_at <= v_now
+                               AND (v_cut_id IS NULL OR j.priority < v_cut_priority
+                                    OR (j.priority = v_cut_priority
+                                        AND (j.available_at > v_cut_available_at
+                                             OR (j.available_at = v_cut_available_at AND j.id > v_cut_id))))
+                             ORDER BY j.priority DESC, j.available_at, j.id
+                             LIMIT max_jobs - cardinality(v_ids)) c
+                     ORDER BY c.priority DESC, c.available_at, c.id
+                     LIMIT max_jobs - cardinality(v_ids)) c;
+            EXIT WHEN v_cand IS NULL;
+            SELECT array_agg(l.id) INTO v_got
+              FROM (SELECT j.id FROM pgfence.jobs j
+                     WHERE j.id = ANY (v_cand) AND j.status = 'queued' AND j.available_at <= v_now
+                     ORDER BY j.id
+                       FOR UPDATE SKIP LOCKED) l;
+            v_ids := v_ids || coalesce(v_got, '{}');
+            EXIT WHEN cardinality(v_ids) >= max_jobs OR cardinality(v_got) = cardinality(v_cand);
+            SELECT j.priority, j.available_at, j.id INTO v_cut_priority, v_cut_available_at, v_cut_id
+              FROM pgfence.jobs j WHERE j.id = v_cand[cardinality(v_cand)];
+        END LOOP;
+        IF cardinality(v_ids) = 0 THEN
+            v_ids := NULL;
+        END IF;
+    END IF;
     IF v_ids IS NULL THEN
         RETURN;
     END IF;
@@ -149,10 +249,90 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION pgfence.claim(text, text[], interval, integer, uuid) IS
-$$Claim 0..max_jobs (1..1000) runnable jobs for worker_id from queues (NULL = all), priority DESC,
-available_at, id order, each with a fresh attempt_token and a lease (1 ms..1 day) from clock_timestamp().
-Reclaims a batch of expired leases first (same rule as the sweep). Never hands one job to two callers.
-request_id (optional, fresh per call): pgfence.claimed(worker_id, ARRAY[request_id]) finds what this call
-took if its reply is lost. Needs READ COMMITTED (PF004 otherwise). Errors: 22004, 22023.$$;
+$$Claim 0..max_jobs (1..1000) runnable jobs for worker_id from queues (NULL = all; else 1..10000 names),
+priority DESC, available_at, id order, each with a fresh attempt_token and a lease (1 ms..1 day) from
+clock_timestamp(). Reclaims a batch of expired leases first (same rule as the sweep). Never hands one job to
+two callers, and locks only the jobs it returns. request_id (optional, fresh per call):
+pgfence.claimed(worker_id, ARRAY[request_id]) finds what this call took if its reply is lost. Needs READ
+COMMITTED (PF004 otherwise). Errors: 22004, 22023.$$;
+
+-- The jobs that claims made with these request ids took and that are still
+-- leased to worker_id by those claims, as claim returned them, with their leases
+-- renewed like a heartbeat's (the caller runs them now): what a caller whose claim
+-- reply was lost (the connection dropped after the commit) holds without knowing
+-- it. A job since reclaimed, released, finished or claimed again is not returned.
+-- A claim with one of these request ids that is still running (its reply was lost
+-- before it committed) is waited for, up to lock_timeout. (A claim whose request
+-- reaches the server only after this call has run cannot be waited for: ask again
+-- later if the network may still hold it.)
+CREATE OR REPLACE FUNCTION pgfence.claimed(
+    worker_id   text,
+    request_ids uuid[],
+    lease       interval DEFAULT '30 seconds'
+) RETURNS TABLE(id bigint, queue text, kind text, payload jsonb, attempts integer,
+                max_attempts integer, attempt_token uuid, lease_expires_at timestamptz)
+LANGUAGE plpgsql
+-- Through jobs_reclaim_idx (the processing jobs), never by reading the table.
+SET enable_seqscan = off
+-- A claim still running is waited for this long at most (then 55P03: ask again).
+SET lock_timeout = '10s' AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM pgfence._check_name('worker_id', worker_id);
+    IF request_ids IS NULL THEN
+        PERFORM pgfence._raise_null('request_ids', 'pass the request_id of each claim whose reply was lost');
+    END IF;
+    PERFORM pgfence._check_array('request_ids', request_ids);
+    PERFORM pgfence._check_range('request_ids length', cardinality(request_ids), 1, 1000);
+    IF array_position(request_ids, NULL) IS NOT NULL THEN
+        PERFORM pgfence._raise_null(format('request_ids[%s]', array_position(request_ids, NULL)),
+            'pass the request_id each claim was given');
+    END IF;
+    PERFORM pgfence._check_lease(lease);
+    PERFORM pgfence._check_isolation('claimed');
+    -- Wait for those claims to end (each holds its request's lock until it commits),
+    -- in a fixed order (two callers asking for the same ids never deadlock).
+    PERFORM pgfence._lock_request(s.r) FROM (SELECT DISTINCT r FROM unnest(request_ids) AS r ORDER BY r) s;
+    RETURN QUERY
+    WITH held AS (
+        SELECT j.id
+          FROM pgfence.jobs j
+         WHERE j.status = 'processing'
+           AND j.reserved_by = worker_id
+           AND j.attempt_token IN (SELECT pgfence._request_token(pgfence._request_prefix(r, j.reserved_at),
+                                                                 j.id, j.attempts)
+                                     FROM unnest(request_ids) AS r)
+         ORDER BY j.id
+           FOR UPDATE OF j
+    ), renewed AS (
+        UPDATE pgfence.jobs j
+           -- (clock_timestamp(), not a time read before the row locks were waited for)
+           SET lease_expires_at = clock_timestamp() + lease, heartbeat_at = clock_timestamp(),
+               updated_at = clock_timestamp()
+          FROM held h
+         WHERE j.id = h.id
+        RETURNING j.id, j.queue, j.kind, j.payload, j.attempts, j.max_attempts, j.attempt_token,
+                  j.lease_expires_at, j.priority, j.available_at
+    )
+    SELECT r.id, r.queue, r.kind, r.payload, r.attempts, r.max_attempts, r.attempt_token, r.lease_expires_at
+      FROM renewed r
+     ORDER BY r.priority DESC, r.available_at, r.id;
+END $$;
+
+COMMENT ON FUNCTION pgfence.claimed(text, uuid[], interval) IS
+$$The jobs that claim calls made with these request_ids (1..1000) took and still hold for worker_id (status
+processing, same attempt), in claim order, as claim returned them, each lease renewed to clock_timestamp() +
+lease (like a heartbeat): for a caller whose claim reply was lost. Waits (up to 10 s, then 55P03) for such a
+claim that is still running. Needs READ COMMITTED. Errors: 22004, 22023, PF004, 55P03.$$;
+
+COMMENT ON COLUMN pgfence.jobs.attempt_token IS
+  'The fence: a new value on every claim (random, or derived from the claim''s request_id). Kept on done rows, and on rows fail dead-lettered, as the token that finished the job.';
+COMMENT ON COLUMN pgfence.jobs.reserved_at IS
+  'When the current or last attempt claimed the job. Written by claim only: claimed() derives request-id tokens from it.';
+
+INSERT INTO pgfence.routine_grants (routine, roles) VALUES ('claim', '{pgfence_worker}'),
+                                                        ('claimed', '{pgfence_worker}')
+ON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;
+SELECT pgfence._apply_privileges();
 
 COMMIT;

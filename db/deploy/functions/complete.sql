@@ -1,6 +1,10 @@
--- Deploy pgfence:functions/complete to pg
--- requires: functions/_fence
+-- Deploy pgfence:functions/complete to pg (reworked after @v0.3.0)
+-- requires: functions/complete@v0.3.0
 -- requires: functions/_checks
+--
+-- complete and complete_many. Changed after @v0.3.0: a result is at most 1 MiB as
+-- jsonb and nested at most 64 levels (a 19 MB result was accepted), checked before
+-- anything is written.
 
 BEGIN;
 
@@ -8,7 +12,7 @@ BEGIN;
 -- still holds its lease. One row per input, in input order: accepted is true when
 -- the job is done by that token (now, or already: a retry after a lost reply is
 -- accepted and changes nothing). A refused row changes nothing and says why.
-CREATE FUNCTION pgfence.complete_many(
+CREATE OR REPLACE FUNCTION pgfence.complete_many(
     job_ids        bigint[],
     attempt_tokens uuid[],
     results        jsonb[] DEFAULT NULL
@@ -24,6 +28,7 @@ DECLARE
     v_now timestamptz := clock_timestamp();
     v_count integer;
     v_acc boolean[];
+    v_bad integer;
 BEGIN
     IF NOT pgfence._array_ok(results) THEN
         PERFORM pgfence._check_array('results', results);
@@ -31,6 +36,12 @@ BEGIN
     IF cardinality(results) <> n THEN
         PERFORM pgfence._raise_invalid('results length', cardinality(results)::text,
             format('job_ids has %s elements', n), 'pass NULL, or one result (or NULL) per job id');
+    END IF;
+    IF results IS NOT NULL THEN
+        SELECT min(t.ord) INTO v_bad FROM unnest(results) WITH ORDINALITY t(r, ord) WHERE NOT pgfence._result_ok(t.r);
+        IF v_bad IS NOT NULL THEN
+            PERFORM pgfence._check_result(format('results[%s]', v_bad), results[v_bad]);
+        END IF;
     END IF;
     -- target reads each finishing attempt (its lease, for the history); rows are
     -- updated in id order (a fixed lock order: no deadlock against a concurrent
@@ -79,13 +90,14 @@ END $$;
 
 COMMENT ON FUNCTION pgfence.complete_many(bigint[], uuid[], jsonb[]) IS
 $$Complete 1..10000 attempts in one call: processing -> done where (job_ids[i], attempt_tokens[i]) still
-holds the lease, storing results[i]. Returns (id, accepted, status, detail) per input in input order;
-accepted = done by this token (idempotent). Each ended attempt is recorded in pgfence.attempts.
-Refused rows change nothing; detail says why, and they are recorded in pgfence.rejections.
-Errors: 22004, 22023 (NULLs, lengths, duplicate ids), PF004.$$;
+holds the lease, storing results[i] (NULL, or any JSON value of at most 1 MiB as jsonb, nested at most 64
+levels). Returns (id, accepted, status, detail) per input in input order; accepted = done by this token
+(idempotent). Each ended attempt is recorded in pgfence.attempts. Refused rows change nothing; detail says
+why, and they are recorded in pgfence.rejections (tokens that held an attempt of the job, at most 100 per
+job). Errors: 22004, 22023 (NULLs, lengths, duplicate ids, a result over the limits), PF004.$$;
 
 -- Complete one attempt: processing -> done, only with the current token.
-CREATE FUNCTION pgfence.complete(job_id bigint, attempt_token uuid, result jsonb DEFAULT NULL)
+CREATE OR REPLACE FUNCTION pgfence.complete(job_id bigint, attempt_token uuid, result jsonb DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -96,6 +108,7 @@ BEGIN
     ELSIF attempt_token IS NULL THEN
         PERFORM pgfence._raise_null('attempt_token', 'pass the attempt_token that claim returned');
     END IF;
+    PERFORM pgfence._check_result('result', result);
     SELECT * INTO r FROM pgfence.complete_many(ARRAY[job_id], ARRAY[attempt_token], ARRAY[result]);
     IF NOT r.accepted THEN
         PERFORM pgfence._raise_fence(job_id, r.status, r.detail);
@@ -103,7 +116,13 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION pgfence.complete(bigint, uuid, jsonb) IS
-$$Complete a job: processing -> done with result, only while attempt_token is current. Idempotent for
-the token that completed it. Errors: PF001 lease lost (DETAIL says why), PF002 unknown job, 22004, PF004.$$;
+$$Complete a job: processing -> done with result (NULL, or any JSON value of at most 1 MiB as jsonb, nested
+at most 64 levels), only while attempt_token is current. Idempotent for the token that completed it.
+Errors: PF001 lease lost (DETAIL says why), PF002 unknown job, 22004, 22023, PF004.$$;
+
+INSERT INTO pgfence.routine_grants (routine, roles) VALUES ('complete', '{pgfence_worker}'),
+                                                        ('complete_many', '{pgfence_worker}')
+ON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;
+SELECT pgfence._apply_privileges();
 
 COMMIT;

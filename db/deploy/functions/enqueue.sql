@@ -1,12 +1,16 @@
--- Deploy pgfence:functions/enqueue to pg
--- requires: tables/jobs
--- requires: functions/_checks
+-- Deploy pgfence:functions/enqueue to pg (reworked after @v0.3.0)
+-- requires: functions/enqueue@v0.3.0
+-- requires: tables/wakeup
+--
+-- enqueue and its shared option checks. Changed after @v0.3.0: NOTIFY pgfence_enqueue
+-- carries the queue's wake-up tag (tables/wakeup), not its name, which any role could
+-- LISTEN to; payloads nest at most 64 levels (functions/_checks).
 
 BEGIN;
 
 -- The options every enqueue shares (single and batch): queue, max_attempts 1..1000,
 -- recovery_policy auto or manual. Inlined into enqueue's fast path, like _name_ok.
-CREATE FUNCTION pgfence._enqueue_options_ok(queue text, max_attempts integer, recovery_policy text)
+CREATE OR REPLACE FUNCTION pgfence._enqueue_options_ok(queue text, max_attempts integer, recovery_policy text)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE AS $$
     SELECT pgfence._name_ok(queue) AND coalesce(max_attempts BETWEEN 1 AND 1000, false)
@@ -16,7 +20,7 @@ COMMENT ON FUNCTION pgfence._enqueue_options_ok(text, integer, text) IS
   'Private: true for valid enqueue options (queue, max_attempts 1..1000, recovery_policy auto|manual), never NULL.';
 
 -- Checks the options every enqueue shares, naming what is wrong.
-CREATE FUNCTION pgfence._check_enqueue_options(queue text, max_attempts integer, recovery_policy text)
+CREATE OR REPLACE FUNCTION pgfence._check_enqueue_options(queue text, max_attempts integer, recovery_policy text)
 RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -35,14 +39,14 @@ END $$;
 COMMENT ON FUNCTION pgfence._check_enqueue_options(text, integer, text) IS
   'Private: check queue, max_attempts and recovery_policy of an enqueue.';
 
-CREATE FUNCTION pgfence._key_ok(value text) RETURNS boolean
+CREATE OR REPLACE FUNCTION pgfence._key_ok(value text) RETURNS boolean
 LANGUAGE sql IMMUTABLE AS $$
     SELECT value IS NULL OR (value <> '' AND char_length(value) <= 255)
 $$;
 COMMENT ON FUNCTION pgfence._key_ok(text) IS
   'Private: true for a valid idempotency key (NULL, or 1..255 characters), never NULL.';
 
-CREATE FUNCTION pgfence._check_idempotency_key(arg text, value text) RETURNS void
+CREATE OR REPLACE FUNCTION pgfence._check_idempotency_key(arg text, value text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     IF NOT pgfence._key_ok(value) THEN
@@ -57,7 +61,7 @@ COMMENT ON FUNCTION pgfence._check_idempotency_key(text, text) IS
 -- same (queue, key) is queued, processing, manual_review or done, nothing is
 -- inserted and that job's id is returned, also under concurrent same-key calls.
 -- Runs in the caller's transaction: rolled back with it.
-CREATE FUNCTION pgfence.enqueue(
+CREATE OR REPLACE FUNCTION pgfence.enqueue(
     kind            text,
     payload         jsonb       DEFAULT '{}',
     queue           text        DEFAULT 'default',
@@ -97,7 +101,7 @@ BEGIN
                 coalesce(enqueue.run_at, v_now), enqueue.max_attempts, enqueue.recovery_policy, v_now, v_now,
                 pgfence._invoker())
         RETURNING id INTO v_id;
-        PERFORM pg_notify('pgfence_enqueue', enqueue.queue);
+        PERFORM pg_notify('pgfence_enqueue', pgfence._wakeup_tag(enqueue.queue));
         RETURN v_id;
     END IF;
 
@@ -116,7 +120,7 @@ BEGIN
             DO NOTHING
         RETURNING j.id INTO v_id;
         IF v_id IS NOT NULL THEN
-            PERFORM pg_notify('pgfence_enqueue', enqueue.queue);
+            PERFORM pg_notify('pgfence_enqueue', pgfence._wakeup_tag(enqueue.queue));
             RETURN v_id;
         END IF;
         SELECT j.id INTO v_id FROM pgfence.jobs j
@@ -129,10 +133,16 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION pgfence.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text) IS
-$$Enqueue one job; returns its id. payload: a JSON object of at most 1 MiB. run_at NULL = now.
-max_attempts 1..1000. recovery_policy 'auto' (expired lease -> queued) or 'manual' (-> manual_review).
-idempotency_key: while a job with the same (queue, key) is queued/processing/manual_review/done, returns
-that job's id and inserts nothing. Joins the caller's transaction. Notifies channel pgfence_enqueue
-with the queue name. Errors: 22004 NULL argument, 22023 bad value.$$;
+$$Enqueue one job; returns its id. payload: a JSON object of at most 1 MiB, nested at most 64 levels.
+run_at NULL = now. max_attempts 1..1000. recovery_policy 'auto' (expired lease -> queued) or 'manual'
+(-> manual_review). idempotency_key: while a job with the same (queue, key) is
+queued/processing/manual_review/done, returns that job's id and inserts nothing (under REPEATABLE READ or
+SERIALIZABLE, a same-key enqueue committed since the transaction's snapshot raises 40001: retry the
+transaction). Joins the caller's transaction. On commit, notifies channel pgfence_enqueue with the queue's
+wake-up tag (pgfence.wakeup_tags). Errors: 22004 NULL argument, 22023 bad value.$$;
+
+INSERT INTO pgfence.routine_grants (routine, roles) VALUES ('enqueue', '{pgfence_producer}')
+ON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;
+SELECT pgfence._apply_privileges();
 
 COMMIT;

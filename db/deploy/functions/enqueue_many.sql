@@ -1,5 +1,9 @@
--- Deploy pgfence:functions/enqueue_many to pg
+-- Deploy pgfence:functions/enqueue_many to pg (reworked after @v0.3.0)
+-- requires: functions/enqueue_many@v0.3.0
 -- requires: functions/enqueue
+--
+-- Changed after @v0.3.0: NOTIFY pgfence_enqueue carries the queue's wake-up tag, not its
+-- name; payloads nest at most 64 levels.
 
 BEGIN;
 
@@ -8,7 +12,7 @@ BEGIN;
 -- one per input element: ordinal (1-based), the job id, and created = false when
 -- an idempotency key resolved to an existing job (or to an earlier element of
 -- the same batch with the same key). Same idempotency rules as enqueue.
-CREATE FUNCTION pgfence.enqueue_many(
+CREATE OR REPLACE FUNCTION pgfence.enqueue_many(
     kinds            text[],
     payloads         jsonb[]       DEFAULT NULL,
     queue            text          DEFAULT 'default',
@@ -152,7 +156,7 @@ BEGIN
 
     END IF;
 
-    PERFORM pg_notify('pgfence_enqueue', enqueue_many.queue);
+    PERFORM pg_notify('pgfence_enqueue', pgfence._wakeup_tag(enqueue_many.queue));
 
     RETURN QUERY
     SELECT p.ord, p.id, true FROM unnest(v_plain_ords, v_plain_ids) AS p(ord, id)
@@ -169,6 +173,11 @@ COMMENT ON FUNCTION pgfence.enqueue_many(text[], jsonb[], text, integer[], times
 $$Enqueue a batch (1..10000 jobs) into one queue in one call. Parallel arrays: kinds (required),
 payloads, priorities, run_ats, idempotency_keys (each NULL for all-defaults, or one element per job;
 a NULL element of idempotency_keys means no key). Returns (ordinal, id, created) per input element
-in input order; created is false where a key resolved to an existing job or an earlier element. Same validation and idempotency rules as enqueue.$$;
+in input order; created is false where a key resolved to an existing job or an earlier element. Same
+validation and idempotency rules as enqueue; one NOTIFY pgfence_enqueue with the queue's wake-up tag.$$;
+
+INSERT INTO pgfence.routine_grants (routine, roles) VALUES ('enqueue_many', '{pgfence_producer}')
+ON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;
+SELECT pgfence._apply_privileges();
 
 COMMIT;

@@ -1,5 +1,10 @@
--- Deploy pgfence:functions/report_rejection to pg
+-- Deploy pgfence:functions/report_rejection to pg (reworked after @v0.3.0)
+-- requires: functions/report_rejection@v0.3.0
 -- requires: functions/_fence
+--
+-- Changed after @v0.3.0: only a token that held an attempt of the job is recorded
+-- (a made-up one, or another job's, is refused with 22023: about 2,400 forged rows a
+-- second were accepted), at most 100 per job (later ones counted, not stored).
 
 BEGIN;
 
@@ -7,7 +12,7 @@ BEGIN;
 -- its refusal cannot record itself. The caller reports it here (the Python
 -- client does so for every LeaseLost) so operators see zombie activity in
 -- pgfence.rejections next to the attempt history. Batch calls record their own.
-CREATE FUNCTION pgfence.report_rejection(job_id bigint, attempt_token uuid, operation text)
+CREATE OR REPLACE FUNCTION pgfence.report_rejection(job_id bigint, attempt_token uuid, operation text)
 RETURNS void
 LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
@@ -48,15 +53,25 @@ BEGIN
             'ended its own attempt (complete, fail or release): a heartbeat crossing that is not recorded',
             'report only calls of an attempt that something else ended');
     END IF;
-    INSERT INTO pgfence.rejections (job_id, attempt_token, operation, caller, detail)
-    VALUES (job_id, attempt_token, operation, pgfence._invoker(),
-            pgfence._fence_detail(j.status, j.attempt_token, attempt_token, j.last_error, j.reserved_by));
+    IF NOT pgfence._token_held(job_id, attempt_token, j.attempt_token) THEN
+        PERFORM pgfence._raise_invalid('attempt_token', attempt_token::text,
+            format('never held an attempt of job %s: a refusal with it proves nothing', job_id),
+            'report only calls that raised PF001, with the attempt_token claim returned for this job');
+    END IF;
+    PERFORM pgfence._record_rejection(job_id, attempt_token, operation,
+        pgfence._fence_detail(j.status, j.attempt_token, attempt_token, j.last_error, j.reserved_by));
 END $$;
 
 COMMENT ON FUNCTION pgfence.report_rejection(bigint, uuid, text) IS
 $$Record that a single heartbeat/complete/fail/release call with attempt_token was refused with PF001 (its own
-transaction rolled back). Errors: PF002 unknown job, 22004, 22023 (unknown operation; the token is current;
-it completed (failed, released) the job, so a complete (fail, release) with it is accepted as a repeat; or, for a heartbeat, its
-attempt ended by its own complete, fail or release, which heartbeat_many does not record either).$$;
+transaction rolled back). Stored in pgfence.rejections while the job has fewer than 100 stored, else counted in
+pgfence.rejection_overflow. Errors: PF002 unknown job, 22004, 22023 (unknown operation; the token never held
+an attempt of this job; the token is current; it completed (failed, released) the job, so a complete (fail,
+release) with it is accepted as a repeat; or, for a heartbeat, its attempt ended by its own complete, fail or
+release, which heartbeat_many does not record either).$$;
+
+INSERT INTO pgfence.routine_grants (routine, roles) VALUES ('report_rejection', '{pgfence_worker}')
+ON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;
+SELECT pgfence._apply_privileges();
 
 COMMIT;

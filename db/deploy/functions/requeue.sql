@@ -1,11 +1,13 @@
--- Deploy pgfence:functions/requeue to pg
--- requires: functions/_fence
--- requires: functions/_checks
+-- Deploy pgfence:functions/requeue to pg (reworked after @v0.3.0)
+-- requires: functions/requeue@v0.3.0
+-- requires: tables/wakeup
+--
+-- Changed after @v0.3.0: the NOTIFY carries the queue's wake-up tag, not its name.
 
 BEGIN;
 
 -- Raise PF003 for a transition the job's status does not allow.
-CREATE FUNCTION pgfence._raise_transition(job_id bigint, action text, status text, allowed text) RETURNS void
+CREATE OR REPLACE FUNCTION pgfence._raise_transition(job_id bigint, action text, status text, allowed text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'PF003',
@@ -18,7 +20,7 @@ COMMENT ON FUNCTION pgfence._raise_transition(bigint, text, text, text) IS
 -- Operator: put a failed, manual_review or cancelled job back in the queue,
 -- runnable now. The next claim issues a new token. Attempts are kept (history);
 -- an exhausted job gets one more attempt (max_attempts raised to attempts + 1).
-CREATE FUNCTION pgfence.requeue(job_id bigint) RETURNS void
+CREATE OR REPLACE FUNCTION pgfence.requeue(job_id bigint) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     j pgfence.jobs;
@@ -62,12 +64,16 @@ BEGIN
                              job_id, coalesce(v_holder::text, 'another job')),
             HINT = 'the live job for this key wins; requeue is refused so the key stays unique';
     END;
-    PERFORM pg_notify('pgfence_enqueue', j.queue);
+    PERFORM pg_notify('pgfence_enqueue', pgfence._wakeup_tag(j.queue));
 END $$;
 
 COMMENT ON FUNCTION pgfence.requeue(bigint) IS
 $$Operator: failed, manual_review or cancelled -> queued, runnable now; the next claim gets a new token.
 Attempts are kept; max_attempts becomes at least attempts + 1 so the job gets another try.
 Errors: PF002 unknown job, PF003 other status (or its idempotency key is held by another job), 22004.$$;
+
+INSERT INTO pgfence.routine_grants (routine, roles) VALUES ('requeue', '{pgfence_operator}')
+ON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;
+SELECT pgfence._apply_privileges();
 
 COMMIT;

@@ -1,14 +1,16 @@
--- Deploy pgfence:functions/retention to pg
--- requires: tables/retention
--- requires: tables/attempts
--- requires: functions/_checks
+-- Deploy pgfence:functions/retention to pg (reworked after @v0.3.0)
+-- requires: functions/retention@v0.3.0
+-- requires: tables/rejections_cap
+--
+-- purge_finished and set_retention. Changed after @v0.3.0: the purge also deletes a
+-- job's count of refused calls not stored (pgfence.rejection_overflow).
 
 BEGIN;
 
 -- Delete up to max_jobs finished jobs (done, cancelled, failed) whose retention
 -- has passed, oldest first, with their attempts and rejections; returns how many.
 -- The background sweeper calls it every 10 s so the hot table stays small.
-CREATE FUNCTION pgfence.purge_finished(max_jobs integer DEFAULT 1000) RETURNS bigint
+CREATE OR REPLACE FUNCTION pgfence.purge_finished(max_jobs integer DEFAULT 1000) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     v_cutoff timestamptz;
@@ -36,6 +38,8 @@ BEGIN
         DELETE FROM pgfence.attempts a USING del WHERE a.job_id = del.id
     ), del_rejections AS (
         DELETE FROM pgfence.rejections r USING del WHERE r.job_id = del.id
+    ), del_overflow AS (
+        DELETE FROM pgfence.rejection_overflow o USING del WHERE o.job_id = del.id
     )
     SELECT count(*) INTO v_count FROM del;
     RETURN v_count;
@@ -43,12 +47,13 @@ END $$;
 
 COMMENT ON FUNCTION pgfence.purge_finished(integer) IS
 $$Delete up to max_jobs (1..10000) finished jobs whose retention has passed (pgfence.retention: per queue,
-default done/cancelled 1 day, failed 7 days), oldest first, with their attempts and rejections. Returns the
+default done/cancelled 1 day, failed 7 days), oldest first, with their attempts and rejections (and the count
+of rejections not stored). Returns the
 number deleted. The background sweeper runs it every 10 s. A deleted job's idempotency key is free again.$$;
 
 -- Set the retention of finished jobs for one queue (NULL = the default for all
 -- queues without their own row).
-CREATE FUNCTION pgfence.set_retention(queue text, retain_done interval, retain_failed interval)
+CREATE OR REPLACE FUNCTION pgfence.set_retention(queue text, retain_done interval, retain_failed interval)
 RETURNS void
 LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
@@ -71,5 +76,10 @@ END $$;
 COMMENT ON FUNCTION pgfence.set_retention(text, interval, interval) IS
 $$Operator: keep finished jobs of queue (NULL = the default) for retain_done (done, cancelled) and
 retain_failed (failed) before purge_finished deletes them; each 0..100 years. Errors: 22004, 22023.$$;
+
+INSERT INTO pgfence.routine_grants (routine, roles) VALUES ('purge_finished', '{pgfence_operator}'),
+                                                        ('set_retention', '{pgfence_operator}')
+ON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;
+SELECT pgfence._apply_privileges();
 
 COMMIT;

@@ -1,8 +1,25 @@
--- Revert pgfence:functions/claim from pg (back to @v0.2.0)
+-- Revert pgfence:functions/claim from pg (back to @v0.3.0)
 --
--- claim as of @v0.2.0: its checks one call each, and _reclaim called on every claim.
+-- The definitions of @v0.3.0 (its deploy script, each CREATE made CREATE OR REPLACE),
+-- then what the rework added is dropped and the privilege rule applied again.
 
 BEGIN;
+
+-- The queues that have queued jobs right now, by a loose index scan over the
+-- claim index (one index probe per queue, whatever the table's depth).
+CREATE OR REPLACE FUNCTION pgfence._queued_queues() RETURNS text[]
+LANGUAGE sql STABLE AS $$
+    WITH RECURSIVE q(name) AS (
+        (SELECT j.queue FROM pgfence.jobs j WHERE j.status = 'queued' ORDER BY j.queue LIMIT 1)
+        UNION ALL
+        SELECT (SELECT j.queue FROM pgfence.jobs j
+                 WHERE j.status = 'queued' AND j.queue > q.name ORDER BY j.queue LIMIT 1)
+          FROM q WHERE q.name IS NOT NULL
+    )
+    SELECT coalesce(array_agg(name), '{}') FROM q WHERE name IS NOT NULL
+$$;
+COMMENT ON FUNCTION pgfence._queued_queues() IS
+  'Private: distinct queues that hold queued jobs (loose index scan on jobs_claim_idx).';
 
 -- Claim up to max_jobs runnable jobs for worker_id, in priority DESC,
 -- available_at, id order. Each claimed job gets a fresh attempt_token and a lease
@@ -42,6 +59,7 @@ SET jit = off
 -- queue, and the reclaim probe to read the whole table, on every claim: a claim of
 -- 8 took 7.5 ms; with this setting 0.5-0.7 ms.
 SET enable_seqscan = off
+-- (Restated: CREATE OR REPLACE sets what it says, and this is the public API.)
 SECURITY DEFINER SET search_path = pg_catalog, pgfence, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
@@ -51,22 +69,33 @@ DECLARE
     v_ids bigint[];
     v_prefix text;
 BEGIN
-    PERFORM pgfence._check_name('worker_id', worker_id);
-    IF queues IS NOT NULL THEN
-        IF cardinality(queues) = 0 THEN
-            PERFORM pgfence._raise_invalid('queues', '{}', 'is empty',
-                'pass NULL to claim from every queue, or at least one queue name');
+    -- One expression decides whether every argument is valid (the common case runs no
+    -- nested call); only an invalid call runs the checks that name the argument.
+    -- (The *_ok predicates are inlined; anything NULL counts as invalid here.)
+    IF NOT coalesce(pgfence._name_ok(worker_id)
+                    AND (queues IS NULL OR (cardinality(queues) > 0 AND pgfence._array_ok(queues)
+                         AND (SELECT bool_and(pgfence._name_ok(q.name)) FROM unnest(queues) AS q(name))))
+                    AND lease BETWEEN interval '1 millisecond' AND interval '1 day'
+                    AND pgfence._interval_signs_agree(lease)
+                    AND max_jobs BETWEEN 1 AND 1000
+                    AND current_setting('transaction_isolation') = 'read committed', false) THEN
+        PERFORM pgfence._check_name('worker_id', worker_id);
+        IF queues IS NOT NULL THEN
+            IF cardinality(queues) = 0 THEN
+                PERFORM pgfence._raise_invalid('queues', '{}', 'is empty',
+                    'pass NULL to claim from every queue, or at least one queue name');
+            END IF;
+            PERFORM pgfence._check_array('queues', queues);
+            SELECT min(t.ord) INTO v_bad FROM unnest(queues) WITH ORDINALITY t(q, ord)
+             WHERE NOT pgfence._name_ok(t.q);
+            IF v_bad IS NOT NULL THEN
+                PERFORM pgfence._check_name(format('queues[%s]', v_bad), queues[v_bad]);
+            END IF;
         END IF;
-        PERFORM pgfence._check_array('queues', queues);
-        SELECT min(t.ord) INTO v_bad FROM unnest(queues) WITH ORDINALITY t(q, ord)
-         WHERE NOT pgfence._name_ok(t.q);
-        IF v_bad IS NOT NULL THEN
-            PERFORM pgfence._check_name(format('queues[%s]', v_bad), queues[v_bad]);
-        END IF;
+        PERFORM pgfence._check_lease(lease);
+        PERFORM pgfence._check_range('max_jobs', max_jobs, 1, 1000);
+        PERFORM pgfence._check_isolation('claim');
     END IF;
-    PERFORM pgfence._check_lease(lease);
-    PERFORM pgfence._check_range('max_jobs', max_jobs, 1, 1000);
-    PERFORM pgfence._check_isolation('claim');
     -- The request's lock first, before any row: claimed() waits for this claim from
     -- its first statement that touches a table, and both take the advisory lock
     -- before row locks (no lock-order cycle between them).
@@ -74,8 +103,13 @@ BEGIN
         PERFORM pgfence._lock_request(request_id);
     END IF;
 
-    -- On-claim recovery: the same rule and SQL as the sweep.
-    PERFORM pgfence._reclaim(max_jobs);
+    -- On-claim recovery: the same rule and SQL as the sweep. _reclaim is called only
+    -- when an expired lease exists: the probe is one index look-up in this plan,
+    -- where the call costs a nested function and a plan of its own.
+    v_now := clock_timestamp();
+    IF EXISTS (SELECT FROM pgfence.jobs j WHERE j.status = 'processing' AND j.lease_expires_at < v_now) THEN
+        PERFORM pgfence._reclaim(max_jobs);
+    END IF;
 
     v_queues := CASE WHEN queues IS NULL THEN pgfence._queued_queues()
                      ELSE ARRAY(SELECT DISTINCT unnest(queues)) END;
@@ -131,5 +165,7 @@ available_at, id order, each with a fresh attempt_token and a lease (1 ms..1 day
 Reclaims a batch of expired leases first (same rule as the sweep). Never hands one job to two callers.
 request_id (optional, fresh per call): pgfence.claimed(worker_id, ARRAY[request_id]) finds what this call
 took if its reply is lost. Needs READ COMMITTED (PF004 otherwise). Errors: 22004, 22023.$$;
+
+SELECT pgfence._apply_privileges();
 
 COMMIT;

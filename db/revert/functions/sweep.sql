@@ -1,13 +1,61 @@
--- Revert pgfence:functions/sweep from pg (back to @v0.1.0)
+-- Revert pgfence:functions/sweep from pg (back to @v0.3.0)
+--
+-- sweep() as of @v0.1.0 and note_sweeper_pass/run_sweeper as of @v0.3.0 (each CREATE
+-- made CREATE OR REPLACE), then what the rework added is dropped and the privilege
+-- rule applied again.
 
 BEGIN;
 
-DROP FUNCTION pgfence.note_sweeper_pass(bigint, bigint, text);
+DROP FUNCTION pgfence.sweeper_step(pgfence.sweeper_state);
+DROP FUNCTION pgfence._sweeper_next(pgfence.sweeper_state);
+DROP FUNCTION pgfence.sweeper_begin(interval, timestamptz);
+DROP FUNCTION pgfence.sweeper_health();
+DROP FUNCTION pgfence.resume_sweeper();
+DROP FUNCTION pgfence.pause_sweeper();
+DROP FUNCTION pgfence.sweep_batch(integer, bigint);
+DELETE FROM pgfence.routine_grants
+ WHERE routine IN ('sweep_batch', 'sweeper_begin', 'sweeper_step', 'pause_sweeper', 'resume_sweeper', 'sweeper_health');
 
--- Record a sweeper pass (reclaimed) or purge (purged) in pgfence.sweeper_status.
--- A function of its own so that run_sweeper, which runs with its caller's
--- rights, needs no write access to the table.
-CREATE FUNCTION pgfence.note_sweeper_pass(reclaimed bigint, purged bigint) RETURNS void
+-- Reclaim every expired lease, batch_size at a time, each batch committed in its
+-- own transaction (so 100,000 expired rows never sit in one long transaction).
+-- Overlapping sweeps are harmless: batches take rows with SKIP LOCKED. CALL it
+-- outside an explicit transaction block; reclaimed returns the total.
+CREATE OR REPLACE PROCEDURE pgfence.sweep(INOUT reclaimed bigint DEFAULT 0, batch_size integer DEFAULT 1000)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_batch bigint;
+BEGIN
+    -- Checked inline: this procedure runs with the caller's rights (it commits, so
+    -- it cannot be SECURITY DEFINER), and the private helpers are the owner's.
+    IF batch_size IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed',
+            MESSAGE = 'pgfence: argument batch_size must not be NULL', HINT = 'pass a batch_size between 1 and 10000';
+    ELSIF batch_size NOT BETWEEN 1 AND 10000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('pgfence: invalid batch_size %s: outside 1..10000', batch_size),
+            HINT = 'pass a batch_size between 1 and 10000';
+    END IF;
+    reclaimed := 0;
+    LOOP
+        SELECT count(*) INTO v_batch FROM pgfence.reclaim_expired(batch_size);
+        reclaimed := reclaimed + v_batch;
+        COMMIT;
+        EXIT WHEN v_batch < batch_size;
+    END LOOP;
+END $$;
+
+COMMENT ON PROCEDURE pgfence.sweep(bigint, integer) IS
+$$Reclaim every expired lease (batch_size 1..10000 per transaction, each committed). CALL pgfence.sweep();
+outside a transaction block. Returns reclaimed = total jobs reclaimed. Safe to run concurrently.
+Errors: 22004, 22023, PF004 (from reclaim_expired).$$;
+
+
+
+-- Record a sweeper pass (reclaimed), a purge (purged) or a failed purge (error) in
+-- pgfence.sweeper_status. A function of its own so that run_sweeper, which runs
+-- with its caller's rights, needs no write access to the table.
+CREATE OR REPLACE FUNCTION pgfence.note_sweeper_pass(reclaimed bigint, purged bigint, error text DEFAULT NULL)
+RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     -- Counts of one pass: never negative (the totals only grow), and far below
@@ -18,26 +66,33 @@ BEGIN
     ELSIF purged NOT BETWEEN 0 AND 1000000000 THEN
         PERFORM pgfence._raise_invalid('purged', purged::text, 'outside 0..1000000000',
             'pass how many finished jobs this purge deleted, or NULL when it was no purge');
+    ELSIF char_length(error) NOT BETWEEN 1 AND 10000 THEN
+        PERFORM pgfence._raise_invalid('error', left(error, 100),
+            format('is %s characters long (1..10000)', char_length(error)),
+            'pass the error text of the failed step (shorten it), or NULL when nothing failed');
     END IF;
     UPDATE pgfence.sweeper_status
        SET last_pass_at    = CASE WHEN reclaimed IS NULL THEN last_pass_at ELSE clock_timestamp() END,
            last_reclaimed  = coalesce(reclaimed, last_reclaimed),
            total_reclaimed = total_reclaimed + coalesce(reclaimed, 0),
            last_purge_at   = CASE WHEN purged IS NULL THEN last_purge_at ELSE clock_timestamp() END,
-           total_purged    = total_purged + coalesce(purged, 0);
+           total_purged    = total_purged + coalesce(purged, 0),
+           last_error      = coalesce(error, last_error),
+           last_error_at   = CASE WHEN error IS NULL THEN last_error_at ELSE clock_timestamp() END;
 END $$;
 
-COMMENT ON FUNCTION pgfence.note_sweeper_pass(bigint, bigint) IS
-  'Record a sweeper pass (reclaimed, or NULL) and/or a purge (purged, or NULL; each 0..1000000000) in pgfence.sweeper_status; used by run_sweeper. Errors: 22023.';
+COMMENT ON FUNCTION pgfence.note_sweeper_pass(bigint, bigint, text) IS
+  'Record in pgfence.sweeper_status a sweeper pass (reclaimed, or NULL), a purge (purged, or NULL; each 0..1000000000) and/or an error of the sweeper (error, 1..10000 characters, or NULL: kept with its time until the next error); used by run_sweeper. Errors: 22023.';
 
 -- Privileges, as the privileges change gives every routine it finds (see privileges.sql):
 -- owned by pgfence_owner, no EXECUTE for PUBLIC, the public API SECURITY DEFINER with a
 -- pinned search_path, and EXECUTE for the role that calls it.
-ALTER FUNCTION pgfence.note_sweeper_pass(bigint, bigint) OWNER TO pgfence_owner;
-REVOKE ALL ON FUNCTION pgfence.note_sweeper_pass(bigint, bigint) FROM PUBLIC;
-ALTER FUNCTION pgfence.note_sweeper_pass(bigint, bigint) SECURITY DEFINER SET search_path = pg_catalog, pgfence, pg_temp;
-GRANT EXECUTE ON FUNCTION pgfence.note_sweeper_pass(bigint, bigint) TO pgfence_operator;
+ALTER FUNCTION pgfence.note_sweeper_pass(bigint, bigint, text) OWNER TO pgfence_owner;
+REVOKE ALL ON FUNCTION pgfence.note_sweeper_pass(bigint, bigint, text) FROM PUBLIC;
+ALTER FUNCTION pgfence.note_sweeper_pass(bigint, bigint, text) SECURITY DEFINER SET search_path = pg_catalog, pgfence, pg_temp;
+GRANT EXECUTE ON FUNCTION pgfence.note_sweeper_pass(bigint, bigint, text) TO pgfence_operator;
 
+-- (CREATE OR REPLACE keeps the procedure's owner and grants.)
 -- The background sweeper pg_cron starts every minute: a pass every pass_interval
 -- until the end of the current minute (pg_cron 1.4 schedules by the minute only),
 -- so a lease is reclaimed within about pass_interval of its expiry. A pass is
@@ -103,6 +158,8 @@ BEGIN
                     EXCEPTION WHEN OTHERS THEN
                         RAISE WARNING 'pgfence: purge_finished failed, the sweeper goes on reclaiming: % (SQLSTATE %)',
                             SQLERRM, SQLSTATE;
+                        PERFORM pgfence.note_sweeper_pass(NULL, NULL,
+                            left(format('purge_finished failed: %s (SQLSTATE %s)', SQLERRM, SQLSTATE), 10000));
                         v_purged := 0;
                     END;
                     COMMIT;
@@ -128,13 +185,19 @@ END $$;
 COMMENT ON PROCEDURE pgfence.run_sweeper(interval, timestamptz) IS
 $$Background sweeper: CALL pgfence.sweep() every pass_interval (default 0.5 s) until run_until (default:
 the end of the current minute), recording each pass in pgfence.sweeper_status, and purge_finished every
-10 s (a failing purge is logged as a WARNING and does not stop the passes). pg_cron job
+10 s (a failing purge is logged as a WARNING and in sweeper_status.last_error, and does not stop the
+passes). pg_cron job
 'pgfence-reclaim' starts it every minute. Holding pg_advisory_lock(hashtext('pgfence.sweep')) pauses it.
 It holds that session-level lock during each pass: if a pass raises an error (a statement_timeout, a
 cancel), the calling session keeps the lock, and other sweepers skip their passes until it disconnects
 (pg_cron's runs always do). Errors: 22004, 22023, PF004.$$;
 
-COMMENT ON COLUMN pgfence.sweeper_status.last_error IS NULL;
-COMMENT ON COLUMN pgfence.sweeper_status.last_error_at IS NULL;
+COMMENT ON COLUMN pgfence.sweeper_status.last_error IS
+  'The last error the background sweeper caught and survived (a failed purge_finished), kept until the next one.';
+COMMENT ON COLUMN pgfence.sweeper_status.last_error_at IS
+  'When last_error happened (NULL: never).';
+
+DROP TYPE pgfence.sweeper_state;
+SELECT pgfence._apply_privileges();
 
 COMMIT;

@@ -19,6 +19,17 @@ SELECT 'pgfence._raise_null(text, text)'::regprocedure,
        'pgfence._check_payload(text, jsonb)'::regprocedure,
        'pgfence._check_batch(bigint[], uuid[])'::regprocedure,
        'pgfence._check_isolation(text)'::regprocedure,
-       'pgfence._invoker()'::regprocedure;
+       'pgfence._invoker()'::regprocedure,
+       'pgfence._unsafe_chars()'::regprocedure,
+       'pgfence._edge_chars()'::regprocedure,
+       'pgfence._printable(text)'::regprocedure,
+       'pgfence._json_nesting_ok(jsonb, integer)'::regprocedure,
+       'pgfence._check_json_limits(text, jsonb)'::regprocedure,
+       'pgfence._result_ok(jsonb)'::regprocedure,
+       'pgfence._check_result(text, jsonb)'::regprocedure;
+-- The rules of the rework after @v0.3.0: Unicode edges, controls anywhere, 64 levels.
+SELECT 1 / (NOT pgfence._name_ok(E'q\u00a0') AND NOT pgfence._name_ok(E'a\u001bb') AND pgfence._name_ok('a b'))::int;
+SELECT 1 / (pgfence._payload_ok((repeat('{"a":', 63) || '{}' || repeat('}', 63))::jsonb)
+            AND NOT pgfence._payload_ok((repeat('{"a":', 64) || '{}' || repeat('}', 64))::jsonb))::int;
 
 ROLLBACK;

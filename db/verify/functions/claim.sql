@@ -6,13 +6,14 @@ SELECT 'pgfence.claim(text, text[], interval, integer, uuid)'::regprocedure,
        'pgfence.claimed(text, uuid[], interval)'::regprocedure,
        'pgfence._lock_request(uuid)'::regprocedure,
        'pgfence._request_prefix(uuid, timestamptz)'::regprocedure,
-       'pgfence._request_token(text, bigint, integer)'::regprocedure,
-       'pgfence._queued_queues()'::regprocedure;
+       'pgfence._request_token(text, bigint, integer)'::regprocedure;
+SELECT 1 / (to_regprocedure('pgfence._queued_queues()') IS NULL)::int;
 SELECT 1 / has_function_privilege('pgfence_worker', 'pgfence.claimed(text, uuid[], interval)', 'EXECUTE')::int;
 SELECT 1 / (to_regprocedure('pgfence.claim(text, text[], interval, integer)') IS NULL)::int;
--- The rework after @v0.2.0: the probe before _reclaim, and claim still SECURITY DEFINER
--- with its search_path pinned (CREATE OR REPLACE restates both).
+-- The probe before _reclaim, the claim order over all queues (the rework after @v0.3.0),
+-- and claim still SECURITY DEFINER with its search_path pinned.
 SELECT 1 / (prosecdef AND prosrc LIKE '%IF EXISTS (SELECT FROM pgfence.jobs j WHERE j.status = ''processing''%'
+            AND prosrc LIKE '%(j.queue || '''') = ANY (queues)%'
             AND 'search_path=pg_catalog, pgfence, pg_temp' = ANY (proconfig))::int
   FROM pg_proc WHERE oid = 'pgfence.claim(text, text[], interval, integer, uuid)'::regprocedure;
 

@@ -1,0 +1,8 @@
+-- Verify pgfence:functions/requeue on pg
+
+BEGIN;
+
+SELECT 'pgfence.requeue(bigint)'::regprocedure,
+       'pgfence._raise_transition(bigint, text, text, text)'::regprocedure;
+
+ROLLBACK;

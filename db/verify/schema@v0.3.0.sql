@@ -1,0 +1,7 @@
+-- Verify pgfence:schema on pg
+
+BEGIN;
+
+SELECT 1 / (pgfence.schema_version() = 2)::int;
+
+ROLLBACK;

@@ -1,0 +1,132 @@
+"""A claim locks only the jobs it returns, over any number of queues, in claim order.
+
+Before the rework after @v0.3.0, ``claim(queues => NULL)`` locked up to max_jobs
+rows in every queue (2,000 queues of 50 jobs: a claim of 10 locked 19,990 extra
+rows, until it committed, so concurrent claimers skipped jobs they could have
+taken). Each shape of ``queues`` has its own path now (NULL, one queue, 2..16, more);
+each is checked here for what it locks, and hypothesis checks that every path
+returns exactly the first max_jobs runnable jobs in claim order (priority DESC,
+available_at, id). A database of this module's own, so that a claim over all queues
+sees only these jobs.
+"""
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any, Optional
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from helpers import connect, sqitch_deploy
+from sqlhelpers import assert_error, sql_error
+
+Conn = psycopg.Connection[Any]
+
+
+@pytest.fixture(scope="module")
+def own_dsn(dsn: str) -> Iterator[str]:
+    name = f"pgfence_claims_{secrets.token_hex(4)}"
+    with connect(dsn) as c:
+        c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        the_dsn = make_conninfo(dsn, dbname=name)
+        sqitch_deploy(the_dsn)
+        yield the_dsn
+    finally:
+        with connect(dsn) as c:
+            c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def db(own_dsn: str) -> Iterator[Conn]:
+    """An autocommit connection to the module's database; its jobs are deleted after the test."""
+    c = connect(own_dsn)
+    try:
+        yield c
+    finally:
+        c.execute("TRUNCATE pgfence.jobs, pgfence.attempts, pgfence.rejections")
+        c.close()
+
+
+def fill(conn: Conn, queues: int, per_queue: int) -> list[str]:
+    names = [f"q{i:05d}" for i in range(queues)]
+    conn.execute("""INSERT INTO pgfence.jobs (queue, kind) SELECT q, 'k' FROM unnest(%s::text[]) q,
+                    generate_series(1, %s)""", (names, per_queue))
+    conn.execute("ANALYZE pgfence.jobs")
+    return names
+
+
+def lockable(conn: Conn) -> int:
+    """Queued jobs no other transaction holds a lock on (this one may lock them: SKIP LOCKED)."""
+    with conn.transaction(force_rollback=True):
+        return int(conn.execute("SELECT count(*) FROM (SELECT id FROM pgfence.jobs WHERE status = 'queued'"
+                                " FOR UPDATE SKIP LOCKED) x").fetchone()[0])  # type: ignore[index]
+
+
+@pytest.mark.parametrize("shape", ["all", "one", "few", "many"])
+def test_a_claim_locks_only_the_jobs_it_returns(own_dsn: str, db: Conn, shape: str) -> None:
+    names = fill(db, 200, 5)
+    queues: Optional[list[str]] = {"all": None, "one": names[:1], "few": names[:5], "many": names[:50]}[shape]
+    with connect(own_dsn, autocommit=False) as claimer:
+        got = claimer.execute("SELECT id FROM pgfence.claim('w', %s, '1 minute', 10)", (queues,)).fetchall()
+        assert len(got) == {"one": 5}.get(shape, 10)
+        # still in the claim's transaction: only what it returned is locked
+        assert lockable(db) == 1000 - len(got)
+        claimer.rollback()
+    assert lockable(db) == 1000
+
+
+def test_a_claim_over_a_few_queues_goes_past_the_jobs_another_claim_holds(own_dsn: str, db: Conn) -> None:
+    names = fill(db, 3, 10)
+    with connect(own_dsn, autocommit=False) as first, connect(own_dsn) as second:
+        a = [r[0] for r in first.execute("SELECT id FROM pgfence.claim('a', %s, '1 minute', 5)", (names,))]
+        b = [r[0] for r in second.execute("SELECT id FROM pgfence.claim('b', %s, '1 minute', 5)", (names,))]
+        assert len(a) == len(b) == 5 and not set(a) & set(b)
+        first.rollback()
+
+
+def test_queues_holds_at_most_10000_names(db: Conn) -> None:
+    too_many = [f"q{i}" for i in range(10001)]
+    err = sql_error(db, "SELECT * FROM pgfence.claim('w', %s)", (too_many,))
+    assert_error(err, "22023", "queues length")
+    assert db.execute("SELECT count(*) FROM pgfence.claim('w', %s)", (too_many[:10000],)).fetchone() == (0,)
+
+
+JOB = st.tuples(st.integers(0, 19), st.integers(-2, 2), st.sampled_from([-3600, -60, 0, 3600]))  # queue, priority, run_at
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(jobs=st.lists(JOB, min_size=0, max_size=60), shape=st.sampled_from(["all", "one", "few", "many"]),
+       pick=st.lists(st.integers(0, 19), min_size=1, max_size=19, unique=True), max_jobs=st.integers(1, 25))
+def test_every_path_returns_the_first_runnable_jobs_in_claim_order(
+        own_dsn: str, jobs: list[tuple[int, int, int]], shape: str, pick: list[int], max_jobs: int) -> None:
+    queues: Optional[list[str]]
+    if shape == "all":
+        queues = None
+    elif shape == "one":
+        queues = [f"h{pick[0]}"]
+    elif shape == "few":
+        queues = [f"h{i}" for i in pick[:16]]
+    else:  # more than 16 names (some with no jobs at all)
+        queues = [f"h{i}" for i in range(20)] if len(pick) <= 16 else [f"h{i}" for i in pick] + ["none1", "none2"]
+    with connect(own_dsn, autocommit=False) as c:
+        inserted = []
+        for q, priority, offset in jobs:
+            job_id = c.execute("SELECT pgfence.enqueue('k', queue => %s, priority => %s,"
+                               " run_at => clock_timestamp() + %s)",
+                               (f"h{q}", priority, timedelta(seconds=offset))).fetchone()[0]  # type: ignore[index]
+            row = c.execute("SELECT id, available_at, available_at <= clock_timestamp() FROM pgfence.jobs"
+                            " WHERE id = %s", (job_id,)).fetchone()
+            assert row is not None
+            inserted.append((row[0], f"h{q}", priority, row[1], row[2]))
+        runnable = [j for j in inserted if j[4] and (queues is None or j[1] in queues)]
+        want = [j[0] for j in sorted(runnable, key=lambda j: (-j[2], j[3], j[0]))][:max_jobs]
+        got = [r[0] for r in c.execute("SELECT id FROM pgfence.claim('w', %s, '1 minute', %s)", (queues, max_jobs))]
+        c.rollback()
+    assert got == want
