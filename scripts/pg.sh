@@ -281,12 +281,12 @@ cmd_start() {
     log "running: $(dsn) (data dir $PGDATA)"
     return 0
   fi
-  [[ -f "$PGDATA/PG_VERSION" ]] || init_cluster
-  if [[ "$IS_ROOT" -eq 1 ]]; then chown -R postgres: "$PGDATA"; fi
-  clear_stale
   if port_taken; then
     die "port $PORT on 127.0.0.1 is already taken (another checkout's cluster, a system PostgreSQL, or another program); start this cluster on another port with PGFENCE_PGPORT=<port> (e.g. PGFENCE_PGPORT=$((PORT + 1)) make db), and use that variable with every make target"
   fi
+  [[ -f "$PGDATA/PG_VERSION" ]] || init_cluster
+  if [[ "$IS_ROOT" -eq 1 ]]; then chown -R postgres: "$PGDATA"; fi
+  clear_stale
   write_conf
   local attempt
   for attempt in 1 2 3 4 5; do

@@ -602,3 +602,44 @@ def test_a_worker_sweeps_only_while_no_background_sweeper_is_seen(
             assert "runs the reclaim sweep" not in caplog.text
             c.execute("SELECT pgfence.resume_sweeper()")
             wait_for(lambda: "runs the reclaim sweep" in caplog.text or None, 10, "the worker to sweep after resume")
+
+# --------------------------------------------------- payloads no decoder reads ----
+def _deep_payload_job(dsn: str, queue: str, depth: int = 5000) -> int:
+    """A job whose payload Python's json cannot decode (nested `depth` deep), written as
+    the database accepted it before the 64-level limit (a row older than the rule)."""
+    text = '{"a": ' * (depth - 1) + "{}" + "}" * (depth - 1)
+    with psycopg.connect(dsn, autocommit=True) as c:
+        row = c.execute("INSERT INTO pgfence.jobs (queue, kind, payload, max_attempts) VALUES (%s, 'echo', %s::jsonb, 1)"
+                        " RETURNING id", (queue, text)).fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+def test_claim_returns_a_job_whose_payload_cannot_be_decoded_with_its_reason(dsn: str, client: Client,
+                                                                          queue: str) -> None:
+    before = client.enqueue("echo", {"n": 1}, queue=queue)
+    poison = _deep_payload_job(dsn, queue)
+    after = client.enqueue("echo", {"n": 2}, queue=queue)
+    jobs = {j.id: j for j in client.claim("w", [queue], max_jobs=10)}
+    assert set(jobs) == {before, poison, after}
+    assert jobs[before].payload == {"n": 1} and jobs[after].payload == {"n": 2}
+    assert jobs[before].payload_error is None
+    assert jobs[poison].payload is None and jobs[poison].payload_error is not None
+    assert jobs[poison].payload_error.startswith("RecursionError")
+
+
+def test_a_payload_the_worker_cannot_decode_fails_alone_and_the_rest_of_the_batch_runs(
+        dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
+    """One poison payload used to raise RecursionError for the whole claimed batch: the
+    worker died (three times, before the poison job was dead-lettered) and innocent
+    max_attempts => 1 jobs of its batches were dead-lettered without running."""
+    poison = _deep_payload_job(dsn, queue)
+    innocent = [e.id for e in client.enqueue_many(["echo"] * 40, [{"n": i} for i in range(40)], queue=queue,
+                                                  max_attempts=1)]
+    worker = start(dsn, queue, {"echo": echo}, workers, prefetch=50)
+    with running_bounded(worker):
+        bad = wait_status(client, poison, "failed", timeout=20)
+        for job_id in innocent:
+            wait_status(client, job_id, "done", timeout=20)
+    assert bad.attempts == 1 and (bad.last_error or "").startswith("PayloadNotDecodable: ")
+    assert worker.counters["completed"] == 40 and worker.counters["failed"] == 1

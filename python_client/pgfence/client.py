@@ -30,9 +30,12 @@ SCHEMA_VERSION = 3
 
 T = TypeVar("T")
 
+# A job's row: payload and result as JSON text, decoded here one by one (a value this
+# process cannot decode is reported in decode_error instead of failing the call).
+_JOB_FIELDS = [f.name for f in dataclasses.fields(JobRecord) if f.name != "decode_error"]
 _JOB_COLUMNS = sql.SQL(", ").join(
-    sql.Identifier(f.name) for f in dataclasses.fields(JobRecord)
-)
+    sql.SQL("{}::text").format(sql.Identifier(n)) if n in ("payload", "result") else sql.Identifier(n)
+    for n in _JOB_FIELDS)
 
 
 class Client:
@@ -337,11 +340,20 @@ class Client:
 
     def get_job(self, job_id: int) -> JobRecord:
         """The whole row of one job. Raises :class:`JobNotFound`."""
-        rows = self._rows(JobRecord,
-            sql.SQL("SELECT {} FROM pgfence.jobs WHERE id = %s").format(_JOB_COLUMNS), (job_id,))
-        if not rows:
+        with self._call() as conn:
+            row = conn.execute(sql.SQL("SELECT {} FROM pgfence.jobs WHERE id = %s").format(_JOB_COLUMNS),
+                               (job_id,)).fetchone()
+            load = _custom_jsonb_load(conn) or _decode_json_text
+        if row is None:
             raise JobNotFound(f"pgfence: job {job_id} not found", sqlstate="PF002")
-        return rows[0]
+        values = dict(zip(_JOB_FIELDS, row))
+        errors = []
+        for name in ("payload", "result"):
+            if values[name] is not None:
+                values[name], error = _decode_one(load, values[name])
+                if error is not None:
+                    errors.append(f"{name}: {error}")
+        return JobRecord(**values, decode_error="; ".join(errors) or None)
 
     def sweeper_last_pass(self) -> Optional[datetime]:
         """``pgfence.sweeper_last_pass()``: when the background sweeper last completed a pass."""

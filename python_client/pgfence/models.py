@@ -140,6 +140,9 @@ class JobRecord:
     updated_at: datetime
     finished_at: Optional[datetime]
     enqueued_by: str
+    #: Why ``payload`` or ``result`` could not be decoded here (that one is then ``None``):
+    #: a row stored before the 64-level limit may nest deeper than Python decodes.
+    decode_error: Optional[str] = None
 
 
 @dataclass(frozen=True)

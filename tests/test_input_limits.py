@@ -1,0 +1,120 @@
+"""The limits of the rework after @v0.3.0, refused up front with 22023 naming the
+argument, and nothing written:
+
+* names (kind, queue, worker_id): no control, line-separator or bidirectional control
+  character anywhere, and no Unicode whitespace or invisible character at either end
+  (U+00A0, U+3000 and U+0085 at the ends, and newline, ESC, U+0001 inside, were
+  accepted; `pgfence stats` printed them raw, a forged "sweeper:" line and a colour
+  escape reached an operator's terminal);
+* payloads and results nest objects and arrays at most 64 levels (a payload nested
+  1,000 deep killed the Python worker);
+* results are at most 1 MiB as jsonb (a 19 MB result was accepted);
+* error messages show the characters they name escaped, never raw.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from psycopg.types.json import Jsonb
+
+from sqlhelpers import assert_error, claim_job, enqueue, one, queue_count, sql_error
+
+Conn = psycopg.Connection[Any]
+
+# Refused anywhere in a name.
+UNSAFE = [chr(c) for c in range(1, 0x20)] + [chr(0x7F)] + [chr(c) for c in range(0x80, 0xA0)] + [
+    "\u061c", "\u200e", "\u200f", "\u2028", "\u2029", "\u202a", "\u202b", "\u202c", "\u202d", "\u202e",
+    "\u2066", "\u2067", "\u2068", "\u2069"]
+# Refused at either end (Unicode White_Space and the invisible characters).
+EDGE = [" ", "\u00a0", "\u1680", "\u180e"] + [chr(c) for c in range(0x2000, 0x200E)] + [
+    "\u202f", "\u205f", "\u2060", "\u3000", "\ufeff"]
+# Allowed anywhere but at the ends (spaces), or anywhere (letters of other scripts).
+INSIDE_OK = [" ", "\u00a0", "\u3000"]
+LETTERS = st.text(st.characters(categories=("Lu", "Ll", "Lo", "Nd"), codec="utf-8"), min_size=1, max_size=10)
+
+
+def nested_text(depth: int) -> str:
+    """The JSON text of an object with `depth` levels of objects and arrays, itself the
+    outermost (built as text: Python's json recurses, and gives up near 1,000)."""
+    opens = ['{"a": ' if level % 2 else "[" for level in range(1, depth)]  # level 1 outermost
+    closes = ["}" if o.startswith("{") else "]" for o in reversed(opens)]
+    return "".join(opens) + "{}" + "".join(closes)
+
+
+def nested(depth: int) -> Any:
+    return json.loads(nested_text(depth))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(base=LETTERS, bad=st.sampled_from(UNSAFE), at=st.sampled_from(["start", "middle", "end"]),
+       arg=st.sampled_from(["kind", "queue"]))
+def test_a_name_with_a_control_or_bidi_character_anywhere_is_refused(conn: Conn, base: str, bad: str, at: str,
+                                                                      arg: str) -> None:
+    name = {"start": bad + base, "middle": base[:1] + bad + base[1:], "end": base + bad}[at]
+    if arg == "kind":
+        err = sql_error(conn, "SELECT pgfence.enqueue(%s, queue => 't_limits')", (name,))
+    else:
+        err = sql_error(conn, "SELECT pgfence.enqueue('k', queue => %s)", (name,))
+    assert_error(err, "22023", arg)
+    assert all(c not in (err.diag.message_primary or "") for c in UNSAFE)  # escaped in the message
+    assert f"\\u{ord(bad):04x}" in (err.diag.message_primary or "")
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(base=LETTERS, space=st.sampled_from(EDGE), end=st.sampled_from(["start", "end"]))
+def test_a_name_starting_or_ending_with_unicode_whitespace_is_refused(conn: Conn, base: str, space: str,
+                                                                       end: str) -> None:
+    name = space + base if end == "start" else base + space
+    for call, arg in (("SELECT pgfence.enqueue('k', queue => %s)", "queue"),
+                      ("SELECT * FROM pgfence.claim(%s)", "worker_id"),
+                      ("SELECT * FROM pgfence.claim('w', ARRAY[%s])", "queues[1]")):
+        assert_error(sql_error(conn, call, (name,)), "22023", arg)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(a=LETTERS, b=LETTERS, space=st.sampled_from(INSIDE_OK))
+def test_names_of_any_script_with_spaces_inside_are_accepted(conn: Conn, a: str, b: str, space: str) -> None:
+    queue = f"t_lim {a}{space}{b}"[:128]
+    job_id = enqueue(conn, queue, kind=f"{b}{space}{a}"[:128])
+    assert one(conn, "SELECT queue FROM pgfence.jobs WHERE id = %s", (job_id,)) == queue
+    conn.execute("DELETE FROM pgfence.jobs WHERE id = %s", (job_id,))
+
+
+@pytest.mark.parametrize("depth", [64, 65, 1000])
+def test_payloads_nest_at_most_64_levels(conn: Conn, queue: str, depth: int) -> None:
+    text = nested_text(depth)
+    if depth <= 64:
+        conn.execute("SELECT pgfence.enqueue('k', %s::jsonb, %s)", (text, queue))
+        assert queue_count(conn, queue) == 1
+        return
+    err = sql_error(conn, "SELECT pgfence.enqueue('k', %s::jsonb, %s)", (text, queue))
+    assert_error(err, "22023", "payload")
+    assert "more than 64 levels" in (err.diag.message_primary or "")
+    assert_error(sql_error(conn, "SELECT * FROM pgfence.enqueue_many(ARRAY['k', 'k'], ARRAY['{}', %s]::jsonb[], %s)",
+                           (text, queue)), "22023", "payloads[2]")
+    assert queue_count(conn, queue) == 0
+
+
+@pytest.mark.parametrize(("result", "ok"), [
+    (nested(64), True), (nested(65), False), ([[1, [2]], "list results"], True), ("a string", True),
+    ({"blob": "x" * (1024 * 1024)}, False), ({"blob": "x" * (1024 * 1000)}, True)],
+    ids=["64-deep", "65-deep", "list", "string", "over-1-MiB", "under-1-MiB"])
+def test_results_are_any_json_of_at_most_1_mib_and_64_levels(conn: Conn, queue: str, result: Any, ok: bool) -> None:
+    job_id = enqueue(conn, queue)
+    token = claim_job(conn, queue, job_id, lease="1 hour")
+    single = "SELECT pgfence.complete(%s, %s, %s)"
+    if ok:
+        conn.execute(single, (job_id, token, Jsonb(result)))
+        assert one(conn, "SELECT result FROM pgfence.jobs WHERE id = %s", (job_id,)) == result
+        return
+    err = sql_error(conn, single, (job_id, token, Jsonb(result)))
+    assert_error(err, "22023", "result")
+    assert ("more than 64 levels" if "blob" not in str(result)[:10] else "1 MiB") in (err.diag.message_primary or "")
+    assert_error(sql_error(conn, "SELECT * FROM pgfence.complete_many(%s, %s, ARRAY[NULL, %s]::jsonb[])",
+                           ([job_id, -1], [token, token], json.dumps(result))), "22023", "results[2]")
+    assert one(conn, "SELECT status FROM pgfence.jobs WHERE id = %s", (job_id,)) == "processing"

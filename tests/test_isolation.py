@@ -1,0 +1,88 @@
+"""The tests run on a cluster and in a database of their own, and the suite's clusters
+start wherever a user clones.
+
+`make test` used to leave its data (420 queues, 6,160 live jobs, a forced sweeper
+error) in the database that `make demo` and a newcomer's worker use; and on a checkout
+whose parent directory the postgres OS user cannot traverse (a clone under /root, a
+0700 home directory), scripts/pg.sh fell back to a data directory under /tmp for the
+main cluster but the chaos suite refused to run.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from clusters import SHARED_PORT, Cluster
+from helpers import REPO, connect
+
+
+def test_the_tests_use_a_cluster_and_a_database_of_their_own(dsn: str, test_db_cluster: Cluster | None) -> None:
+    if test_db_cluster is None:
+        pytest.skip("PGFENCE_TEST_DSN or a container decides where the tests run")
+    with connect(dsn) as c:
+        assert c.execute("SELECT current_database(), current_setting('port')::int").fetchone() == (
+            "pgfence_test", test_db_cluster.port)
+        assert c.execute("SELECT current_setting('cron.database_name')").fetchone() == ("pgfence_test",)
+    assert test_db_cluster.port != SHARED_PORT
+    assert test_db_cluster.datadir != (REPO / ".pgdata").resolve()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the postgres OS user matters only when run as root")
+def test_the_test_and_chaos_clusters_start_in_a_clone_the_postgres_user_cannot_traverse() -> None:
+    home = Path(tempfile.mkdtemp(prefix="pgfence-0700-"))  # 0700, owned by root
+    clone = home / "pgfence"
+    try:
+        assert oct(home.stat().st_mode & 0o777) == "0o700"
+        subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True, timeout=120)
+        script = textwrap.dedent("""
+            import sys
+            sys.path.insert(0, "tests")
+            from clusters import chaos_cluster, test_cluster
+            clusters = [test_cluster(), chaos_cluster()]
+            try:
+                for c in clusters:
+                    c.fresh()
+                for c in clusters:
+                    assert c.running(), c.name
+                    print(c.name, c.datadir, c.port)
+            finally:
+                for c in clusters:
+                    c.stop()
+        """)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PGFENCE_TEST_PG", "PGFENCE_CHAOS_PG"))}
+        r = subprocess.run([sys.executable, "-c", script], cwd=clone, env=env, capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        lines = dict((line.split()[0], line.split()[1:]) for line in r.stdout.splitlines())
+        assert set(lines) == {"test", "chaos"}
+        dirs = {name: Path(v[0]) for name, v in lines.items()}
+        # each under /tmp (the clone is not traversable), each its own
+        assert all(str(d).startswith("/tmp/pgfence-") for d in dirs.values()), dirs
+        assert dirs["test"] != dirs["chaos"]
+        for d in dirs.values():
+            shutil.rmtree(d, ignore_errors=True)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def test_pg_sh_says_when_its_port_is_taken(test_db_cluster: Cluster | None) -> None:
+    if test_db_cluster is None:
+        pytest.skip("no cluster of the tests' own")
+    with tempfile.TemporaryDirectory(prefix="pgfence-port-") as tmp:
+        os.chmod(tmp, 0o755)
+        env = dict(os.environ, PGFENCE_PGDATA=str(Path(tmp) / "data"), PGFENCE_PGPORT=str(test_db_cluster.port))
+        r = subprocess.run([str(REPO / "scripts" / "pg.sh"), "start"], env=env, capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode != 0
+        assert f"port {test_db_cluster.port} on 127.0.0.1 is already taken" in r.stderr, r.stderr
+        assert "PGFENCE_PGPORT" in r.stderr
+        subprocess.run([str(REPO / "scripts" / "pg.sh"), "stop"], env=env, capture_output=True, timeout=60)
+
+

@@ -1,0 +1,130 @@
+"""NOTIFY pgfence_enqueue: what an outsider learns from it, and what a flood of it costs.
+
+Any role may LISTEN and NOTIFY on any channel. Before the rework after @v0.3.0 the
+channel carried queue names, and a flood on it took an idle worker and its backends
+from 0.6% to 68-96% of a core. Now it carries a keyed tag per queue (a worker asks
+pgfence.wakeup_tags for its queues' tags), the worker claims at most once per
+CLAIM_HOLDOFF after a claim that found nothing, and stops listening for a while when
+more than NOTIFY_FLOOD notifications arrive within a second.
+"""
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+import pgfence.worker as worker_module
+from clienthelpers import running, wait_for
+from helpers import connect
+from pgfence import Client, Job, Worker
+from securityhelpers import connect_as, login_roles
+
+Conn = psycopg.Connection[Any]
+
+
+@pytest.fixture
+def outsider(dsn: str) -> Iterator[Conn]:
+    name = f"t_outsider_{secrets.token_hex(3)}"
+    with login_roles(dsn, {name: None}):
+        c = connect_as(dsn, name)
+        try:
+            yield c
+        finally:
+            c.close()
+
+
+def test_the_channel_carries_a_tag_not_the_queue_name(outsider: Conn, conn: Conn, queue: str) -> None:
+    outsider.execute("LISTEN pgfence_enqueue")
+    conn.execute("SELECT pgfence.enqueue('k', queue => %s)", (queue,))
+    notes = [n.payload for n in outsider.notifies(timeout=2.0, stop_after=1)]
+    assert len(notes) == 1
+    [tag] = notes
+    assert queue not in tag and len(tag) == 16
+    assert conn.execute("SELECT tag FROM pgfence.wakeup_tags(ARRAY[%s])", (queue,)).fetchone() == (tag,)
+    # the tags are the database's to tell, and only to workers
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        outsider.execute("SELECT * FROM pgfence.wakeup_tags(ARRAY[%s])", (queue,))
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        outsider.execute("SELECT key FROM pgfence.wakeup_key")
+    # one tag per queue, the same for every enqueue
+    other = conn.execute("SELECT tag FROM pgfence.wakeup_tags(ARRAY[%s, %s]) ORDER BY queue",
+                         (queue, queue + "x")).fetchall()
+    assert other[0] == (tag,) and other[1] != (tag,)
+
+
+def echo(job: Job) -> Any:
+    return None
+
+
+def test_a_notify_flood_costs_the_worker_a_bounded_number_of_claims(
+        dsn: str, conn: Conn, outsider: Conn, queue: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("WARNING", logger="pgfence.worker")
+    client = Client.connect(dsn, max_size=4)
+    claims = []
+    real_claim = client.claim
+
+    def counting_claim(*args: Any, **kwargs: Any) -> list[Job]:
+        claims.append(time.monotonic())
+        return real_claim(*args, **kwargs)
+
+    client.claim = counting_claim  # type: ignore[method-assign]
+    try:
+        worker = Worker(client, {"k": echo}, queues=[queue], concurrency=2, poll_interval=5.0,
+                        lease=timedelta(seconds=30), run_sweeper=False)
+        with running(worker):
+            [tag] = client.wakeup_tags([queue]).values()
+            time.sleep(0.5)
+            # a single real enqueue wakes it at once
+            job_id = conn.execute("SELECT pgfence.enqueue('k', queue => %s)", (queue,)).fetchone()[0]  # type: ignore[index]
+            wait_for(lambda: conn.execute("SELECT status = 'done' FROM pgfence.jobs WHERE id = %s",
+                                          (job_id,)).fetchone() == (True,), 3, "the job to be done (woken by NOTIFY)")
+            before = len(claims)
+            flood_started = time.monotonic()
+            for i in range(6000):
+                outsider.execute(f"NOTIFY pgfence_enqueue, '{tag}'")
+            flood_took = time.monotonic() - flood_started
+            time.sleep(0.3)
+            during = len(claims) - before
+            # one claim per CLAIM_HOLDOFF at most (plus polls and the flood's first second)
+            bound = flood_took / worker_module.CLAIM_HOLDOFF + 20
+            assert during <= bound, f"{during} claims during a {flood_took:.2f}s flood (bound {bound:.0f})"
+            if 6000 / flood_took > worker_module.NOTIFY_FLOOD:
+                assert "not listening for" in caplog.text
+            # and real work still gets done
+            job_id = conn.execute("SELECT pgfence.enqueue('k', queue => %s)", (queue,)).fetchone()[0]  # type: ignore[index]
+            wait_for(lambda: conn.execute("SELECT status = 'done' FROM pgfence.jobs WHERE id = %s",
+                                          (job_id,)).fetchone() == (True,), 12, "the job after the flood to be done")
+    finally:
+        client.close()
+
+
+def test_a_worker_ignores_other_queues_tags(dsn: str, conn: Conn, queue: str) -> None:
+    client = Client.connect(dsn, max_size=4)
+    claims = []
+    real_claim = client.claim
+
+    def counting_claim(*args: Any, **kwargs: Any) -> list[Job]:
+        claims.append(time.monotonic())
+        return real_claim(*args, **kwargs)
+
+    client.claim = counting_claim  # type: ignore[method-assign]
+    try:
+        worker = Worker(client, {"k": echo}, queues=[queue], poll_interval=5.0, run_sweeper=False)
+        with running(worker):
+            time.sleep(0.5)
+            before = len(claims)
+            for _ in range(20):
+                conn.execute("SELECT pgfence.enqueue('k', queue => %s)", (queue + "_other",))
+                time.sleep(0.02)
+            time.sleep(0.3)
+            assert len(claims) - before <= 1  # (a poll may fall in the window)
+    finally:
+        client.close()
+        conn.execute("DELETE FROM pgfence.jobs WHERE queue = %s", (queue + "_other",))
+
+
