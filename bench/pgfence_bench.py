@@ -607,3 +607,71 @@ def churn(dsn: str, seconds: float, depth: int, shape: WorkerShape, window: floa
             "max_dead_rows": max(w["dead_rows"] for w in windows),
             "claim_idx_mb_end": windows[-1]["claim_idx_bytes"] / 1e6,
             "autovacuum_passes": prev[2] - first_av, "errors": errors}
+
+
+# ---------------------------------------------------- claims over many queues --
+def _deploy(dsn: str, to: Optional[str] = None) -> None:
+    """sqitch deploy (up to a tag) into a scratch database of the bench's own."""
+    env = dict(os.environ)
+    env.setdefault("SQITCH_FULLNAME", "pgfence bench")
+    env.setdefault("SQITCH_EMAIL", "pgfence-bench@localhost")
+    env.pop("SQITCH_TARGET", None)
+    target = "db:" + dsn if dsn.startswith("postgresql://") else dsn
+    cmd = ["sqitch", "deploy", "--target", target] + (["--to", to] if to else [])
+    r = subprocess.run(cmd, cwd=BENCH_DIR.parent, env=env, capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise BenchError(f"sqitch deploy{' --to ' + to if to else ''} failed:\n{r.stdout}{r.stderr}")
+
+
+def claims_by_queue_count(admin_dsn: str, counts: tuple[int, ...] = (1, 100, 1000, 10000), jobs: int = 100_000,
+                          max_jobs: int = 10, calls: int = 200, seconds: float = 4.0,
+                          versions: tuple[tuple[str, Optional[str]], ...] = (("before", "@v0.3.0"), ("now", None))
+                          ) -> dict[str, Any]:
+    """A claim of max_jobs from `jobs` queued jobs spread over N queues, for each N of
+    counts: with queues => NULL and with the explicit list of all N queues. Each call runs
+    in a transaction that is rolled back (the jobs stay, every call sees the same
+    table); its time is the client's (one round trip, the list sent with it), median and
+    p95 over `calls` calls (at most `seconds` per case). Rows locked: while one claim's
+    transaction is open, a second session counts the queued rows it can lock (SKIP
+    LOCKED); the rest are the claim's. Each version (a plan tag, or the tree) in a
+    database of its own, both in this session, alternating case by case."""
+    from common import dsn_for_db, recreate_database
+    dbs = {}
+    for name, to in versions:
+        db = f"bench_claims_{name}"
+        recreate_database(admin_dsn, db)
+        dbs[name] = dsn_for_db(admin_dsn, db)
+        _deploy(dbs[name], to)
+    out: dict[str, Any] = {"jobs": jobs, "max_jobs": max_jobs, "cases": []}
+    for n in counts:
+        names = [f"q{i:05d}" for i in range(n)]
+        for dsn in dbs.values():
+            with connect(dsn) as c:
+                c.execute("TRUNCATE pgfence.jobs")
+                c.execute("INSERT INTO pgfence.jobs (queue, kind) SELECT (%s::text[])[1 + g %% %s], 'k'"
+                          " FROM generate_series(0, %s - 1) g", (names, n, jobs))
+                c.execute("VACUUM (ANALYZE) pgfence.jobs")
+        for shape in ("NULL", "list"):
+            queues = None if shape == "NULL" else names
+            for name, dsn in dbs.items():
+                with connect(dsn, autocommit=False) as c, connect(dsn) as observer:
+                    times: list[float] = []
+                    deadline = time.monotonic() + seconds
+                    while len(times) < calls and (len(times) < 5 or time.monotonic() < deadline):
+                        t = time.perf_counter()
+                        got = c.execute("SELECT count(*) FROM pgfence.claim('bench', %s, '30 seconds', %s)",
+                                        (queues, max_jobs)).fetchone()
+                        times.append(time.perf_counter() - t)
+                        if len(times) == 1:
+                            returned = int(got[0]) if got else 0
+                            with observer.transaction(force_rollback=True):
+                                free = observer.execute("SELECT count(*) FROM (SELECT id FROM pgfence.jobs WHERE"
+                                                        " status = 'queued' FOR UPDATE SKIP LOCKED) x").fetchone()
+                            locked = jobs - returned - (int(free[0]) if free else 0)
+                        c.rollback()
+                out["cases"].append({"version": name, "queues": n, "shape": shape, "returned": returned,
+                                     "locked_extra": locked, "calls": len(times),
+                                     "median_ms": median(times) * 1000, "p95_ms": percentile(times, 95) * 1000})
+                log(f"  {name}: {n:,} queues, queues => {shape}: median {median(times) * 1000:.2f} ms,"
+                    f" {returned} returned, {locked:,} more locked")
+    return out

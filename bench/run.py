@@ -64,6 +64,9 @@ class Config:
     ceiling_n: int = 600_000  # > 10 s of the ceiling: the queue never runs dry
     ceiling_seconds: int = 5
     pgfence_prefetch: tuple[int, ...] = (8, 72, 500)
+    claim_jobs: int = 100_000  # claims over 1..10,000 queues: jobs queued, calls per case, seconds per case
+    claim_calls: int = 200
+    claim_seconds: float = 4.0
 
     @classmethod
     def make(cls, quick: bool) -> "Config":
@@ -72,7 +75,7 @@ class Config:
         return cls(quick=True, single_n=2000, single_runs=1, drain_n=20_000, drain_runs=1, drain_timeout=12.0,
                    depth_queued=200_000, sweep_n=20_000, sweep_idle_max_s=3.0, recovery_samples=5,
                    sweeper_spread=0.27, churn_seconds=0, pgbench_seconds=5, pgbench_prefill=200_000,
-                   ceiling_n=150_000, ceiling_seconds=2)
+                   ceiling_n=150_000, ceiling_seconds=2, claim_calls=30, claim_seconds=1.0)
 
 
 def default_dsn() -> str:
@@ -274,6 +277,10 @@ def run_pgfence_only(cfg: Config, dsn: str) -> dict[str, Any]:
     out["sweeper_recovery"] = guarded(holder, "sweeper recovery",
                                       lambda: pf.sweeper_recovery(dsn, cfg.recovery_samples,
                                                                   spread=cfg.sweeper_spread))
+    log(f"pgfence claims over 1..10,000 queues: {cfg.claim_jobs:,} queued, claim of 10, before (@v0.3.0) and now")
+    out["claims"] = guarded(holder, "claims over many queues",
+                            lambda: pf.claims_by_queue_count(dsn, jobs=cfg.claim_jobs, calls=cfg.claim_calls,
+                                                             seconds=cfg.claim_seconds))
     out["churn"] = []
     for d in (cfg.churn_depths if cfg.churn_seconds else ()):
         log(f"pgfence churn: {cfg.churn_seconds:.0f} s drain with {d:,} jobs kept queued (prefetch {best_p})")
@@ -573,6 +580,33 @@ def pgfence_only_table(po: Optional[dict[str, Any]], cfg: Config,
     return "\n".join(lines)
 
 
+def claims_table(po: Optional[dict[str, Any]]) -> str:
+    """Claims over 1..10,000 queues: time and extra rows locked, before and now, and the
+    ratio to the same claim from one queue holding the same jobs."""
+    cl = (po or {}).get("claims")
+    if not cl:
+        return "Claims over many queues: not run."
+    cases = {(c["version"], c["queues"], c["shape"]): c for c in cl["cases"]}
+    versions = sorted({c["version"] for c in cl["cases"]}, key=lambda v: v != "before")
+    lines = [f"A claim of {cl['max_jobs']} from {cl['jobs']:,} queued jobs spread evenly over N queues, each call in"
+             " a transaction rolled back (client time: one round trip, the list of queues sent with it; median and"
+             " p95). Extra locked: queued rows the claim held locks on beyond those it returned, counted from a"
+             " second session while its transaction was open. Ratio: to the same claim (queues => NULL) from one"
+             " queue holding the same jobs, same version.", "",
+             "| version | queues | queues => | median ms | p95 ms | returned | extra rows locked | ratio to 1 queue |",
+             "|---|---:|---|---:|---:|---:|---:|---:|"]
+    for v in versions:
+        base = cases.get((v, 1, "NULL"))
+        for (vv, n, shape), c in sorted(cases.items(), key=lambda kv: (kv[0][1], kv[0][2])):
+            if vv != v:
+                continue
+            ratio = f"{c['median_ms'] / base['median_ms']:.2f}" if base and base["median_ms"] else "-"
+            what = "NULL" if shape == "NULL" else f"all {n:,} names"
+            lines.append(f"| {v} | {n:,} | {what} | {c['median_ms']:.2f} | {c['p95_ms']:.2f} | {c['returned']} |"
+                         f" {c['locked_extra']:,} | {ratio} |")
+    return "\n".join(lines)
+
+
 def render(results: dict[str, Any], cfg: Config) -> str:
     m = results["machine"]
     rows = results["rows"]
@@ -651,6 +685,10 @@ def render(results: dict[str, Any], cfg: Config) -> str:
         "### pgfence only",
         "",
         pgfence_only_table(results.get("pgfence_only"), cfg, results["ratios"]),
+        "",
+        "### Claims over many queues",
+        "",
+        claims_table(results.get("pgfence_only")),
         "",
     ]
     errs = [(r["variant"], e) for r in rows for e in r["errors"]] + [("general", e) for e in results["errors"]]

@@ -293,3 +293,51 @@ def test_format_table_aligns_columns() -> None:
 ])
 def test_format_age_is_short_and_human(td: Any, text: str) -> None:
     assert format_age(td) == text
+
+
+# ------------------------------------------- the database's strings, escaped ----
+HOSTILE = "x\x1b[31mRED\nsweeper: last pass never; pg_cron job pgfence-reclaim: active\u202eevil\x07"
+
+
+def _raw_controls(text: str) -> list[str]:
+    """Characters a terminal would act on (newlines aside, which separate our own lines)."""
+    return [c for c in text if (ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) < 0xA0
+            or c in "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u2028\u2029"]
+
+
+def test_stats_and_show_escape_what_they_print_from_the_database(dsn: str, queue: str) -> None:
+    """Names refused by today's rules may be in the table from before them (written here
+    directly, as the database accepted them then), and payloads, errors, results and
+    worker ids are anyone's: the CLI shows every one escaped, so none forges a line of
+    its output or reaches the terminal as a control sequence."""
+    legacy_queue = f"t_esc_{secrets.token_hex(3)}{HOSTILE}"
+    with connect(dsn) as c:
+        # (priority: the claim over every queue below takes this job first)
+        [job_id] = c.execute(
+            "INSERT INTO pgfence.jobs (queue, kind, payload, priority) VALUES (%s, %s,"
+            " jsonb_build_object('note', %s::text), 1000000) RETURNING id",
+            (legacy_queue, "kind" + HOSTILE, HOSTILE)).fetchone()  # type: ignore[misc]
+        [(claimed, token)] = c.execute("SELECT id, attempt_token FROM pgfence.claim('w', NULL, '1 hour', 1)").fetchall()
+        assert claimed == job_id
+        c.execute("SELECT pgfence.fail(%s, %s, %s, permanent => true)", (job_id, token, "boom" + HOSTILE))
+    try:
+        stats = run_cli(dsn, "stats")
+        assert stats.returncode == 0, stats.stderr
+        assert _raw_controls(stats.stdout) == []
+        assert sum(line.startswith("sweeper: ") for line in stats.stdout.splitlines()) == 1  # no forged line
+        assert "\\u001b[31mRED\\u000asweeper:" in stats.stdout
+        show = run_cli(dsn, "show", str(job_id))
+        assert show.returncode == 0, show.stderr
+        assert _raw_controls(show.stdout) == []
+        assert not any(line.startswith("sweeper:") for line in show.stdout.splitlines())
+        assert "\\u202eevil" in show.stdout
+    finally:
+        with connect(dsn) as c:
+            c.execute("DELETE FROM pgfence.attempts WHERE job_id = %s", (job_id,))
+            c.execute("DELETE FROM pgfence.jobs WHERE id = %s", (job_id,))
+
+
+def test_an_error_from_the_database_is_shown_escaped(dsn: str) -> None:
+    r = run_cli(dsn, "enqueue", "k\x1b[2J", "--queue", "q")
+    assert r.returncode == 1
+    assert _raw_controls(r.stderr) == [] and "\\u001b[2J" in r.stderr

@@ -150,7 +150,8 @@ def test_every_security_definer_routine_pins_search_path_ending_with_pg_temp(con
         "SELECT proname FROM pg_proc WHERE pronamespace = 'pgfence'::regnamespace AND prosecdef")}
     assert {"enqueue", "enqueue_many", "claim", "heartbeat", "heartbeat_many", "complete", "complete_many",
             "fail", "fail_many", "release", "release_many", "report_rejection", "reclaim_expired", "requeue",
-            "cancel", "stats", "purge_finished", "set_retention", "sweeper_last_pass"} <= definers
+            "cancel", "stats", "purge_finished", "set_retention", "sweeper_last_pass", "sweeper_health",
+            "pause_sweeper", "resume_sweeper", "wakeup_tags", "sweep_batch", "sweeper_begin", "sweeper_step"} <= definers
 
 
 def test_no_application_role_or_public_can_write_a_pgfence_relation(conn: Conn) -> None:
@@ -391,6 +392,18 @@ CALLS: dict[str, str] = {
     "set_retention": "SELECT pgfence.set_retention(%(q)s, '1 day', '7 days')",
     "sweep": "CALL pgfence.sweep()",
     "run_sweeper": "CALL pgfence.run_sweeper(run_until => clock_timestamp())",
+    "sweep_batch": "SELECT * FROM pgfence.sweep_batch(1)",
+    "sweeper_begin": "SELECT pgfence.sweeper_begin('1 second', clock_timestamp())",
+    "sweeper_step": "SELECT pgfence.sweeper_step(pgfence.sweeper_begin('10 ms', clock_timestamp()))",
+    "pause_sweeper": "SELECT pgfence.pause_sweeper()",
+    "resume_sweeper": "SELECT pgfence.resume_sweeper()",
+    "sweeper_health": "SELECT * FROM pgfence.sweeper_health()",
+    "wakeup_tags": "SELECT * FROM pgfence.wakeup_tags(ARRAY[%(q)s])",
+    "select_wakeup_key": "SELECT count(*) FROM pgfence.wakeup_key",
+    "select_routine_grants": "SELECT count(*) FROM pgfence.routine_grants",
+    "select_rejection_overflow": "SELECT count(*) FROM pgfence.rejection_overflow",
+    "_apply_privileges": "SELECT pgfence._apply_privileges()",
+    "_record_rejection": "SELECT pgfence._record_rejection(%(id)s, %(tok)s::uuid, 'complete', 'x')",
     "select_jobs": "SELECT count(*) FROM pgfence.jobs",
     "select_attempts": "SELECT count(*) FROM pgfence.attempts",
     "select_rejections": "SELECT count(*) FROM pgfence.rejections",
@@ -427,10 +440,11 @@ FENCED = {"claim", "heartbeat", "heartbeat_many", "complete", "complete_many", "
           "release", "release_many", "report_rejection"}
 GRANTED: dict[str, set[str]] = {
     "t_prod_a": {"schema_version", "enqueue", "enqueue_many", "select_jobs"},
-    "t_worker": {"schema_version", "sweeper_last_pass"} | FENCED,
-    "t_oper": {"schema_version", "sweeper_last_pass", "requeue", "cancel", "reclaim_expired", "stats",
-               "purge_finished", "set_retention", "sweep", "select_jobs", "select_attempts",
-               "select_rejections", "select_sweeper_status", "select_retention"},
+    "t_worker": {"schema_version", "sweeper_last_pass", "sweeper_health", "wakeup_tags"} | FENCED,
+    "t_oper": {"schema_version", "sweeper_last_pass", "sweeper_health", "requeue", "cancel", "reclaim_expired",
+               "stats", "purge_finished", "set_retention", "sweep", "sweep_batch", "sweeper_begin", "sweeper_step",
+               "pause_sweeper", "resume_sweeper", "select_jobs", "select_attempts", "select_rejections",
+               "select_rejection_overflow", "select_sweeper_status", "select_retention"},
     "t_nobody": set(),
 }
 # (t_oper, run_sweeper) is granted but cannot work: see test_operator_can_run_the_background_sweeper.

@@ -296,3 +296,22 @@ def test_concurrent_enqueue_many_with_overlapping_keys_create_one_job_per_key(
         assert len(ids) == 1, f"{k}: {ids}"
         assert [r["id"] for r in _key_rows(conn, queue, k)] == list(ids)
     assert queue_count(conn, queue) == len(shared) + n_threads
+
+
+def test_under_repeatable_read_a_same_key_enqueue_that_lost_the_race_raises_40001_and_a_retry_finds_the_job(
+        dsn: str, conn: psycopg.Connection[Any], queue: str) -> None:
+    """As the README says: under REPEATABLE READ (or SERIALIZABLE) an enqueue whose key
+    another transaction took and committed after this one's snapshot raises 40001
+    (serialization_failure), like any write conflict at that level; retrying the
+    transaction returns that job's id."""
+    with connect(dsn, autocommit=False) as rr:
+        rr.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        rr.execute("SELECT 1")  # the snapshot is taken
+        winner = enqueue(conn, queue, idempotency_key="rr-key")
+        with pytest.raises(psycopg.errors.SerializationFailure):
+            rr.execute("SELECT pgfence.enqueue('k', queue => %s, idempotency_key => 'rr-key')", (queue,))
+        rr.rollback()
+        rr.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        assert one(rr, "SELECT pgfence.enqueue('k', queue => %s, idempotency_key => 'rr-key')", (queue,)) == winner
+        rr.commit()
+    assert one(conn, "SELECT count(*) FROM pgfence.jobs WHERE queue = %s", (queue,)) == 1

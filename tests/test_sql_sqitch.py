@@ -165,3 +165,70 @@ def test_sqitch_upgrades_a_database_deployed_at_v0_2_0_and_reverts_to_it(scratch
         assert worker_may(c, claim)
         c.execute("SELECT pgfence.complete(%s, %s)", (held, new_token))
         assert c.execute("SELECT status FROM pgfence.jobs WHERE id = %s", (held,)).fetchone() == ("done",)
+
+
+def test_sqitch_upgrades_a_database_deployed_at_v0_3_0_and_reverts_to_it(scratch_dsn: str) -> None:
+    """The security reworks after @v0.3.0 upgrade in place: rows the new rules would
+    refuse (names with control characters, deep payloads, a forged rejection) survive
+    and keep working, a lease from before the upgrade still completes, the rules apply
+    to new calls; `sqitch revert --to @v0.3.0` restores claim exactly, with its owner,
+    grants and settings, and the jobs stay."""
+    target = sqitch_target(scratch_dsn)
+    _ok(_sqitch("deploy", "--to", "@v0.3.0", target=target), "deploy --to @v0.3.0")
+    claim = "pgfence.claim(text, text[], interval, integer, uuid)"
+
+    def state(c: Conn, routine: str) -> tuple[Any, ...]:
+        row = c.execute("SELECT proowner::regrole::text, proacl::text, proconfig, prosecdef, md5(prosrc) FROM pg_proc"
+                        " WHERE oid = %s::regprocedure", (routine,)).fetchone()
+        assert row is not None
+        return tuple(row)
+
+    deep = '{"a": ' * 99 + "{}" + "}" * 99
+    with connect(scratch_dsn) as c:
+        assert c.execute("SELECT pgfence.schema_version()").fetchone() == (2,)
+        before = {r: state(c, r) for r in (claim, "pgfence.complete(bigint, uuid, jsonb)",
+                                            "pgfence.report_rejection(bigint, uuid, text)")}
+        legacy_queue = c.execute("SELECT pgfence.enqueue('k', queue => E'legacy\\nqueue')").fetchone()[0]  # type: ignore[index]
+        legacy_deep = c.execute("SELECT pgfence.enqueue(E'kind\\u00a0', %s::jsonb, 'upgrade')", (deep,)).fetchone()[0]  # type: ignore[index]
+        [(held, token)] = c.execute("SELECT id, attempt_token FROM pgfence.claim('w', ARRAY['upgrade'],"
+                                    " '1 hour')").fetchall()
+        assert held == legacy_deep
+        c.execute("SELECT pgfence.report_rejection(%s, gen_random_uuid(), 'complete')", (held,))  # forged, accepted
+
+    out = _ok(_sqitch("deploy", target=target), "deploy (upgrade)")
+    assert "+ functions/sweep" in out and "+ functions/claim" in out, out
+    _ok(_sqitch("verify", target=target), "verify (upgraded)")
+    with connect(scratch_dsn) as c:
+        assert c.execute("SELECT pgfence.schema_version()").fetchone() == (3,)
+        assert worker_may(c, claim)
+        assert c.execute("SELECT has_function_privilege('pgfence_operator', 'pgfence.pause_sweeper()', 'EXECUTE'),"
+                         " has_function_privilege('pgfence_worker', 'pgfence.pause_sweeper()', 'EXECUTE')"
+                         ).fetchone() == (True, False)
+        # the lease from before the upgrade completes; the legacy rows are claimed and run
+        c.execute("SELECT pgfence.complete(%s, %s)", (held, token))
+        got = dict(c.execute("SELECT id, attempt_token FROM pgfence.claim('w', NULL, '1 hour', 10)").fetchall())
+        assert set(got) == {legacy_queue}
+        c.execute("SELECT pgfence.complete(%s, %s)", (legacy_queue, got[legacy_queue]))
+        assert c.execute("SELECT id, status, queue FROM pgfence.jobs ORDER BY id").fetchall() == [
+            (legacy_queue, "done", "legacy\nqueue"), (legacy_deep, "done", "upgrade")]
+        # the forged row stays (the rule is for new calls), with no slot
+        assert c.execute("SELECT count(*), count(slot) FROM pgfence.rejections").fetchone() == (1, 0)
+        # the rules apply to new calls
+        for call, params in (("SELECT pgfence.enqueue('k', queue => E'new\\nqueue')", None),
+                             ("SELECT pgfence.enqueue('k', %s::jsonb, 'upgrade')", ('{"a": ' * 64 + "{}" + "}" * 64,)),
+                             ("SELECT pgfence.report_rejection(%s, gen_random_uuid(), 'complete')", (held,)),
+                             ("CALL pgfence.run_sweeper('10 ms', 'infinity')", None)):
+            with pytest.raises(psycopg.Error) as refused:
+                c.execute(call, params)
+            assert refused.value.sqlstate == "22023", call
+
+    _ok(_sqitch("revert", "-y", "--to", "@v0.3.0", target=target), "revert --to @v0.3.0")
+    _ok(_sqitch("verify", target=target), "verify (reverted)")
+    with connect(scratch_dsn) as c:
+        assert c.execute("SELECT pgfence.schema_version()").fetchone() == (2,)
+        assert {r: state(c, r) for r in before} == before
+        assert c.execute("SELECT to_regprocedure('pgfence.pause_sweeper()'), to_regclass('pgfence.routine_grants'),"
+                         " to_regclass('pgfence.rejection_overflow')").fetchone() == (None, None, None)
+        assert c.execute("SELECT count(*) FROM pgfence.jobs").fetchone() == (2,)
+        c.execute("SELECT pgfence.enqueue('k', queue => E'new\\nqueue')")  # the old rules again
+        assert worker_may(c, claim)

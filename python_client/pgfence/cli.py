@@ -33,13 +33,14 @@ from typing import Any, Callable, NoReturn, Optional, Sequence
 import psycopg
 from psycopg_pool import PoolTimeout
 
+from ._text import escaped_logger, printable
 from .client import Client
 from .errors import PgfenceError
 from .models import Attempt, JobRecord, Rejection
 from .worker import Handler, Worker
 
 PROG = "pgfence"
-log = logging.getLogger("pgfence.cli")
+log = escaped_logger("pgfence.cli")
 
 
 class CliError(Exception):
@@ -351,25 +352,23 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: S
     return "\n".join([line(headers)] + [line(r) for r in rows])
 
 
-SWEEPER_MAX_AGE = timedelta(minutes=2)
-
-
-def _sweeper_line(client: Client, conn: psycopg.Connection[Any]) -> str:
-    """When the background sweeper last completed a pass (``pgfence.sweeper_last_pass()``,
-    aged by the database clock) and whether it counts as running."""
-    last = client.sweeper_last_pass()
-    row = conn.execute("SELECT clock_timestamp()").fetchone()
-    now: Optional[datetime] = None if row is None else row[0]
-    if last is None:
+def _sweeper_line(client: Client) -> str:
+    """The background sweeper as ``pgfence.sweeper_health()`` sees it: its last pass (aged
+    by the database clock) and whether it runs, is paused, or does not run."""
+    health = client.sweeper_health()
+    if health.last_pass_at is None:
         text = "sweeper: last pass never"
     else:
-        age = None if now is None else now - last
-        text = f"sweeper: last pass {last.isoformat(sep=' ', timespec='seconds')} ({format_age(age)} ago)"
-    if client.sweeper_active(SWEEPER_MAX_AGE):
+        text = (f"sweeper: last pass {health.last_pass_at.isoformat(sep=' ', timespec='seconds')} "
+                f"({format_age(health.last_pass_age)} ago)")
+    if health.state == "running":
         return f"{text}; pg_cron job pgfence-reclaim: active"
-    return (f"{text}; pg_cron job pgfence-reclaim: NOT active (no pass within "
-            f"{format_age(SWEEPER_MAX_AGE)}: schedule it with pg_cron, run workers with --sweep, or "
-            "CALL pgfence.sweep() from a scheduler)")
+    if health.state == "paused":
+        assert health.paused_at is not None
+        return (f"{text}; PAUSED since {health.paused_at.isoformat(sep=' ', timespec='seconds')} by "
+                f"{printable(health.paused_by)} (SELECT pgfence.resume_sweeper() lets it run)")
+    return (f"{text}; pg_cron job pgfence-reclaim: NOT active (no pass within 2 minutes: schedule it with "
+            "pg_cron, run workers with --sweep, or CALL pgfence.sweep() from a scheduler)")
 
 
 def _sweeper_error_line(conn: psycopg.Connection[Any]) -> Optional[str]:
@@ -383,7 +382,7 @@ def _sweeper_error_line(conn: psycopg.Connection[Any]) -> Optional[str]:
     if row is None:
         return None
     error, at, age = row
-    return f"sweeper error: {at.isoformat(sep=' ', timespec='seconds')} ({format_age(age)} ago): {error}"
+    return f"sweeper error: {at.isoformat(sep=' ', timespec='seconds')} ({format_age(age)} ago): {printable(error)}"
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -394,13 +393,13 @@ def cmd_stats(args: argparse.Namespace) -> int:
         if stats:
             print(format_table(
                 ["QUEUE", "STATUS", "JOBS", "OLDEST RUNNABLE", "EXPIRED LEASES"],
-                [[s.queue, s.status, str(s.jobs), format_age(s.oldest_runnable_age), str(s.expired_leases)]
-                 for s in stats],
+                [[printable(s.queue), printable(s.status), str(s.jobs), format_age(s.oldest_runnable_age),
+                  str(s.expired_leases)] for s in stats],
                 [False, False, True, True, True]))
         else:
-            print("no jobs" + (f" in queue {', '.join(args.queues)}" if args.queues else ""))
+            print("no jobs" + (f" in queue {', '.join(map(printable, args.queues))}" if args.queues else ""))
         print()
-        print(_sweeper_line(client, conn))
+        print(_sweeper_line(client))
         error = _sweeper_error_line(conn)
         if error:
             print(error)
@@ -421,13 +420,20 @@ def _history_line(client: Client) -> str:
 
 
 def _show_value(name: str, value: Any) -> str:
+    """A field as shown: JSON indented, None as '-', every string escaped (printable).
+    Only JSON (whose strings json.dumps escapes itself) and last_error (a traceback) keep
+    their lines, each escaped on its own; format_job indents the lines after the first."""
     if name in ("payload", "result"):
-        return "null" if value is None else json.dumps(value, indent=2, ensure_ascii=False)
+        if value is None:
+            return "null"
+        return "\n".join(map(printable, json.dumps(value, indent=2, ensure_ascii=False).split("\n")))
     if value is None:
         return "-"
     if isinstance(value, datetime):
         return value.isoformat(sep=" ")
-    return str(value)
+    if name == "last_error":
+        return "\n".join(map(printable, str(value).split("\n")))
+    return printable(value)
 
 
 def format_job(job: JobRecord) -> str:
@@ -443,16 +449,17 @@ def format_job(job: JobRecord) -> str:
     return "\n".join(lines)
 
 
-def format_history(attempts: list[Attempt], rejections: list[Rejection]) -> str:
-    """The ended attempts and the refused stale calls of a job, as two tables."""
+def format_history(attempts: list[Attempt], rejections: list[Rejection], not_stored: int = 0) -> str:
+    """The ended attempts and the refused stale calls of a job, as two tables (and how many
+    more refused calls were counted but not stored)."""
     def ts(value: Optional[datetime]) -> str:
         return "-" if value is None else value.isoformat(sep=" ", timespec="milliseconds")
     out = ["", "attempts:"]
     if attempts:
         out.append(format_table(
             ["#", "WORKER", "CLAIMED", "LAST HEARTBEAT", "LEASE", "ENDED", "OUTCOME", "ERROR", "TOKEN"],
-            [[str(a.attempt), a.worker, ts(a.claimed_at), ts(a.heartbeat_at), ts(a.lease_expires_at),
-              ts(a.ended_at), a.outcome, (a.error or "-").splitlines()[0][:60], str(a.attempt_token)]
+            [[str(a.attempt), printable(a.worker), ts(a.claimed_at), ts(a.heartbeat_at), ts(a.lease_expires_at),
+              ts(a.ended_at), a.outcome, printable((a.error or "-").split("\n")[0][:60]), str(a.attempt_token)]
              for a in attempts],
             [True, False, False, False, False, False, False, False, False]))
     else:
@@ -461,10 +468,13 @@ def format_history(attempts: list[Attempt], rejections: list[Rejection]) -> str:
     if rejections:
         out.append(format_table(
             ["WHEN", "OPERATION", "CALLER", "TOKEN", "WHY"],
-            [[ts(r.rejected_at), r.operation, r.caller, str(r.attempt_token), r.detail or "-"] for r in rejections],
+            [[ts(r.rejected_at), printable(r.operation), printable(r.caller), str(r.attempt_token),
+              printable(r.detail or "-")] for r in rejections],
             [False] * 5))
     else:
         out.append("  (none)")
+    if not_stored:
+        out.append(f"  (and {not_stored} more, counted but not stored: at most 100 are kept per job)")
     return "\n".join(out)
 
 
@@ -472,7 +482,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     def body(client: Client, conn: psycopg.Connection[Any]) -> int:
         print(format_job(client.get_job(args.job_id)))
         try:
-            print(format_history(client.attempts(args.job_id), client.rejections(args.job_id)))
+            print(format_history(client.attempts(args.job_id), client.rejections(args.job_id),
+                                 client.rejections_not_stored(args.job_id)))
         except psycopg.errors.InsufficientPrivilege:
             print("\n(attempt history: needs the pgfence_operator role)")
         return 0
@@ -516,9 +527,9 @@ def _setup_logging(verbose: int, command: str) -> None:
 def _report(message: str, hint: Optional[str]) -> None:
     if message.startswith(f"{PROG}: "):
         message = message[len(PROG) + 2:]
-    print(f"{PROG}: error: {message}", file=sys.stderr)
+    print(f"{PROG}: error: {printable(message)}", file=sys.stderr)
     if hint:
-        print(f"hint: {hint}", file=sys.stderr)
+        print(f"hint: {printable(hint)}", file=sys.stderr)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -20,10 +20,11 @@ from psycopg.rows import args_row, class_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
+from ._text import escaped_logger
 from .errors import JobNotFound, LeaseLost, PgfenceError, SchemaMismatch, translate
 from .models import Attempt, Enqueued, Job, JobRecord, Outcome, QueueStats, Reclaimed, Rejection, SweeperHealth
 
-log = logging.getLogger("pgfence.client")
+log = escaped_logger("pgfence.client")
 
 #: The ``pgfence.schema_version()`` this client speaks.
 SCHEMA_VERSION = 3
@@ -411,6 +412,12 @@ class Client:
         return self._rows(Rejection,
             "SELECT job_id, attempt_token, operation, caller, detail, rejected_at FROM pgfence.rejections "
             "WHERE job_id = %s ORDER BY rejected_at", (job_id,))
+
+    def rejections_not_stored(self, job_id: int) -> int:
+        """How many refused calls of a job were counted but not stored (at most 100 are
+        kept per job; ``pgfence.rejection_overflow``). Operators only."""
+        return int(self._scalar("SELECT coalesce(sum(not_stored), 0) FROM pgfence.rejection_overflow"
+                                " WHERE job_id = %s", (job_id,)))
 
     def history_summary(self, since: timedelta = timedelta(hours=1)) -> dict[str, int]:
         """Ended attempts per outcome (``done``, ``failed``, ``reclaimed``, ``released``,

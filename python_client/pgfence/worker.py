@@ -40,11 +40,12 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import psycopg
 from psycopg_pool import PoolTimeout
 
+from ._text import escaped_logger
 from .client import Client, RawJson
 from .errors import PgfenceError
 from .models import Job, Outcome
 
-log = logging.getLogger("pgfence.worker")
+log = escaped_logger("pgfence.worker")
 
 Handler = Callable[[Job], Any]
 
