@@ -12,7 +12,9 @@ Threads, each with its own pooled connection:
 * the heartbeat thread extends every in-flight lease in one ``heartbeat_many``
   call every ``lease / 3``; a refused heartbeat sets ``job.lease_lost`` and the
   attempt's result is never reported;
-* the listener wakes the claimer on ``NOTIFY pgfence_enqueue`` (a hint only);
+* the listener wakes the claimer on ``NOTIFY pgfence_enqueue`` carrying one of its
+  queues' tags (a hint only; any role may notify, so wake-ups are coalesced and a
+  flood makes it poll instead for a while);
 * optionally a sweeper calls ``CALL pgfence.sweep()`` when pg_cron does not.
 
 Every decision (retry or dead letter, backoff, fencing) is made by the database.
