@@ -118,6 +118,17 @@ def dynamic_sql_with_owner_rights(conn: Conn) -> list[str]:
          ORDER BY 1""", (DYNAMIC_SQL,)) if r[0] not in DYNAMIC_SQL_ALLOWED]
 
 
+def seqscan_off_without_jit_off(conn: Conn) -> list[str]:
+    """Routines that set enable_seqscan = off but not jit = off: a statement that can
+    only scan sequentially is then costed at 10^10, and JIT compiles it on every call
+    (the sweeper's steps spent 100-250 ms so on a one-row table)."""
+    return [r[0] for r in conn.execute("""
+        SELECT p.oid::regprocedure::text FROM pg_catalog.pg_proc p
+         WHERE p.pronamespace = 'pgfence'::regnamespace
+           AND 'enable_seqscan=off' = ANY (p.proconfig) AND NOT 'jit=off' = ANY (p.proconfig)
+         ORDER BY 1""")]
+
+
 def owner_members(conn: Conn) -> list[str]:
     """Roles that are members of pgfence_owner (and so hold all its rights)."""
     return [r[0] for r in conn.execute("""
@@ -180,6 +191,17 @@ def test_dynamic_sql_scan_allows_only_the_exact_signature(tx: Conn) -> None:
     tx.execute("""CREATE FUNCTION pgfence._apply_privileges(t text) RETURNS void LANGUAGE plpgsql AS $$
                   BEGIN EXECUTE format('SELECT %s', t); END $$""")
     assert dynamic_sql_with_owner_rights(tx) == ["pgfence._apply_privileges(text)"]
+
+
+def test_every_routine_that_turns_off_sequential_scans_turns_off_jit(conn: Conn) -> None:
+    assert seqscan_off_without_jit_off(conn) == []
+    assert one(conn, "SELECT count(*) FROM pg_proc WHERE pronamespace = 'pgfence'::regnamespace"
+                     " AND 'enable_seqscan=off' = ANY (proconfig)") >= 4  # (the scan is not vacuous)
+
+
+def test_jit_scan_reports_a_routine_without_jit_off(tx: Conn) -> None:
+    tx.execute("ALTER FUNCTION pgfence.reclaim_expired(integer) RESET jit")
+    assert seqscan_off_without_jit_off(tx) == ["pgfence.reclaim_expired(integer)"]
 
 
 def test_owner_owns_everything_and_has_no_members(conn: Conn) -> None:

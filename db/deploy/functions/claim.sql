@@ -274,6 +274,8 @@ CREATE OR REPLACE FUNCTION pgfence.claimed(
 LANGUAGE plpgsql
 -- Through jobs_reclaim_idx (the processing jobs), never by reading the table.
 SET enable_seqscan = off
+-- (and no JIT, which a plan costed with enable_seqscan off could otherwise start)
+SET jit = off
 -- A claim still running is waited for this long at most (then 55P03: ask again).
 SET lock_timeout = '10s' AS $$
 #variable_conflict use_column

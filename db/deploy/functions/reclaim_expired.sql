@@ -1,6 +1,10 @@
--- Deploy pgfence:functions/reclaim_expired to pg
--- requires: functions/_rules
--- requires: functions/_checks
+-- Deploy pgfence:functions/reclaim_expired to pg (reworked after @v0.3.0)
+-- requires: functions/reclaim_expired@v0.3.0
+--
+-- Changed after @v0.3.0: jit = off beside enable_seqscan = off. A statement that can only
+-- scan sequentially costs 10^10 with enable_seqscan off, and JIT then compiled it on
+-- every call (the sweeper's steps spent 100-250 ms so); this function's statements have
+-- index paths, but every function that turns sequential scans off turns JIT off too.
 
 BEGIN;
 
@@ -9,7 +13,7 @@ BEGIN;
 -- attempts left -> queued (available now), manual -> manual_review, exhausted ->
 -- failed; reclaim_count + 1; last_error = 'lease expired before completion'.
 -- Each row is re-checked against the token selected: the last fence.
-CREATE FUNCTION pgfence.reclaim_expired(max_jobs integer DEFAULT 50)
+CREATE OR REPLACE FUNCTION pgfence.reclaim_expired(max_jobs integer DEFAULT 50)
 RETURNS TABLE(id bigint, status text, reclaim_count integer)
 LANGUAGE plpgsql
 -- Generic plans: every input row is looked up by primary key (LATERAL ... OFFSET 0),
@@ -18,7 +22,8 @@ LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
 -- Expired leases are found through jobs_reclaim_idx, never by reading the table (see
 -- claim: a generic plan read the whole table when the index was large next to it).
-SET enable_seqscan = off AS $$
+SET enable_seqscan = off
+SET jit = off AS $$
 BEGIN
     PERFORM pgfence._check_range('max_jobs', max_jobs, 1, 10000);
     PERFORM pgfence._check_isolation('reclaim_expired');
@@ -29,5 +34,9 @@ COMMENT ON FUNCTION pgfence.reclaim_expired(integer) IS
 $$Reclaim one batch (max_jobs 1..10000) of expired leases, oldest first, SKIP LOCKED: auto with attempts
 left -> queued, manual -> manual_review, exhausted -> failed. Returns (id, status, reclaim_count) per
 reclaimed job. For all of them, CALL pgfence.sweep(). Needs READ COMMITTED (PF004).$$;
+
+INSERT INTO pgfence.routine_grants (routine, roles) VALUES ('reclaim_expired', '{pgfence_operator}')
+ON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;
+SELECT pgfence._apply_privileges();
 
 COMMIT;

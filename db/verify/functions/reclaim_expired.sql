@@ -3,5 +3,6 @@
 BEGIN;
 
 SELECT 'pgfence.reclaim_expired(integer)'::regprocedure;
+SELECT 1 / ('jit=off' = ANY (proconfig))::int FROM pg_proc WHERE oid = 'pgfence.reclaim_expired(integer)'::regprocedure;
 
 ROLLBACK;

@@ -1,0 +1,7 @@
+-- Verify pgfence:functions/reclaim_expired on pg
+
+BEGIN;
+
+SELECT 'pgfence.reclaim_expired(integer)'::regprocedure;
+
+ROLLBACK;
