@@ -130,3 +130,27 @@ def test_every_path_returns_the_first_runnable_jobs_in_claim_order(
         got = [r[0] for r in c.execute("SELECT id FROM pgfence.claim('w', %s, '1 minute', %s)", (queues, max_jobs))]
         c.rollback()
     assert got == want
+
+
+@pytest.mark.parametrize(("shape", "index"), [("one", "jobs_claim_idx"), ("few", "jobs_claim_idx"),
+                                              ("many", "jobs_claim_order_idx"), ("all", "jobs_claim_order_idx")])
+def test_each_path_reads_the_index_made_for_it(own_dsn: str, db: Conn, shape: str, index: str) -> None:
+    """Claims over one queue or a few walk each queue's claim order (queue first); those
+    over all queues or a long list the claim order over all queues. (The generic plans
+    once chose the latter for one queue, passing over every other queue's jobs: 4 ms
+    for an empty claim instead of 0.35.)"""
+    names = fill(db, 30, 20)
+    queues: Optional[list[str]] = {"all": None, "one": ["q00003"], "few": names[:4], "many": names}[shape]
+    with connect(own_dsn) as c:
+        plans: list[str] = []
+        c.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
+        c.execute("LOAD 'auto_explain'")
+        for setting in ("auto_explain.log_min_duration = 0", "auto_explain.log_nested_statements = on",
+                        "auto_explain.log_level = notice", "client_min_messages = notice"):
+            c.execute(f"SET {setting}")
+        with c.transaction(force_rollback=True):
+            c.execute("SELECT count(*) FROM pgfence.claim('w', %s, '1 minute', 5)", (queues,))
+    picks = [p for p in plans if "status = 'queued'" in p and "Query Text" in p and "FROM pgfence.jobs j" in p]
+    assert picks, plans
+    used = {name for p in picks for name in ("jobs_claim_order_idx", "jobs_claim_idx") if f"using {name} " in p}
+    assert used == {index}, picks

@@ -96,6 +96,7 @@ SET enable_bitmapscan = off AS $$
 #variable_conflict use_column
 DECLARE
     v_queues text[];
+    v_queue text;
     v_now timestamptz;
     v_bad integer;
     v_ids bigint[];
@@ -165,6 +166,7 @@ BEGIN
           FROM (SELECT j.id, j.priority, j.available_at
                   FROM pgfence.jobs j
                  WHERE j.status = 'queued'
+                   AND j.queue <> ''  -- (the predicate of jobs_claim_order_idx: see tables/jobs_claim_order)
                    AND j.available_at <= v_now
                    -- (|| '': a condition on queue that jobs_claim_idx cannot serve, so the
                    -- plan walks jobs_claim_order_idx in order and stops at max_jobs)
@@ -173,11 +175,12 @@ BEGIN
                  LIMIT max_jobs
                    FOR UPDATE SKIP LOCKED) c;
     ELSIF cardinality(v_queues) = 1 THEN
+        v_queue := v_queues[1];
         SELECT array_agg(c.id ORDER BY c.priority DESC, c.available_at, c.id) INTO v_ids
           FROM (SELECT j.id, j.priority, j.available_at
                   FROM pgfence.jobs j
                  WHERE j.status = 'queued'
-                   AND j.queue = v_queues[1]
+                   AND j.queue = v_queue
                    AND j.available_at <= v_now
                  ORDER BY j.priority DESC, j.available_at, j.id
                  LIMIT max_jobs
