@@ -89,10 +89,7 @@ SET jit = off
 -- claim index 6,941 pages, reclaim index 784) it chose to read and sort the whole
 -- queue, and the reclaim probe to read the whole table, on every claim: a claim of
 -- 8 took 7.5 ms; with this setting 0.5-0.7 ms.
-SET enable_seqscan = off
--- No bitmap scan: it returns rows out of claim order, so the claim would read (and
--- sort) every queued job of its queues instead of stopping at max_jobs.
-SET enable_bitmapscan = off AS $$
+SET enable_seqscan = off AS $$
 #variable_conflict use_column
 DECLARE
     v_queues text[];
@@ -155,12 +152,17 @@ BEGIN
 
     v_now := clock_timestamp();
     v_prefix := pgfence._request_prefix(request_id, v_now);  -- (NULL without a request_id)
-    IF queues IS NOT NULL AND cardinality(queues) <= 16 THEN
+    IF cardinality(queues) = 1 THEN
+        v_queue := queues[1];
+    ELSIF cardinality(queues) <= 16 THEN
         v_queues := ARRAY(SELECT DISTINCT q.name FROM unnest(queues) AS q(name));
+        IF cardinality(v_queues) = 1 THEN
+            v_queue := v_queues[1];
+        END IF;
     END IF;
 
     -- 1. Pick and lock, in claim order, SKIP LOCKED: only the rows returned.
-    IF queues IS NULL OR v_queues IS NULL THEN
+    IF v_queue IS NULL AND v_queues IS NULL THEN
         -- Every queue, or a long list: the claim order over all queues.
         SELECT array_agg(c.id ORDER BY c.priority DESC, c.available_at, c.id) INTO v_ids
           FROM (SELECT j.id, j.priority, j.available_at
@@ -174,8 +176,7 @@ BEGIN
                  ORDER BY j.priority DESC, j.available_at, j.id
                  LIMIT max_jobs
                    FOR UPDATE SKIP LOCKED) c;
-    ELSIF cardinality(v_queues) = 1 THEN
-        v_queue := v_queues[1];
+    ELSIF v_queue IS NOT NULL THEN
         SELECT array_agg(c.id ORDER BY c.priority DESC, c.available_at, c.id) INTO v_ids
           FROM (SELECT j.id, j.priority, j.available_at
                   FROM pgfence.jobs j
