@@ -724,10 +724,12 @@ class Worker:
 
     def _wakeup_tags(self, conn: psycopg.Connection[Any]) -> Optional[set[str]]:
         """The NOTIFY payloads of this worker's queues; None (wake on every notification)
-        when the database refuses to say (a role without pgfence_worker's grants)."""
+        when the database refuses to say (a role without pgfence_worker's grants, say)."""
         try:
             return set(Client(conn, check_schema=False).wakeup_tags(self.queues or []).values())
-        except (PgfenceError, psycopg.errors.InsufficientPrivilege) as exc:
+        except psycopg.OperationalError:
+            raise  # the connection: the listener reconnects
+        except (PgfenceError, psycopg.Error) as exc:
             log.warning("worker %s: cannot read the wake-up tags of its queues (%s); every notification wakes it",
                         self.worker_id, str(exc).strip())
             return None
