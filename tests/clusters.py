@@ -24,6 +24,8 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Optional
 
@@ -199,6 +201,23 @@ class Cluster:
             raise RuntimeError(f"pg_ctl stop -m immediate failed:\n{r.stdout}{r.stderr}")
         self.start()
         return time.time() - t
+
+
+@contextmanager
+def session(cluster: Cluster, before_fresh: Optional[Callable[[Cluster], Any]] = None) -> Iterator[Cluster]:
+    """The cluster for one session: locked for it, made fresh (``before_fresh`` first, if
+    given), stopped and unlocked after."""
+    cluster.lock()
+    try:
+        if before_fresh is not None:
+            before_fresh(cluster)
+        cluster.fresh()
+        yield cluster
+    finally:
+        try:
+            cluster.stop()
+        finally:
+            cluster.unlock()
 
 
 def test_cluster() -> Cluster:

@@ -8,6 +8,7 @@ run is dropped before it is created again.
 """
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -55,6 +56,19 @@ def login_roles(dsn: str, roles: dict[str, str | None]) -> Iterator[None]:
 def connect_as(dsn: str, role: str, **kw: Any) -> Conn:
     """A LOGIN connection as role (the test cluster trusts 127.0.0.1)."""
     return connect(dsn, user=role, **kw)
+
+
+@contextmanager
+def grantless_login(dsn: str, prefix: str = "t_nobody") -> Iterator[Conn]:
+    """A LOGIN connection of a role made for the block, with no pgfence grant at all (an
+    outsider on the same database); the role is dropped after."""
+    name = f"{prefix}_{secrets.token_hex(3)}"
+    with login_roles(dsn, {name: None}):
+        c = connect_as(dsn, name)
+        try:
+            yield c
+        finally:
+            c.close()
 
 
 @contextmanager

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from clusters import Cluster
+from clusters import Cluster, session
 from helpers import REPO, connect
 from securityhelpers import connect_as
 from test_sweeper_search_path import plant, pwned, work
@@ -30,16 +30,8 @@ from test_sweeper_search_path import plant, pwned, work
 
 @pytest.fixture(scope="module")
 def restart_cluster() -> Iterator[Cluster]:
-    cluster = Cluster(REPO / ".pgdata-restart", "pgfence", base_port=54369, name="restart")
-    cluster.lock()
-    try:
-        cluster.fresh()
+    with session(Cluster(REPO / ".pgdata-restart", "pgfence", base_port=54369, name="restart")) as cluster:
         yield cluster
-    finally:
-        try:
-            cluster.stop()
-        finally:
-            cluster.unlock()
 
 
 def _wait(predicate, timeout: float, what: str) -> float:  # type: ignore[no-untyped-def]

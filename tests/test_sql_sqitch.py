@@ -4,16 +4,13 @@ deploy -> verify -> revert -y -> deploy round-trips on a scratch database
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import subprocess
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import conninfo_to_dict
 
 from helpers import REPO, connect, sqitch_target
 

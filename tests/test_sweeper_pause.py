@@ -8,7 +8,6 @@ advisory locks mean nothing to the sweeper. Also: ``run_until`` is bounded (an
 'infinity' ran forever)."""
 from __future__ import annotations
 
-import secrets
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -17,7 +16,7 @@ import psycopg
 import pytest
 
 from helpers import connect
-from securityhelpers import connect_as, login_roles
+from securityhelpers import grantless_login
 from sqlhelpers import assert_error, claim_short, conn2, job, one, sql_error, start_blocked, tx_conn  # noqa: F401
 
 Conn = psycopg.Connection[Any]
@@ -35,13 +34,8 @@ def _reclaimed_within(conn: Conn, job_id: int, seconds: float) -> bool:
 @pytest.fixture
 def nobody(dsn: str) -> Iterator[Conn]:
     """A LOGIN connection of a role with no pgfence grant at all."""
-    name = f"t_nobody_{secrets.token_hex(3)}"
-    with login_roles(dsn, {name: None}):
-        c = connect_as(dsn, name)
-        try:
-            yield c
-        finally:
-            c.close()
+    with grantless_login(dsn, "t_nobody") as c:
+        yield c
 
 
 def test_an_advisory_lock_held_by_a_role_without_grants_does_not_stall_the_sweeper(

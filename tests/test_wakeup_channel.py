@@ -9,7 +9,6 @@ more than NOTIFY_FLOOD notifications arrive within a second.
 """
 from __future__ import annotations
 
-import secrets
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -20,22 +19,16 @@ import pytest
 
 import pgfence.worker as worker_module
 from clienthelpers import running, wait_for
-from helpers import connect
 from pgfence import Client, Job, Worker
-from securityhelpers import connect_as, login_roles
+from securityhelpers import grantless_login
 
 Conn = psycopg.Connection[Any]
 
 
 @pytest.fixture
 def outsider(dsn: str) -> Iterator[Conn]:
-    name = f"t_outsider_{secrets.token_hex(3)}"
-    with login_roles(dsn, {name: None}):
-        c = connect_as(dsn, name)
-        try:
-            yield c
-        finally:
-            c.close()
+    with grantless_login(dsn, "t_outsider") as c:
+        yield c
 
 
 def test_the_channel_carries_a_tag_not_the_queue_name(outsider: Conn, conn: Conn, queue: str) -> None:
@@ -61,11 +54,10 @@ def echo(job: Job) -> Any:
     return None
 
 
-def test_a_notify_flood_costs_the_worker_a_bounded_number_of_claims(
-        dsn: str, conn: Conn, outsider: Conn, queue: str, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level("WARNING", logger="pgfence.worker")
+def counting_client(dsn: str) -> tuple[Client, list[float]]:
+    """A client whose claim() records the time of each call (in the list returned)."""
     client = Client.connect(dsn, max_size=4)
-    claims = []
+    claims: list[float] = []
     real_claim = client.claim
 
     def counting_claim(*args: Any, **kwargs: Any) -> list[Job]:
@@ -73,6 +65,13 @@ def test_a_notify_flood_costs_the_worker_a_bounded_number_of_claims(
         return real_claim(*args, **kwargs)
 
     client.claim = counting_claim  # type: ignore[method-assign]
+    return client, claims
+
+
+def test_a_notify_flood_costs_the_worker_a_bounded_number_of_claims(
+        dsn: str, conn: Conn, outsider: Conn, queue: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("WARNING", logger="pgfence.worker")
+    client, claims = counting_client(dsn)
     try:
         worker = Worker(client, {"k": echo}, queues=[queue], concurrency=2, poll_interval=5.0,
                         lease=timedelta(seconds=30), run_sweeper=False)
@@ -104,15 +103,7 @@ def test_a_notify_flood_costs_the_worker_a_bounded_number_of_claims(
 
 
 def test_a_worker_ignores_other_queues_tags(dsn: str, conn: Conn, queue: str) -> None:
-    client = Client.connect(dsn, max_size=4)
-    claims = []
-    real_claim = client.claim
-
-    def counting_claim(*args: Any, **kwargs: Any) -> list[Job]:
-        claims.append(time.monotonic())
-        return real_claim(*args, **kwargs)
-
-    client.claim = counting_claim  # type: ignore[method-assign]
+    client, claims = counting_client(dsn)
     try:
         worker = Worker(client, {"k": echo}, queues=[queue], poll_interval=5.0, run_sweeper=False)
         with running(worker):

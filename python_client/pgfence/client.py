@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import uuid
 from contextlib import contextmanager
 from datetime import datetime, timedelta

@@ -17,22 +17,13 @@ import pytest
 
 import chaos_runner
 from chaos_runner import Report
-from clusters import Cluster, chaos_cluster as make_chaos_cluster
+from clusters import Cluster, chaos_cluster as make_chaos_cluster, session
 
 
 @pytest.fixture(scope="session")
 def chaos_cluster() -> Iterator[Cluster]:
-    cluster = make_chaos_cluster()
-    cluster.lock()
-    try:
-        chaos_runner.reap_orphans(cluster)
-        cluster.fresh()
+    with session(make_chaos_cluster(), before_fresh=chaos_runner.reap_orphans) as cluster:
         yield cluster
-    finally:
-        try:
-            cluster.stop()
-        finally:
-            cluster.unlock()
 
 
 @pytest.fixture(scope="session")
