@@ -3,8 +3,9 @@
 Before the rework after @v0.3.0, ``claim(queues => NULL)`` locked up to max_jobs
 rows in every queue (2,000 queues of 50 jobs: a claim of 10 locked 19,990 extra
 rows, until it committed, so concurrent claimers skipped jobs they could have
-taken). Each shape of ``queues`` has its own path now (NULL, one queue, 2..16, more);
-each is checked here for what it locks, and hypothesis checks that every path
+taken). Each shape of ``queues`` has its own path now (NULL, one queue, a list); each
+is checked here for what it locks and reads (a list reads no job of a queue it does
+not name), and hypothesis checks that every path
 returns exactly the first max_jobs runnable jobs in claim order (priority DESC,
 available_at, id). A database of this module's own, so that a claim over all queues
 sees only these jobs.
@@ -82,13 +83,49 @@ def test_a_claim_locks_only_the_jobs_it_returns(own_dsn: str, db: Conn, shape: s
     assert lockable(db) == 1000
 
 
-def test_a_claim_over_a_few_queues_goes_past_the_jobs_another_claim_holds(own_dsn: str, db: Conn) -> None:
-    names = fill(db, 3, 10)
+@pytest.mark.parametrize("queues", [3, 40])
+def test_a_claim_over_a_list_goes_past_the_jobs_another_claim_holds(own_dsn: str, db: Conn, queues: int) -> None:
+    names = fill(db, queues, 10)
     with connect(own_dsn, autocommit=False) as first, connect(own_dsn) as second:
         a = [r[0] for r in first.execute("SELECT id FROM pgfence.claim('a', %s, '1 minute', 5)", (names,))]
         b = [r[0] for r in second.execute("SELECT id FROM pgfence.claim('b', %s, '1 minute', 5)", (names,))]
         assert len(a) == len(b) == 5 and not set(a) & set(b)
+        # the second got the next five in claim order
+        order = [r[0] for r in db.execute("SELECT id FROM pgfence.jobs WHERE queue = ANY (%s)"
+                                           " ORDER BY priority DESC, available_at, id LIMIT 10", (names,))]
+        assert (a, sorted(b)) == (order[:5], sorted(order[5:]))
         first.rollback()
+
+
+def heap_rows_read(conn: Conn) -> int:
+    """Rows of pgfence.jobs this transaction has read so far (by index and by scan)."""
+    row = conn.execute("SELECT coalesce(idx_tup_fetch, 0) + coalesce(seq_tup_read, 0) FROM pg_stat_xact_user_tables"
+                       " WHERE relid = 'pgfence.jobs'::regclass").fetchone()
+    return int(row[0]) if row else 0
+
+
+@pytest.mark.parametrize("listed", [17, 1000, 10000])
+def test_a_list_reads_no_job_of_a_queue_it_does_not_name(own_dsn: str, db: Conn, listed: int) -> None:
+    """A claim over 17 or more names walked the claim order over all queues, reading
+    every queued job of the queues it did not name when its own were idle: beside
+    20,000 jobs queued elsewhere, 25 ms for 17 names and 5 s for 10,000."""
+    fill(db, 1, 5000)  # q00000: the backlog elsewhere
+    idle = [f"idle{i}" for i in range(listed)]
+    with connect(own_dsn, autocommit=False) as c:
+        assert c.execute("SELECT count(*) FROM pgfence.claim('w', %s, '1 minute', 10)", (idle,)).fetchone() == (0,)
+        assert heap_rows_read(c) == 0
+        c.rollback()
+    # three of the listed queues with two jobs each: the claim reads about what it takes
+    db.execute("SELECT pgfence.enqueue('k', '{}', q) FROM unnest(%s::text[]) q, generate_series(1, 2)",
+               (idle[-3:],))
+    want = [r[0] for r in db.execute("SELECT id FROM pgfence.jobs WHERE queue = ANY (%s)"
+                                      " ORDER BY priority DESC, available_at, id LIMIT 5", (idle[-3:],))]
+    with connect(own_dsn, autocommit=False) as c:
+        got = [r[0] for r in c.execute("SELECT id FROM pgfence.claim('w', %s, '1 minute', 5)", (idle,))]
+        read = heap_rows_read(c)
+        c.rollback()
+    assert got == want
+    assert read <= 3 + 6 + 5 + 5, read  # heads, the ranked queues' jobs, the locks, the claim
 
 
 def test_queues_holds_at_most_10000_names(db: Conn) -> None:
@@ -133,10 +170,10 @@ def test_every_path_returns_the_first_runnable_jobs_in_claim_order(
 
 
 @pytest.mark.parametrize(("shape", "index"), [("one", "jobs_claim_idx"), ("few", "jobs_claim_idx"),
-                                              ("many", "jobs_claim_order_idx"), ("all", "jobs_claim_order_idx")])
+                                              ("many", "jobs_claim_idx"), ("all", "jobs_claim_order_idx")])
 def test_each_path_reads_the_index_made_for_it(own_dsn: str, db: Conn, shape: str, index: str) -> None:
-    """Claims over one queue or a few walk each queue's claim order (queue first); those
-    over all queues or a long list the claim order over all queues. (The generic plans
+    """Claims over a list of queues, short or long, read each queue's claim order (queue
+    first); those over all queues the claim order over all queues. (The generic plans
     once chose the latter for one queue, passing over every other queue's jobs: 4 ms
     for an empty claim instead of 0.35.)"""
     names = fill(db, 30, 20)

@@ -30,9 +30,15 @@ Conn = psycopg.Connection[Any]
 UNSAFE = [chr(c) for c in range(1, 0x20)] + [chr(0x7F)] + [chr(c) for c in range(0x80, 0xA0)] + [
     "\u061c", "\u200e", "\u200f", "\u2028", "\u2029", "\u202a", "\u202b", "\u202c", "\u202d", "\u202e",
     "\u2066", "\u2067", "\u2068", "\u2069"]
-# Refused at either end (Unicode White_Space and the invisible characters).
+# Refused at either end (Unicode White_Space and the characters that show as nothing or
+# as a blank: 'default' and U+3164 looked like 'default' in pgfence stats).
 EDGE = [" ", "\u00a0", "\u1680", "\u180e"] + [chr(c) for c in range(0x2000, 0x200E)] + [
-    "\u202f", "\u205f", "\u2060", "\u3000", "\ufeff"]
+    "\u202f", "\u205f", "\u2060", "\u3000", "\ufeff",
+    "\u00ad", "\u034f", "\u115f", "\u1160", "\u17b4", "\u17b5", "\u2061", "\u2062", "\u2063", "\u2064",
+    "\u206a", "\u206f", "\u2800", "\u3164", "\uffa0", "\ufff9", "\ufffb"]
+# Variation selectors and tag characters: refused at the start, and at the end after
+# an ASCII character; accepted at the end after an emoji (they belong to it).
+MODIFIERS = ["\ufe00", "\ufe0f", "\U000e0020", "\U000e007f", "\U000e0001"]
 # Allowed anywhere but at the ends (spaces), or anywhere (letters of other scripts).
 INSIDE_OK = [" ", "\u00a0", "\u3000"]
 LETTERS = st.text(st.characters(categories=("Lu", "Ll", "Lo", "Nd"), codec="utf-8"), min_size=1, max_size=10)
@@ -77,6 +83,25 @@ def test_a_name_starting_or_ending_with_unicode_whitespace_is_refused(conn: Conn
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(base=st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=10),
+       mod=st.sampled_from(MODIFIERS), end=st.sampled_from(["start", "end"]))
+def test_a_variation_selector_or_tag_character_that_modifies_nothing_is_refused(conn: Conn, base: str, mod: str,
+                                                                                end: str) -> None:
+    name = mod + base if end == "start" else base + mod
+    err = sql_error(conn, "SELECT pgfence.enqueue('k', queue => %s)", (name,))
+    assert_error(err, "22023", "queue")
+    assert f"U+{ord(mod):04X}" in (err.diag.message_primary or "")
+
+
+@pytest.mark.parametrize("name", ["\u2764\ufe0f", "q \u2764\ufe0f", "\U0001f3f4\U000e0067\U000e0062\U000e007f",
+                                  "caf\u00e9", "\u65e5\u672c\u8a9e"])
+def test_emoji_sequences_and_other_scripts_are_accepted(conn: Conn, name: str) -> None:
+    job_id = enqueue(conn, name)
+    assert one(conn, "SELECT queue FROM pgfence.jobs WHERE id = %s", (job_id,)) == name
+    conn.execute("DELETE FROM pgfence.jobs WHERE id = %s", (job_id,))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(a=LETTERS, b=LETTERS, space=st.sampled_from(INSIDE_OK))
 def test_names_of_any_script_with_spaces_inside_are_accepted(conn: Conn, a: str, b: str, space: str) -> None:
     queue = f"t_lim {a}{space}{b}"[:128]
@@ -118,3 +143,14 @@ def test_results_are_any_json_of_at_most_1_mib_and_64_levels(conn: Conn, queue: 
     assert_error(sql_error(conn, "SELECT * FROM pgfence.complete_many(%s, %s, ARRAY[NULL, %s]::jsonb[])",
                            ([job_id, -1], [token, token], json.dumps(result))), "22023", "results[2]")
     assert one(conn, "SELECT status FROM pgfence.jobs WHERE id = %s", (job_id,)) == "processing"
+
+
+def test_the_sql_and_the_python_escape_the_same_characters(conn: Conn) -> None:
+    """Messages from the database (SQL _printable) and what the CLI and logs print
+    (pgfence._text.printable) write the same characters as \\uXXXX: every code point
+    but NUL and the surrogates, in one text."""
+    from pgfence._text import printable
+    every = "".join(chr(c) for c in range(1, 0x110000) if not 0xD800 <= c <= 0xDFFF)
+    escaped = one(conn, "SELECT pgfence._printable(%s)", (every,))
+    assert escaped == printable(every)
+    assert escaped.count("\\u") >= 100  # (the set is not empty)

@@ -146,3 +146,96 @@ def test_another_jobs_token_is_refused_with_a_detail_that_says_so(conn: Conn, qu
     assert one(conn, "SELECT status FROM pgfence.jobs WHERE id = %s", (job_x,)) == "processing"
     assert stored(conn, job_x) == 0
 
+
+
+def purgeable(conn: Conn, queue: str) -> tuple[int, uuid.UUID]:
+    """A done job of queue (retention 0) with a stale token: (job id, stale token)."""
+    conn.execute("SELECT pgfence.set_retention(%s, '0 seconds', '0 seconds')", (queue,))
+    job_id, stale, current = stale_token(conn, queue)
+    complete(conn, job_id, current)
+    return job_id, stale
+
+
+def exists(conn: Conn, job_id: int) -> bool:
+    return bool(one(conn, "SELECT count(*) FROM pgfence.jobs WHERE id = %s", (job_id,)))
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_a_refusal_left_uncommitted_does_not_hold_up_the_purge(dsn: str, conn: Conn, queue: str,
+                                                               sweep_paused: Conn, full: bool) -> None:
+    """A worker that leaves its transaction open after a refused call holds what that
+    call wrote: the overflow row of a job with 100 stored rejections, which the purge
+    once waited for (holding the sweeper's status row, so every sweeper run stalled for
+    as long as the worker liked). Now the refusal holds its job FOR KEY SHARE and the
+    purge, taking jobs SKIP LOCKED, passes over it; once the worker commits, the next
+    purge deletes the job with all its rejections."""
+    try:
+        job_id, stale = purgeable(conn, queue)
+        for _ in range(101 if full else 0):  # (101: the overflow row exists, and the refusal updates it)
+            conn.execute("SELECT pgfence.report_rejection(%s, %s, 'complete')", (job_id, stale))
+        with connect(dsn, autocommit=False) as worker, connect(dsn) as sweeper:
+            worker.execute("SELECT pgfence.report_rejection(%s, %s, 'complete')", (job_id, stale))
+            sweeper.execute("SET statement_timeout = '30s'")  # (a stall fails the test, it does not hang it)
+            for _ in range(3):
+                sweeper.execute("SELECT pgfence.purge_finished(10000)")
+            assert exists(conn, job_id)  # passed over while the refusal is uncommitted
+            worker.commit()
+            sweeper.execute("SELECT pgfence.purge_finished(10000)")
+        assert not exists(conn, job_id)
+        assert stored(conn, job_id) == 0 and not_stored(conn, job_id) == 0
+    finally:
+        conn.execute("DELETE FROM pgfence.retention WHERE queue = %s", (queue,))
+
+
+def test_a_refusal_recorded_as_its_job_is_purged_stores_nothing(dsn: str, conn: Conn, queue: str,
+                                                                sweep_paused: Conn) -> None:
+    """The purge deletes a job with the rejections it can see; a refusal inserted by a
+    transaction that committed after it used to outlive its job, a row no purge would
+    ever delete. The refusal now waits for the purge's lock on the job and, the job
+    gone, stores nothing."""
+    try:
+        job_id, stale = purgeable(conn, queue)
+        done = threading.Event()
+        errors: list[BaseException] = []
+        with connect(dsn, autocommit=False) as purger:
+            assert one(purger, "SELECT pgfence.purge_finished(10000)") >= 1
+            assert not exists(purger, job_id)
+
+            def refuse() -> None:
+                try:
+                    with connect(dsn) as worker:
+                        worker.execute("SET statement_timeout = '30s'")
+                        try:
+                            worker.execute("SELECT pgfence.report_rejection(%s, %s, 'complete')", (job_id, stale))
+                        except psycopg.Error as exc:  # PF002 or 22023 once the job and its history are gone
+                            assert exc.sqlstate in ("PF002", "22023"), exc
+                except BaseException as exc:  # reported below
+                    errors.append(exc)
+                finally:
+                    done.set()
+
+            t = threading.Thread(target=refuse)
+            t.start()
+            waited = not done.wait(1.0)  # it waits for the purge's lock on the job
+            purger.commit()
+            t.join(30)
+        assert errors == []
+        assert waited
+        assert stored(conn, job_id) == 0 and not_stored(conn, job_id) == 0
+    finally:
+        conn.execute("DELETE FROM pgfence.retention WHERE queue = %s", (queue,))
+
+
+def test_a_slot_freed_by_hand_is_used_again(conn: Conn, queue: str) -> None:
+    """The next slot was "stored rows + 1": with a gap (a DBA deleted one row), that
+    slot was always taken and the refusal looped forever."""
+    job_id, stale, _ = stale_token(conn, queue)
+    for _ in range(100):
+        conn.execute("SELECT pgfence.report_rejection(%s, %s, 'complete')", (job_id, stale))
+    conn.execute("DELETE FROM pgfence.rejections WHERE job_id = %s AND slot IN (5, 60)", (job_id,))
+    conn.execute("SET statement_timeout = '30s'")
+    for _ in range(3):
+        conn.execute("SELECT pgfence.report_rejection(%s, %s, 'heartbeat')", (job_id, stale))
+    assert stored(conn, job_id) == 100 and not_stored(conn, job_id) == 1
+    assert rows(conn, "SELECT slot FROM pgfence.rejections WHERE job_id = %s AND operation = 'heartbeat'"
+                      " ORDER BY slot", (job_id,)) == [{"slot": 5}, {"slot": 60}]

@@ -129,6 +129,22 @@ def seqscan_off_without_jit_off(conn: Conn) -> list[str]:
          ORDER BY 1""")]
 
 
+# The one routine allowed to lock jobs FOR UPDATE (it deletes them, SKIP LOCKED).
+FOR_UPDATE_ALLOWED = {"pgfence.purge_finished(integer)"}
+
+
+def locks_stronger_than_no_key_update(conn: Conn) -> list[str]:
+    """Routines that lock rows FOR UPDATE (except FOR_UPDATE_ALLOWED): a refusal being
+    recorded holds its job FOR KEY SHARE (as a foreign key would), which FOR UPDATE
+    waits for or, with SKIP LOCKED, passes over; everything but the purge's delete
+    takes FOR NO KEY UPDATE."""
+    return [r[0] for r in conn.execute(r"""
+        SELECT p.oid::regprocedure::text FROM pg_catalog.pg_proc p
+         WHERE p.pronamespace = 'pgfence'::regnamespace
+           AND regexp_replace(p.prosrc, '--[^\n]*', '', 'g') ~* 'FOR\s+UPDATE'
+         ORDER BY 1""") if r[0] not in FOR_UPDATE_ALLOWED]
+
+
 def owner_members(conn: Conn) -> list[str]:
     """Roles that are members of pgfence_owner (and so hold all its rights)."""
     return [r[0] for r in conn.execute("""
@@ -204,6 +220,19 @@ def test_jit_scan_reports_a_routine_without_jit_off(tx: Conn) -> None:
     assert seqscan_off_without_jit_off(tx) == ["pgfence.reclaim_expired(integer)"]
 
 
+def test_only_the_purge_locks_rows_for_update(conn: Conn) -> None:
+    assert locks_stronger_than_no_key_update(conn) == []
+    assert one(conn, "SELECT count(*) FROM pg_proc WHERE pronamespace = 'pgfence'::regnamespace"
+                     " AND prosrc ~ 'FOR NO KEY UPDATE'") >= 5  # (claim, claimed, _reclaim, cancel, requeue)
+
+
+def test_for_update_scan_reports_a_routine_that_locks_for_update(tx: Conn) -> None:
+    tx.execute("""CREATE FUNCTION pgfence._zz_locker() RETURNS void LANGUAGE sql AS $$
+                  SELECT 1 FROM pgfence.jobs -- a comment: FOR UPDATE
+                   FOR  UPDATE SKIP LOCKED $$""")
+    assert locks_stronger_than_no_key_update(tx) == ["pgfence._zz_locker()"]
+
+
 def test_owner_owns_everything_and_has_no_members(conn: Conn) -> None:
     assert owner_members(conn) == []
     assert one(conn, "SELECT rolcanlogin FROM pg_roles WHERE rolname = 'pgfence_owner'") is False
@@ -213,7 +242,11 @@ def test_owner_owns_everything_and_has_no_members(conn: Conn) -> None:
         UNION ALL
         SELECT oid::regclass::text FROM pg_class
          WHERE relnamespace = 'pgfence'::regnamespace AND relowner <> 'pgfence_owner'::regrole
-           AND relkind IN ('r', 'S', 'v', 'm', 'p')""")
+           AND relkind IN ('r', 'S', 'v', 'm', 'p')
+        UNION ALL  -- (composite types of their own: a table's row type goes with the table)
+        SELECT oid::regtype::text FROM pg_type
+         WHERE typnamespace = 'pgfence'::regnamespace AND typowner <> 'pgfence_owner'::regrole
+           AND typtype IN ('c', 'e', 'd') AND (typrelid = 0 OR typrelid IN (SELECT oid FROM pg_class WHERE relkind = 'c'))""")
     assert not_owned == []
     assert one(conn, "SELECT relrowsecurity FROM pg_class WHERE oid = 'pgfence.jobs'::regclass") is True
     assert one(conn, "SELECT has_schema_privilege('public', 'pgfence', 'USAGE')") is False
@@ -421,7 +454,7 @@ CALLS: dict[str, str] = {
     "resume_sweeper": "SELECT pgfence.resume_sweeper()",
     "sweeper_health": "SELECT * FROM pgfence.sweeper_health()",
     "wakeup_tags": "SELECT * FROM pgfence.wakeup_tags(ARRAY[%(q)s])",
-    "select_wakeup_key": "SELECT count(*) FROM pgfence.wakeup_key",
+    "select_secret_key": "SELECT count(*) FROM pgfence.secret_key",
     "select_routine_grants": "SELECT count(*) FROM pgfence.routine_grants",
     "select_rejection_overflow": "SELECT count(*) FROM pgfence.rejection_overflow",
     "_apply_privileges": "SELECT pgfence._apply_privileges()",

@@ -11,6 +11,7 @@ import psycopg
 import pytest
 
 from helpers import connect
+from securityhelpers import grantless_login
 from clienthelpers import wait_for
 from sqlhelpers import (
     assert_error, claim, claim_job, complete, enqueue, job, lease_expired_under_lock, now, one, queue_count,
@@ -366,6 +367,24 @@ def test_claimed_waits_for_a_claim_with_that_request_id_still_running(
         t.join(15)
     assert not t.is_alive()
     assert [_ids(a) for a in answer] == [[job_id]]
+
+
+def test_no_role_can_hold_the_lock_of_a_request_id(dsn: str, conn: Conn, queue: str) -> None:
+    """Any role may take advisory locks. The request lock's key was public (hashtext of
+    the request id): a login with no grant held it for a request id it knew, or
+    thousands of keys at random, and the claims that landed on them waited until it
+    disconnected. The key is now keyed with the secret key: neither the old key nor a
+    sweep of the key space near it blocks a claim."""
+    job_id = enqueue(conn, queue)
+    request = uuid.uuid4()
+    with grantless_login(dsn, "t_locker") as locker:
+        locker.execute("SELECT pg_advisory_lock(hashtext('pgfence.claim'), hashtext(%s))", (str(request),))
+        locker.execute("SELECT count(pg_try_advisory_lock(k)) FROM generate_series(-5000, 4999) k")
+        locker.execute("SELECT count(pg_try_advisory_lock(hashtext(%s)::bigint + k)) FROM generate_series(-500, 499) k",
+                       (str(request),))
+        with connect(dsn) as c:
+            c.execute("SET statement_timeout = '20s'")  # (a parked claim fails the test, it does not hang it)
+            assert _ids(claim(c, [queue], request_id=request)) == [job_id]
 
 
 def test_claimed_waits_for_a_claim_stalled_before_it_touched_a_row(

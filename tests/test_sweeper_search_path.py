@@ -11,8 +11,10 @@ Here a database with a writable ``public`` gets look-alikes of every function an
 operator the procedures could reach, planted by a login with no pgfence grant; each
 records that it ran (and as whom) instead of escalating. The procedures then run as
 the superuser with the default path and with ``public`` first, doing real work (an
-expired lease to reclaim, a finished job to purge, pg_cron's run log to trim), and
-the look-alikes must never run. A control shows they would: the same unqualified call
+expired lease to reclaim, a finished job to purge), and the look-alikes must never
+run; nor may the objects of a schema ``cron`` the attacker created where pg_cron is
+not installed (the sweeper trimmed ``cron.job_run_details`` wherever it existed: with
+a trigger or a view in it, the attacker became a superuser). A control shows they would: the same unqualified call
 made outside the procedures runs them. (pg_cron itself running the sweeper in such a
 database, with ``public`` first as the database's default: tests/test_restart_recovery.py,
 on a cluster of its own.)
@@ -93,21 +95,31 @@ def plant(attacker: Conn) -> None:
 def attacked(scratch_dsn: str, dsn: str) -> Iterator[tuple[str, str]]:
     """(superuser dsn, attacker role) of a scratch database with pgfence deployed, a
     writable public (as in every database created before PostgreSQL 15), look-alikes
-    planted there by a login with no pgfence grant, and a stand-in for pg_cron's run
-    log (schema cron), so that the sweeper's trim of it runs too."""
+    planted there by a login with no pgfence grant, and (this database has no pg_cron,
+    as where pg_cron runs from another database) a schema cron of the attacker's own: a
+    run log with a DELETE trigger and a cron.job view, both calling its function, for
+    the sweeper's trim of pg_cron's run log to find."""
     attacker = f"t_attacker_{secrets.token_hex(3)}"
     sqitch_deploy(scratch_dsn)
     with login_roles(dsn, {attacker: None}):
         with connect(scratch_dsn) as su:
             su.execute("GRANT CREATE ON SCHEMA public TO PUBLIC")
-            su.execute("CREATE SCHEMA cron")
-            su.execute("CREATE TABLE cron.job (jobid bigint, jobname text)")
-            su.execute("CREATE TABLE cron.job_run_details (jobid bigint, runid bigint, end_time timestamptz)")
-            su.execute("INSERT INTO cron.job VALUES (1, 'pgfence-reclaim'), (2, 'other')")
-            su.execute("INSERT INTO cron.job_run_details VALUES (1, 1, now() - interval '2 days'),"
-                       " (2, 2, now() - interval '2 days'), (1, 3, now())")
+            su.execute(sql.SQL("GRANT CREATE ON DATABASE {} TO {}").format(
+                sql.Identifier(su.info.dbname), sql.Identifier(attacker)))
         with connect_as(scratch_dsn, attacker) as a:
             plant(a)
+            a.execute("CREATE SCHEMA cron")
+            a.execute("GRANT USAGE ON SCHEMA cron TO PUBLIC")
+            a.execute("CREATE TABLE cron.job_run_details (jobid bigint, runid bigint, end_time timestamptz)")
+            a.execute("INSERT INTO cron.job_run_details VALUES (1, 1, now() - interval '2 days'),"
+                      " (2, 2, now() - interval '2 days'), (1, 3, now())")
+            a.execute("""CREATE FUNCTION cron.on_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+                         BEGIN PERFORM public.pwn('trigger on cron.job_run_details'); RETURN OLD; END $$""")
+            a.execute("CREATE TRIGGER t BEFORE DELETE ON cron.job_run_details FOR EACH ROW"
+                      " EXECUTE FUNCTION cron.on_delete()")
+            a.execute("""CREATE VIEW cron.job AS SELECT 1::bigint AS jobid, 'pgfence-reclaim'::text AS jobname
+                          FROM (SELECT public.pwn('view cron.job')) x""")
+            a.execute("GRANT ALL ON cron.job_run_details, cron.job TO PUBLIC")
         try:
             yield scratch_dsn, attacker
         finally:  # (the role is dropped from the tests' database: its objects here go first)
@@ -146,10 +158,11 @@ def test_sweeper_procedures_run_no_function_of_the_callers_search_path(attacked:
         su.execute("CALL pgfence.sweep()")
         su.execute("RESET search_path")
         assert pwned(su) == []
-        # ... and they did their work: reclaimed, purged, trimmed pg_cron's run log
+        # ... and they did their work: reclaimed, purged; a cron schema that is not
+        # pg_cron's was left alone (the trim of pg_cron's own log: test_misuse.py)
         assert su.execute("SELECT status FROM pgfence.jobs WHERE id = %s", (expired,)).fetchone() == ("queued",)
         assert su.execute("SELECT count(*) FROM pgfence.jobs WHERE id = %s", (done,)).fetchone() == (0,)
-        assert su.execute("SELECT runid FROM cron.job_run_details ORDER BY runid").fetchall() == [(2,), (3,)]
+        assert su.execute("SELECT runid FROM cron.job_run_details ORDER BY runid").fetchall() == [(1,), (2,), (3,)]
         # the caller's search_path is its own again afterwards
         su.execute(sql.SQL("SET search_path = {}").format(sql.SQL(path)))
         su.execute("CALL pgfence.sweep()")
@@ -165,7 +178,10 @@ def test_the_planted_functions_would_run_for_an_unqualified_call(attacked: tuple
         su.execute("SET search_path = public, pg_catalog")
         su.execute("SELECT clock_timestamp() + interval '1 second' < now()")
         su.execute("RESET search_path")
+        # ... and the trim of @v0.3.0 (to_regclass found the table) ran the attacker's cron objects
+        su.execute("DELETE FROM cron.job_run_details d WHERE d.jobid IN (SELECT j.jobid FROM cron.job j)")
         ran = {what for what, _, _, _ in pwned(su)}
         assert {"pg_sleep(numeric)", "clock_timestamp()", "now()",
-                "operator +(timestamptz, interval)", "operator <(timestamptz, timestamptz)"} <= ran
+                "operator +(timestamptz, interval)", "operator <(timestamptz, timestamptz)",
+                "view cron.job", "trigger on cron.job_run_details"} <= ran
         assert {(who, superuser) for _, who, superuser, _ in pwned(su)} == {("postgres", True)}

@@ -9,6 +9,7 @@ more than NOTIFY_FLOOD notifications arrive within a second.
 """
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -16,11 +17,13 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 import pgfence.worker as worker_module
 from clienthelpers import running, wait_for
+from helpers import connect
 from pgfence import Client, Job, Worker
-from securityhelpers import grantless_login
+from securityhelpers import connect_as, grantless_login, login_roles
 
 Conn = psycopg.Connection[Any]
 
@@ -43,11 +46,64 @@ def test_the_channel_carries_a_tag_not_the_queue_name(outsider: Conn, conn: Conn
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         outsider.execute("SELECT * FROM pgfence.wakeup_tags(ARRAY[%s])", (queue,))
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        outsider.execute("SELECT key FROM pgfence.wakeup_key")
+        outsider.execute("SELECT key FROM pgfence.secret_key")
     # one tag per queue, the same for every enqueue
     other = conn.execute("SELECT tag FROM pgfence.wakeup_tags(ARRAY[%s, %s]) ORDER BY queue",
                          (queue, queue + "x")).fetchall()
     assert other[0] == (tag,) and other[1] != (tag,)
+
+
+def key_bytes(key: str) -> str:
+    """How a plan dump (debug_print_plan) shows the first 16 characters of a text
+    constant, its whitespace removed (it shows each byte in decimal)."""
+    return "".join(str(b) for b in key.encode()[:16])
+
+
+def plan_dumps(conn: Conn, statements: list[tuple[str, Any]]) -> str:
+    """Everything debug_print_plan sends to the client while statements run on conn,
+    without whitespace."""
+    dumps: list[str] = []
+    conn.add_notice_handler(lambda d: dumps.append(f"{d.message_primary}\n{d.message_detail}"))
+    conn.execute("SET debug_print_plan = on")
+    conn.execute("SET client_min_messages = log")
+    for statement, params in statements:
+        conn.execute(statement, params)
+    conn.execute("RESET client_min_messages")
+    conn.execute("RESET debug_print_plan")
+    return re.sub(r"\s+", "", "".join(dumps))  # (the dump wraps long lines anywhere)
+
+
+def test_no_role_can_read_the_secret_key_from_a_plan(dsn: str, conn: Conn, queue: str) -> None:
+    """Any role may print the plans of the statements it runs, those inside SECURITY
+    DEFINER functions included (debug_print_plan). The key was an IMMUTABLE function
+    the planner folded into enqueue's plan as a constant: a producer decoded it from the
+    dump and could test guessed queue names against the channel's tags. Now every use
+    reads it from the table when it runs."""
+    key = conn.execute("SELECT key FROM pgfence.secret_key").fetchone()[0]  # type: ignore[index]
+    roles = {f"t_plan_{r}": f"pgfence_{r}" for r in ("producer", "worker", "operator")}
+    with login_roles(dsn, roles):
+        with connect_as(dsn, "t_plan_producer") as p:
+            out = plan_dumps(p, [("SELECT pgfence.enqueue('k', '{}', %s)", (queue,)),
+                                 ("SELECT count(*) FROM pgfence.enqueue_many(ARRAY['k', 'k'], queue => %s)", (queue,))])
+        with connect_as(dsn, "t_plan_worker") as w:
+            out += plan_dumps(w, [("SELECT count(*) FROM pgfence.wakeup_tags(ARRAY[%s])", (queue,)),
+                                  ("SELECT count(*) FROM pgfence.claim('w', ARRAY[%s], '1 minute', 1,"
+                                   " gen_random_uuid())", (queue,)),
+                                  ("SELECT count(*) FROM pgfence.claimed('w', ARRAY[gen_random_uuid()])", None)])
+        job_id = conn.execute("SELECT pgfence.enqueue('k', '{}', %s, recovery_policy => 'manual')",
+                              (queue,)).fetchone()[0]  # type: ignore[index]
+        conn.execute("SELECT pgfence.claim('w', ARRAY[%s], '1 millisecond', 10)", (queue,))
+        conn.execute("SELECT pg_sleep(0.01)")
+        conn.execute("CALL pgfence.sweep()")
+        with connect_as(dsn, "t_plan_operator") as o:
+            out += plan_dumps(o, [("SELECT pgfence.requeue(%s)", (job_id,))])
+    assert out.count("{PLANNEDSTMT:") >= 10  # (the plans of the functions' statements were dumped)
+    assert key not in out and key_bytes(key) not in out
+    # the control: a constant of a plan does show up this way
+    with connect(dsn) as c:
+        control = plan_dumps(c, [(sql.SQL("SELECT md5(g.x::text || {}) FROM generate_series(1, 2) AS g(x)")
+                                  .format(sql.Literal(key)).as_string(c), None)])
+    assert key_bytes(key) in control
 
 
 def echo(job: Job) -> Any:

@@ -14,9 +14,14 @@ import logging
 import re
 from typing import Any
 
-# C0/C1 controls, DEL, ALM, zero-width and bidi marks, line/paragraph separators,
-# embeddings/overrides, word joiner and isolates, BOM.
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+# C0/C1 controls, DEL, soft hyphen, combining grapheme joiner, ALM, Hangul fillers,
+# Khmer inherent vowels, zero-width and bidi marks, line/paragraph separators,
+# embeddings/overrides, word joiner, invisible operators, isolates, deprecated format
+# characters, BOM, interlinear annotation marks.
+_UNSAFE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u200b-\u200f\u2028-\u202e"
+    "\u2060-\u206f\u3164\ufeff\uffa0\ufff9-\ufffb]"
+)
 
 
 def printable(value: Any) -> str:

@@ -3,7 +3,8 @@
 --
 -- Argument checks shared by every public function. Changed after @v0.3.0: names
 -- refuse control characters anywhere and Unicode whitespace or invisible characters
--- at either end (not only ASCII); payloads and results nest at most 64 levels (a
+-- at either end (not only ASCII; variation selectors and tag characters neither at
+-- the start nor after an ASCII character at the end); payloads and results nest at most 64 levels (a
 -- payload nested 1,000 deep killed the Python worker); results get the payload's
 -- 1 MiB limit; error messages show such characters escaped (\uXXXX), never raw.
 
@@ -25,23 +26,46 @@ COMMENT ON FUNCTION pgfence._unsafe_chars() IS
   'Private: a regex bracket expression of the characters never allowed in a name (controls, separators, bidi controls).';
 
 -- What may not start or end a name: Unicode whitespace (the White_Space property,
--- beyond the controls above) and the invisible characters that look like nothing
--- (zero-width space, joiners, word joiner, byte order mark, Mongolian vowel separator).
+-- beyond the controls above) and the characters that show as nothing or as a blank
+-- (zero-width space, joiners, word joiner, invisible operators, deprecated format
+-- characters, byte order mark, Mongolian vowel separator, soft hyphen, combining
+-- grapheme joiner, the Hangul fillers, the Khmer inherent vowels, braille blank,
+-- interlinear annotation marks).
 CREATE OR REPLACE FUNCTION pgfence._edge_chars() RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT '[ \u00a0\u1680\u180e\u2000-\u200d\u202f\u205f\u2060\u3000\ufeff]'
+    SELECT '[ \u00a0\u00ad\u034f\u115f\u1160\u1680\u17b4\u17b5\u180e\u2000-\u200d\u202f\u205f-\u2064\u206a-\u206f'
+           '\u2800\u3000\u3164\ufeff\uffa0\ufff9-\ufffb]'
 $$;
 COMMENT ON FUNCTION pgfence._edge_chars() IS
   'Private: a regex bracket expression of the characters a name may not start or end with (Unicode whitespace, invisible characters).';
 
+-- Variation selectors and tag characters: they modify the character before them, so
+-- they may not start a name, nor end one after an ASCII character, which they leave
+-- looking the same ('default' and U+FE0F); after an emoji they belong to it.
+CREATE OR REPLACE FUNCTION pgfence._modifier_chars() RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT '[\ufe00-\ufe0f\U000e0000-\U000e007f]'
+$$;
+COMMENT ON FUNCTION pgfence._modifier_chars() IS
+  'Private: a regex bracket expression of the variation selectors and tag characters (not at the start of a name, nor at its end after an ASCII character).';
+
+-- A code point in hexadecimal, at least 4 digits (lpad(..., 4) cut U+E0020 to E002).
+CREATE OR REPLACE FUNCTION pgfence._hex4(code integer) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN code < 4096 THEN lpad(to_hex(code), 4, '0') ELSE to_hex(code) END
+$$;
+COMMENT ON FUNCTION pgfence._hex4(integer) IS
+  'Private: a code point in lower-case hexadecimal, at least 4 digits.';
+
 -- A text as it may be shown in a message: every unsafe or invisible character written
--- as \uXXXX (the database's strings are shown in terminals, logs and web pages).
+-- as \uXXXX (the database's strings are shown in terminals, logs and web pages). The
+-- same set as _text.printable in the Python client.
 CREATE OR REPLACE FUNCTION pgfence._printable(value text) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE
-        WHEN value !~ '[\x01-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]' THEN value
-        ELSE (SELECT string_agg(CASE WHEN t.c ~ '[\x01-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]'
-                                     THEN '\u' || lpad(to_hex(ascii(t.c)), 4, '0') ELSE t.c END, '' ORDER BY t.n)
+        WHEN value !~ '[\x01-\x1f\x7f-\x9f\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u200b-\u200f\u2028-\u202e\u2060-\u206f\u3164\ufeff\uffa0\ufff9-\ufffb]' THEN value
+        ELSE (SELECT string_agg(CASE WHEN t.c ~ '[\x01-\x1f\x7f-\x9f\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u200b-\u200f\u2028-\u202e\u2060-\u206f\u3164\ufeff\uffa0\ufff9-\ufffb]'
+                                     THEN '\u' || pgfence._hex4(ascii(t.c)) ELSE t.c END, '' ORDER BY t.n)
                 FROM regexp_split_to_table(value, '') WITH ORDINALITY AS t(c, n))
     END
 $$;
@@ -80,7 +104,8 @@ COMMENT ON FUNCTION pgfence._raise_invalid(text, text, text, text) IS
 CREATE OR REPLACE FUNCTION pgfence._name_ok(value text) RETURNS boolean
 LANGUAGE sql IMMUTABLE AS $$
     SELECT value IS NOT NULL AND value <> '' AND char_length(value) <= 128
-       AND value !~ (pgfence._unsafe_chars() || '|^' || pgfence._edge_chars() || '|' || pgfence._edge_chars() || '$')
+       AND value !~ (pgfence._unsafe_chars() || '|^' || pgfence._edge_chars() || '|' || pgfence._edge_chars() || '$'
+                     || '|^' || pgfence._modifier_chars() || '|[\x01-\x7f]' || pgfence._modifier_chars() || '+$')
 $$;
 COMMENT ON FUNCTION pgfence._name_ok(text) IS
   'Private: true for a valid kind, queue or worker id (not NULL, 1..128 characters, no control or bidi character, no whitespace or invisible character at either end), never NULL.';
@@ -102,16 +127,18 @@ BEGIN
     v_bad := substring(value FROM pgfence._unsafe_chars());
     IF v_bad IS NOT NULL THEN
         PERFORM pgfence._raise_invalid(arg, quote_literal(value),
-            format('contains the control character U+%s at position %s', upper(lpad(to_hex(ascii(v_bad)), 4, '0')),
+            format('contains the control character U+%s at position %s', upper(pgfence._hex4(ascii(v_bad))),
                    strpos(value, v_bad)),
             format('pass a %s without control characters (newlines, tabs, escapes), line separators or '
                    'bidirectional controls', arg));
     END IF;
     v_bad := coalesce(substring(value FROM '^' || pgfence._edge_chars()),
-                      substring(value FROM pgfence._edge_chars() || '$'));
+                      substring(value FROM pgfence._edge_chars() || '$'),
+                      substring(value FROM '^' || pgfence._modifier_chars()),
+                      substring(value FROM '[\x01-\x7f](' || pgfence._modifier_chars() || ')' || pgfence._modifier_chars() || '*$'));
     PERFORM pgfence._raise_invalid(arg, quote_literal(value),
         format('starts or ends with whitespace or an invisible character (U+%s)',
-               upper(lpad(to_hex(ascii(v_bad)), 4, '0'))),
+               upper(pgfence._hex4(ascii(v_bad)))),
         format('pass the %s without leading or trailing spaces (including no-break and zero-width ones)', arg));
 END $$;
 COMMENT ON FUNCTION pgfence._check_name(text, text) IS

@@ -85,27 +85,40 @@ COMMENT ON FUNCTION pgfence._refusal_detail(bigint, uuid, text, uuid, text, text
   'Private: the detail of a refused fenced call: _fence_detail, or that the token never held an attempt of the job.';
 
 -- Record one refused call in pgfence.rejections, if its token held an attempt of the
--- job (the caller checks that), within the job's 100 slots: the later ones are
--- counted in pgfence.rejection_overflow instead (a worker retrying a stale call in a
--- loop, or a caller that floods report_rejection, cannot grow the table without
--- bound). The slot is unique per job, so concurrent refusals cannot overfill it.
+-- job (the caller checks that), in the job's lowest free slot of 100: the later ones
+-- are counted in pgfence.rejection_overflow instead (a worker retrying a stale call in
+-- a loop, or a caller that floods report_rejection, cannot grow the table without
+-- bound; the slot is unique per job, so concurrent refusals cannot overfill it, and a
+-- slot freed by hand is used again). The job is first locked FOR KEY SHARE,
+-- as a foreign key would: the purge deletes a job with its rejections only when it can
+-- lock it (SKIP LOCKED), so it passes over a job whose refusal is being recorded
+-- instead of waiting for that transaction, and a refusal recorded after its job was
+-- purged stores nothing (no rejection outlives its job). Claim, reclaim, cancel and
+-- requeue lock FOR NO KEY UPDATE, which FOR KEY SHARE does not delay.
 CREATE OR REPLACE FUNCTION pgfence._record_rejection(job_id bigint, attempt_token uuid, operation text, detail text)
 RETURNS void
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
-    v_stored integer;
+    v_slot integer;
 BEGIN
-    -- The next free slot, while there is one. Losing the race for a slot means another
-    -- refusal took it (and committed): count again. (So this loops at most 100 times in
-    -- all, over every session.)
-    LOOP
-        SELECT count(*) INTO v_stored
-          FROM (SELECT 1 FROM pgfence.rejections r WHERE r.job_id = _record_rejection.job_id LIMIT 100) s;
-        EXIT WHEN v_stored >= 100;
+    PERFORM FROM pgfence.jobs x WHERE x.id = _record_rejection.job_id FOR KEY SHARE OF x;
+    IF NOT FOUND THEN
+        RETURN;  -- purged meanwhile
+    END IF;
+    -- Losing the race for a slot means another refusal took it and committed (an
+    -- insert that conflicts with an uncommitted one waits for it): look again. Bounded,
+    -- in case slots are being freed and taken faster than this loop runs.
+    FOR i IN 1..200 LOOP
+        SELECT s.n INTO v_slot
+          FROM generate_series(1, 100) AS s(n)
+         WHERE NOT EXISTS (SELECT FROM pgfence.rejections r
+                            WHERE r.job_id = _record_rejection.job_id AND r.slot = s.n)
+         ORDER BY s.n LIMIT 1;
+        EXIT WHEN v_slot IS NULL;
         INSERT INTO pgfence.rejections (job_id, attempt_token, operation, caller, detail, slot)
         VALUES (_record_rejection.job_id, _record_rejection.attempt_token, _record_rejection.operation,
-                pgfence._invoker(), _record_rejection.detail, v_stored + 1)
+                pgfence._invoker(), _record_rejection.detail, v_slot)
         ON CONFLICT (job_id, slot) DO NOTHING;
         IF FOUND THEN
             RETURN;
@@ -117,7 +130,7 @@ BEGIN
         DO UPDATE SET not_stored = o.not_stored + 1, last_rejected_at = excluded.last_rejected_at;
 END $$;
 COMMENT ON FUNCTION pgfence._record_rejection(bigint, uuid, text, text) IS
-  'Private: store a refused call in pgfence.rejections (at most 100 per job), else count it in rejection_overflow.';
+  'Private: store a refused call in pgfence.rejections (lowest free slot, at most 100 per job), else count it in rejection_overflow; nothing for a job that no longer exists. Holds the job FOR KEY SHARE.';
 
 -- Record the refused inputs of a batch call (accepted[i] false, the job exists, and
 -- the token held an attempt of it) with the reason. Called only when a batch had

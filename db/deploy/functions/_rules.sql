@@ -1,11 +1,16 @@
--- Deploy pgfence:functions/_rules to pg
--- requires: tables/jobs
+-- Deploy pgfence:functions/_rules to pg (reworked after @v0.3.0)
+-- requires: functions/_rules@v0.3.0
+--
+-- Changed after @v0.3.0: _reclaim locks expired leases FOR NO KEY UPDATE SKIP LOCKED,
+-- not FOR UPDATE. A refusal being recorded (functions/_fence) holds its job FOR KEY
+-- SHARE until its transaction ends, and FOR UPDATE SKIP LOCKED passed over such a
+-- job: a worker that left that transaction open kept the lease from being reclaimed.
 
 BEGIN;
 
 -- The retry schedule: 1 s * 2^(attempts-1), capped at 5 minutes. The exponent is
 -- clamped first, so a huge attempt count cannot overflow.
-CREATE FUNCTION pgfence._backoff(attempts integer) RETURNS interval
+CREATE OR REPLACE FUNCTION pgfence._backoff(attempts integer) RETURNS interval
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT least(interval '1 second' * power(2, least(greatest(attempts, 1) - 1, 20)),
                  interval '5 minutes')
@@ -16,7 +21,7 @@ COMMENT ON FUNCTION pgfence._backoff(integer) IS
 -- Where a job goes when its attempt ends without a result (lease expired, or the
 -- worker gave it back): manual jobs wait for a human, auto jobs retry while
 -- attempts remain, the rest are dead-lettered.
-CREATE FUNCTION pgfence._recovery_status(recovery_policy text, attempts integer, max_attempts integer)
+CREATE OR REPLACE FUNCTION pgfence._recovery_status(recovery_policy text, attempts integer, max_attempts integer)
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE WHEN recovery_policy = 'manual' THEN 'manual_review'
@@ -27,7 +32,7 @@ COMMENT ON FUNCTION pgfence._recovery_status(text, integer, integer) IS
   'Private: the reclaim rule: manual -> manual_review, auto with attempts left -> queued, else failed.';
 
 -- What to tell a caller whose token is not current (the DETAIL of PF001).
-CREATE FUNCTION pgfence._fence_detail(status text, current_token uuid, token uuid, last_error text, reserved_by text)
+CREATE OR REPLACE FUNCTION pgfence._fence_detail(status text, current_token uuid, token uuid, last_error text, reserved_by text)
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE
@@ -55,7 +60,7 @@ COMMENT ON FUNCTION pgfence._fence_detail(text, uuid, uuid, text, text) IS
 -- a row changes only while it is processing with exactly the given token. Rows
 -- are locked in id order (no deadlock against other batch calls). Shared by the
 -- sweep, by claim's on-claim recovery and by release.
-CREATE FUNCTION pgfence._recover(job_ids bigint[], attempt_tokens uuid[], reason text, reclaimed boolean)
+CREATE OR REPLACE FUNCTION pgfence._recover(job_ids bigint[], attempt_tokens uuid[], reason text, reclaimed boolean)
 RETURNS TABLE(id bigint, status text, reclaim_count integer, ord integer)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
@@ -106,10 +111,11 @@ END $$;
 COMMENT ON FUNCTION pgfence._recover(bigint[], uuid[], text, boolean) IS
   'Private: end the given (job, token) attempts by the reclaim rule, recording them; fenced by the token. ord = input position.';
 
--- One batch of the reclaim: expired leases, oldest first, SKIP LOCKED so that
--- overlapping sweeps and claims never wait on each other or on a worker that is
--- completing the job right now.
-CREATE FUNCTION pgfence._reclaim(max_jobs integer)
+-- One batch of the reclaim: expired leases, oldest first, FOR NO KEY UPDATE SKIP
+-- LOCKED, so that overlapping sweeps and claims never wait on each other or on a
+-- worker that is completing the job right now, and a refusal being recorded for the
+-- job (FOR KEY SHARE) does not hide it.
+CREATE OR REPLACE FUNCTION pgfence._reclaim(max_jobs integer)
 RETURNS TABLE(id bigint, status text, reclaim_count integer)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -126,7 +132,7 @@ BEGIN
                AND j.lease_expires_at < v_now
              ORDER BY j.lease_expires_at
              LIMIT max_jobs
-               FOR UPDATE SKIP LOCKED) e;
+               FOR NO KEY UPDATE SKIP LOCKED) e;
     IF v_ids IS NULL THEN
         RETURN;
     END IF;
@@ -135,5 +141,7 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION pgfence._reclaim(integer) IS
   'Private: reclaim one batch of expired leases (unchecked argument; see reclaim_expired).';
+
+SELECT pgfence._apply_privileges();
 
 COMMIT;

@@ -1,11 +1,16 @@
--- Deploy pgfence:functions/cancel to pg
--- requires: functions/requeue
+-- Deploy pgfence:functions/cancel to pg (reworked after @v0.3.0)
+-- requires: functions/cancel@v0.3.0
+--
+-- Changed after @v0.3.0: the job is locked FOR NO KEY UPDATE, not FOR UPDATE. A
+-- refusal being recorded (functions/_fence) holds its job FOR KEY SHARE until its
+-- transaction ends, which FOR UPDATE waited for: a worker that left such a
+-- transaction open held up the operator's cancel.
 
 BEGIN;
 
 -- Operator: cancel a queued, processing or manual_review job. A running worker
 -- loses its lease: its next heartbeat, complete or fail gets PF001.
-CREATE FUNCTION pgfence.cancel(job_id bigint) RETURNS void
+CREATE OR REPLACE FUNCTION pgfence.cancel(job_id bigint) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     v_status text;
@@ -14,7 +19,7 @@ BEGIN
     IF job_id IS NULL THEN
         PERFORM pgfence._raise_null('job_id', 'pass the id of the job to cancel');
     END IF;
-    SELECT status INTO v_status FROM pgfence.jobs WHERE id = job_id FOR UPDATE;
+    SELECT status INTO v_status FROM pgfence.jobs WHERE id = job_id FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         PERFORM pgfence._raise_fence(job_id, NULL, NULL);
     ELSIF v_status NOT IN ('queued', 'processing', 'manual_review') THEN
@@ -35,5 +40,7 @@ END $$;
 COMMENT ON FUNCTION pgfence.cancel(bigint) IS
 $$Operator: queued, processing or manual_review -> cancelled. A running worker loses its lease (its next
 heartbeat/complete/fail raises PF001). Errors: PF002 unknown job, PF003 done/failed/cancelled, 22004.$$;
+
+SELECT pgfence._apply_privileges();
 
 COMMIT;

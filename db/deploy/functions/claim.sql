@@ -5,8 +5,12 @@
 --
 -- claim, claimed and their request-id helpers, whole. Changed after @v0.3.0: a claim
 -- locks only the rows it returns (over all queues it walks the claim order index of
--- tables/jobs_claim_order instead of locking max_jobs rows in every queue), and
--- queues holds at most 10,000 names. _queued_queues(), which only claim used, is gone.
+-- tables/jobs_claim_order instead of locking max_jobs rows in every queue; over a list
+-- it reads each listed queue's head, never the jobs of queues it was not given), rows
+-- are locked FOR NO KEY UPDATE (a refusal being recorded holds its job FOR KEY SHARE:
+-- see functions/_fence), the request-id lock is keyed with the deployment's secret,
+-- and queues holds at most 10,000 names. _queued_queues(), which only claim used, is
+-- gone.
 
 BEGIN;
 
@@ -32,34 +36,57 @@ COMMENT ON FUNCTION pgfence._request_token(text, bigint, integer) IS
   'Private: the attempt token claim gives a job claimed with a request_id: md5 of _request_prefix, job id, attempt.';
 
 -- The transaction lock of a claim request: claim takes it, claimed() waits for it.
--- (Two-key advisory locks: their key space is apart from the sweeper's one-key lock.)
+-- A one-key advisory lock whose 64-bit key is keyed with the deployment's secret
+-- (tables/secret_key): any role may take advisory locks, and with a public key (it was
+-- hashtext of the request id) it could hold the lock of a request id it knows, or
+-- thousands of the 2^32 keys at random, and park the claims that landed on them.
+-- PL/pgSQL: the key is read when the lock is taken, never a constant of a plan.
 CREATE OR REPLACE FUNCTION pgfence._lock_request(request_id uuid) RETURNS void
-LANGUAGE sql AS $$
-    SELECT pg_advisory_xact_lock(hashtext('pgfence.claim'), hashtext(request_id::text))
-$$;
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(('x' || left(md5(k.key || '/claim/' || request_id::text), 16))::bit(64)::bigint)
+       FROM pgfence.secret_key k;
+END $$;
 COMMENT ON FUNCTION pgfence._lock_request(uuid) IS
-  'Private: the transaction-level advisory lock of a claim request id (held by claim, waited for by claimed).';
+  'Private: the transaction-level advisory lock of a claim request id, keyed with the secret key (held by claim, waited for by claimed).';
+
+-- Whether a job comes after the cut (a job given by its priority, available_at and id)
+-- in claim order (priority DESC, available_at, id); every job does when the cut is
+-- NULL. Plain SQL, inlined into claim's queries.
+CREATE OR REPLACE FUNCTION pgfence._after_cut(priority integer, available_at timestamptz, id bigint,
+                                              cut_priority integer, cut_available_at timestamptz, cut_id bigint)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT cut_id IS NULL OR priority < cut_priority
+           OR (priority = cut_priority AND (available_at > cut_available_at
+                                            OR (available_at = cut_available_at AND id > cut_id)))
+$$;
+COMMENT ON FUNCTION pgfence._after_cut(integer, timestamptz, bigint, integer, timestamptz, bigint) IS
+  'Private: whether a job comes after the cut job in claim order (priority DESC, available_at, id); true for a NULL cut.';
 
 -- Claim up to max_jobs runnable jobs for worker_id, in priority DESC,
 -- available_at, id order. Each claimed job gets a fresh attempt_token and a lease
 -- of `lease` from clock_timestamp() (not now(): a claim inside a long transaction
 -- still hands out a full lease). First applies the reclaim rule to a batch of
 -- expired leases, so recovery does not wait for the sweep.
--- Concurrency: rows are picked with FOR UPDATE SKIP LOCKED, and only the rows the
--- claim returns are ever locked, so two callers never get the same job, no caller
+-- Concurrency: rows are picked with FOR NO KEY UPDATE SKIP LOCKED, and only the rows
+-- the claim returns are ever locked, so two callers never get the same job, no caller
 -- gets more than max_jobs, and a claim never holds jobs it does not take (a claim
 -- over 2,000 queues used to lock max_jobs rows in each).
 -- How the rows are found, by the shape of queues:
 --   * NULL (every queue): the claim order over all queues (jobs_claim_order_idx),
 --     whatever the number of queues;
---   * one queue: that queue's claim order (jobs_claim_idx);
---   * 2..16 queues: each queue's claim order is read without locks to find the first
---     max_jobs across them, which are then locked SKIP LOCKED; those another claimer
---     holds are skipped, and the next ones read, up to 3 rounds (so under contention a
---     claim may return fewer than are runnable: the caller claims again);
---   * more than 16 (up to 10,000): the claim order over all queues, keeping the listed
---     queues' jobs (a long list should hold most of the queued work: the unlisted
---     queues' jobs are read and passed over).
+--   * one queue (or one name repeated): that queue's claim order (jobs_claim_idx);
+--   * a list of 2..10,000 queues: the first runnable job of each (its head, one probe
+--     of jobs_claim_idx per queue); only the queues whose heads are among the first
+--     max_jobs heads can hold one of the first max_jobs jobs, and the queue whose head
+--     ranks r at most max_jobs - r + 1 of them, so those are read from those queues and
+--     merged. No job of a queue not listed is read (walking the order over all queues
+--     read every queued job of the others when the listed queues were idle: 5 s for
+--     10,000 listed queues beside 20,000 jobs queued elsewhere). The first max_jobs
+--     are then locked SKIP LOCKED; those another claimer holds are skipped, and the
+--     next ones read, up to 3 rounds (so under contention a claim may return fewer
+--     than are runnable: the caller claims again).
 -- request_id (optional, fresh for each call): when the reply is lost (the connection
 -- drops), claimed(worker_id, ARRAY[request_id]) returns the jobs this call took, so
 -- the caller runs them instead of leaving them leased until the lease expires (and
@@ -100,7 +127,10 @@ DECLARE
     v_cand bigint[];
     v_got bigint[];
     v_prefix text;
-    v_cut_priority integer;          -- the last job read, in claim order (the few-queues rounds)
+    v_need integer;
+    v_cand_priority integer[];
+    v_cand_available_at timestamptz[];
+    v_cut_priority integer;          -- the last job read, in claim order (the rounds over a list)
     v_cut_available_at timestamptz;
     v_cut_id bigint;
 BEGIN
@@ -154,28 +184,26 @@ BEGIN
     v_prefix := pgfence._request_prefix(request_id, v_now);  -- (NULL without a request_id)
     IF cardinality(queues) = 1 THEN
         v_queue := queues[1];
-    ELSIF cardinality(queues) <= 16 THEN
+    ELSIF queues IS NOT NULL THEN
         v_queues := ARRAY(SELECT DISTINCT q.name FROM unnest(queues) AS q(name));
         IF cardinality(v_queues) = 1 THEN
             v_queue := v_queues[1];
+            v_queues := NULL;
         END IF;
     END IF;
 
     -- 1. Pick and lock, in claim order, SKIP LOCKED: only the rows returned.
-    IF v_queue IS NULL AND v_queues IS NULL THEN
-        -- Every queue, or a long list: the claim order over all queues.
+    IF queues IS NULL THEN
+        -- Every queue: the claim order over all queues.
         SELECT array_agg(c.id ORDER BY c.priority DESC, c.available_at, c.id) INTO v_ids
           FROM (SELECT j.id, j.priority, j.available_at
                   FROM pgfence.jobs j
                  WHERE j.status = 'queued'
                    AND j.queue <> ''  -- (the predicate of jobs_claim_order_idx: see tables/jobs_claim_order)
                    AND j.available_at <= v_now
-                   -- (|| '': a condition on queue that jobs_claim_idx cannot serve, so the
-                   -- plan walks jobs_claim_order_idx in order and stops at max_jobs)
-                   AND (queues IS NULL OR (j.queue || '') = ANY (queues))
                  ORDER BY j.priority DESC, j.available_at, j.id
                  LIMIT max_jobs
-                   FOR UPDATE SKIP LOCKED) c;
+                   FOR NO KEY UPDATE SKIP LOCKED) c;
     ELSIF v_queue IS NOT NULL THEN
         SELECT array_agg(c.id ORDER BY c.priority DESC, c.available_at, c.id) INTO v_ids
           FROM (SELECT j.id, j.priority, j.available_at
@@ -185,40 +213,62 @@ BEGIN
                    AND j.available_at <= v_now
                  ORDER BY j.priority DESC, j.available_at, j.id
                  LIMIT max_jobs
-                   FOR UPDATE SKIP LOCKED) c;
+                   FOR NO KEY UPDATE SKIP LOCKED) c;
     ELSE
-        -- A few queues: find the first max_jobs across them without locking (each
-        -- queue's claim order, merged), lock those SKIP LOCKED, and go on after the
-        -- last one read for those another claimer holds.
+        -- A list: the first max_jobs across the listed queues, read without locks (the
+        -- heads, then what the best-ranked queues can contribute, merged), locked SKIP
+        -- LOCKED; for those another claimer holds, the next ones after the last read.
         v_ids := '{}';
         FOR i IN 1..3 LOOP
-            SELECT array_agg(c.id ORDER BY c.priority DESC, c.available_at, c.id) INTO v_cand
-              FROM (SELECT c.id, c.priority, c.available_at
-                      FROM unnest(v_queues) AS q(name)
-                     CROSS JOIN LATERAL (
-                            SELECT j.id, j.priority, j.available_at
-                              FROM pgfence.jobs j
-                             WHERE j.status = 'queued'
-                               AND j.queue = q.name
-                               AND j.available_at <= v_now
-                               AND (v_cut_id IS NULL OR j.priority < v_cut_priority
-                                    OR (j.priority = v_cut_priority
-                                        AND (j.available_at > v_cut_available_at
-                                             OR (j.available_at = v_cut_available_at AND j.id > v_cut_id))))
-                             ORDER BY j.priority DESC, j.available_at, j.id
-                             LIMIT max_jobs - cardinality(v_ids)) c
-                     ORDER BY c.priority DESC, c.available_at, c.id
-                     LIMIT max_jobs - cardinality(v_ids)) c;
+            v_need := max_jobs - cardinality(v_ids);
+            WITH heads AS (  -- each listed queue's first runnable job after the cut, the best v_need
+                SELECT q.name AS queue, h.priority, h.available_at, h.id
+                  FROM unnest(v_queues) AS q(name)
+                 CROSS JOIN LATERAL (
+                        SELECT j.priority, j.available_at, j.id
+                          FROM pgfence.jobs j
+                         WHERE j.status = 'queued' AND j.queue = q.name AND j.available_at <= v_now
+                           AND pgfence._after_cut(j.priority, j.available_at, j.id,
+                                                  v_cut_priority, v_cut_available_at, v_cut_id)
+                         ORDER BY j.priority DESC, j.available_at, j.id
+                         LIMIT 1) h
+                 ORDER BY h.priority DESC, h.available_at, h.id
+                 LIMIT v_need
+            ), ranked AS (
+                SELECT hd.queue, row_number() OVER (ORDER BY hd.priority DESC, hd.available_at, hd.id) AS r
+                  FROM heads hd
+            ), merged AS (  -- the queue ranked r holds at most v_need - r + 1 of the first v_need
+                SELECT c.id, c.priority, c.available_at
+                  FROM ranked rk
+                 CROSS JOIN LATERAL (
+                        SELECT j.id, j.priority, j.available_at
+                          FROM pgfence.jobs j
+                         WHERE j.status = 'queued' AND j.queue = rk.queue AND j.available_at <= v_now
+                           AND pgfence._after_cut(j.priority, j.available_at, j.id,
+                                                  v_cut_priority, v_cut_available_at, v_cut_id)
+                         ORDER BY j.priority DESC, j.available_at, j.id
+                         LIMIT v_need - rk.r + 1) c
+                 ORDER BY c.priority DESC, c.available_at, c.id
+                 LIMIT v_need
+            )
+            SELECT array_agg(m.id ORDER BY m.priority DESC, m.available_at, m.id),
+                   array_agg(m.priority ORDER BY m.priority DESC, m.available_at, m.id),
+                   array_agg(m.available_at ORDER BY m.priority DESC, m.available_at, m.id)
+              INTO v_cand, v_cand_priority, v_cand_available_at
+              FROM merged m;
             EXIT WHEN v_cand IS NULL;
+            -- (the cut: the last candidate as read, whatever has become of it since)
+            v_cut_priority := v_cand_priority[cardinality(v_cand)];
+            v_cut_available_at := v_cand_available_at[cardinality(v_cand)];
+            v_cut_id := v_cand[cardinality(v_cand)];
             SELECT array_agg(l.id) INTO v_got
               FROM (SELECT j.id FROM pgfence.jobs j
-                     WHERE j.id = ANY (v_cand) AND j.status = 'queued' AND j.available_at <= v_now
+                     WHERE j.id = ANY (v_cand) AND j.id <> ALL (v_ids)
+                       AND j.status = 'queued' AND j.available_at <= v_now
                      ORDER BY j.id
-                       FOR UPDATE SKIP LOCKED) l;
+                       FOR NO KEY UPDATE SKIP LOCKED) l;
             v_ids := v_ids || coalesce(v_got, '{}');
             EXIT WHEN cardinality(v_ids) >= max_jobs OR cardinality(v_got) = cardinality(v_cand);
-            SELECT j.priority, j.available_at, j.id INTO v_cut_priority, v_cut_available_at, v_cut_id
-              FROM pgfence.jobs j WHERE j.id = v_cand[cardinality(v_cand)];
         END LOOP;
         IF cardinality(v_ids) = 0 THEN
             v_ids := NULL;
@@ -309,7 +359,7 @@ BEGIN
                                                                  j.id, j.attempts)
                                      FROM unnest(request_ids) AS r)
          ORDER BY j.id
-           FOR UPDATE OF j
+           FOR NO KEY UPDATE OF j
     ), renewed AS (
         UPDATE pgfence.jobs j
            -- (clock_timestamp(), not a time read before the row locks were waited for)

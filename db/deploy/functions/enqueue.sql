@@ -1,9 +1,9 @@
 -- Deploy pgfence:functions/enqueue to pg (reworked after @v0.3.0)
 -- requires: functions/enqueue@v0.3.0
--- requires: tables/wakeup
+-- requires: tables/secret_key
 --
 -- enqueue and its shared option checks. Changed after @v0.3.0: NOTIFY pgfence_enqueue
--- carries the queue's wake-up tag (tables/wakeup), not its name, which any role could
+-- carries the queue's wake-up tag (tables/secret_key), not its name, which any role could
 -- LISTEN to; payloads nest at most 64 levels (functions/_checks).
 
 BEGIN;

@@ -1,8 +1,10 @@
 -- Deploy pgfence:functions/requeue to pg (reworked after @v0.3.0)
 -- requires: functions/requeue@v0.3.0
--- requires: tables/wakeup
+-- requires: tables/secret_key
 --
--- Changed after @v0.3.0: the NOTIFY carries the queue's wake-up tag, not its name.
+-- Changed after @v0.3.0: the NOTIFY carries the queue's wake-up tag, not its name; the
+-- job is locked FOR NO KEY UPDATE (a refusal being recorded holds it FOR KEY SHARE, and
+-- FOR UPDATE waited for that transaction to end).
 
 BEGIN;
 
@@ -30,7 +32,7 @@ BEGIN
     IF job_id IS NULL THEN
         PERFORM pgfence._raise_null('job_id', 'pass the id of the job to requeue');
     END IF;
-    SELECT * INTO j FROM pgfence.jobs WHERE id = job_id FOR UPDATE;
+    SELECT * INTO j FROM pgfence.jobs WHERE id = job_id FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         PERFORM pgfence._raise_fence(job_id, NULL, NULL);
     ELSIF j.status NOT IN ('failed', 'manual_review', 'cancelled') THEN

@@ -3,7 +3,9 @@
 -- requires: tables/rejections_cap
 --
 -- purge_finished and set_retention. Changed after @v0.3.0: the purge also deletes a
--- job's count of refused calls not stored (pgfence.rejection_overflow).
+-- job's count of refused calls not stored (pgfence.rejection_overflow), and waits at
+-- most 5 s for a lock (lock_timeout): the background sweeper holds its status row
+-- while it purges.
 
 BEGIN;
 
@@ -11,7 +13,14 @@ BEGIN;
 -- has passed, oldest first, with their attempts and rejections; returns how many.
 -- The background sweeper calls it every 10 s so the hot table stays small.
 CREATE OR REPLACE FUNCTION pgfence.purge_finished(max_jobs integer DEFAULT 1000) RETURNS bigint
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- The jobs are taken SKIP LOCKED, and a refusal being recorded holds its job (FOR KEY
+-- SHARE, see functions/_fence), so nothing here should wait on another session; if
+-- something does, it fails after 5 s (the sweeper logs it and goes on) instead of
+-- stalling the sweeper, which holds its status row meanwhile. (A worker that kept a
+-- transaction open after a refused call on a job with 100 stored rejections once held
+-- the purge, and with it every sweeper run, for as long as it liked.)
+SET lock_timeout = '5s' AS $$
 DECLARE
     v_cutoff timestamptz;
     v_count bigint;

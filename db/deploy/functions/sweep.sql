@@ -37,6 +37,7 @@ BEGIN
 END $$;
 COMMENT ON TYPE pgfence.sweeper_state IS
   'The state of a background sweeper run (pgfence.run_sweeper) between its transactions.';
+ALTER TYPE pgfence.sweeper_state OWNER TO pgfence_owner;
 
 -- Reclaim every expired lease, batch_size at a time, each batch committed in its
 -- own transaction (so 100,000 expired rows never sit in one long transaction).
@@ -231,7 +232,12 @@ SET enable_seqscan = off
 -- No JIT: sweeper_status (one row) can only be read sequentially, which enable_seqscan
 -- off costs at 10^10, and JIT then compiled the step's statements every time: 100-250 ms
 -- of CPU per reclaim or purge step, a quarter of a core for an idle sweeper.
-SET jit = off AS $$
+SET jit = off
+-- A step holds the sweeper_status row, and every other sweeper run waits for it: no
+-- statement of a step may wait long on a lock another session holds (the reclaim takes
+-- rows SKIP LOCKED; anything else fails after 5 s, ending this run, and pg_cron starts
+-- the next one within the minute).
+SET lock_timeout = '5s' AS $$
 DECLARE
     s pgfence.sweeper_state := state;
     v_n bigint;
@@ -330,12 +336,25 @@ DECLARE
 BEGIN
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pgfence, pg_temp', true);
     v_state := pgfence.sweeper_begin(pass_interval, run_until);
-    -- Keep pg_cron's run log bounded: a day of this job's runs. (A caller without
-    -- access to schema cron, e.g. an operator running this by hand, skips it. Dynamic
-    -- SQL: without pg_cron the table does not exist, and a static statement would not
-    -- compile under plpgsql_check; a constant text, with every operator qualified.)
+    -- Keep pg_cron's run log bounded: a day of this job's runs, where pg_cron itself is
+    -- installed in this database: both tables must be members of the pg_cron extension.
+    -- (Not merely exist: where pg_cron runs from another database, any role able to
+    -- create a schema here could create a cron.job_run_details of its own, with a view or
+    -- a function in it, and this statement runs as a superuser under pg_cron. There the
+    -- DBA trims the log in pg_cron's database: see the README.) A caller without access
+    -- to schema cron, e.g. an operator running this by hand, skips it. Dynamic SQL:
+    -- without pg_cron the table does not exist, and a static statement would not compile
+    -- under plpgsql_check; a constant text, with every operator qualified.
     BEGIN
-        IF pg_catalog.to_regclass('cron.job_run_details') IS NOT NULL THEN
+        IF (SELECT pg_catalog.count(*) FROM pg_catalog.pg_depend d
+              JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid
+             WHERE e.extname OPERATOR(pg_catalog.=) 'pg_cron'
+               AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+               AND d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+               AND d.deptype OPERATOR(pg_catalog.=) 'e'
+               AND d.objid OPERATOR(pg_catalog.=) ANY (ARRAY[pg_catalog.to_regclass('cron.job_run_details'),
+                                                             pg_catalog.to_regclass('cron.job')]::pg_catalog.oid[]))
+           OPERATOR(pg_catalog.=) 2 THEN
             EXECUTE $sql$DELETE FROM cron.job_run_details d
                           WHERE d.end_time OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 day')
                             AND d.jobid IN (SELECT j.jobid FROM cron.job j

@@ -269,6 +269,8 @@ DROP FUNCTION pgfence._result_ok(jsonb);
 DROP FUNCTION pgfence._check_json_limits(text, jsonb);
 DROP FUNCTION pgfence._json_nesting_ok(jsonb, integer);
 DROP FUNCTION pgfence._printable(text);
+DROP FUNCTION pgfence._modifier_chars();
+DROP FUNCTION pgfence._hex4(integer);
 DROP FUNCTION pgfence._edge_chars();
 DROP FUNCTION pgfence._unsafe_chars();
 SELECT pgfence._apply_privileges();

@@ -166,6 +166,88 @@ Reclaims a batch of expired leases first (same rule as the sweep). Never hands o
 request_id (optional, fresh per call): pgfence.claimed(worker_id, ARRAY[request_id]) finds what this call
 took if its reply is lost. Needs READ COMMITTED (PF004 otherwise). Errors: 22004, 22023.$$;
 
+-- From @v0.2.0 (unchanged until the rework after @v0.3.0, which changed them):
+
+-- The transaction lock of a claim request: claim takes it, claimed() waits for it.
+-- (Two-key advisory locks: their key space is apart from the sweeper's one-key lock.)
+CREATE OR REPLACE FUNCTION pgfence._lock_request(request_id uuid) RETURNS void
+LANGUAGE sql AS $$
+    SELECT pg_advisory_xact_lock(hashtext('pgfence.claim'), hashtext(request_id::text))
+$$;
+COMMENT ON FUNCTION pgfence._lock_request(uuid) IS
+  'Private: the transaction-level advisory lock of a claim request id (held by claim, waited for by claimed).';
+
+-- The jobs that claims made with these request ids took and that are still
+-- leased to worker_id by those claims, as claim returned them, with their leases
+-- renewed like a heartbeat's (the caller runs them now): what a caller whose claim
+-- reply was lost (the connection dropped after the commit) holds without knowing
+-- it. A job since reclaimed, released, finished or claimed again is not returned.
+-- A claim with one of these request ids that is still running (its reply was lost
+-- before it committed) is waited for, up to lock_timeout. (A claim whose request
+-- reaches the server only after this call has run cannot be waited for: ask again
+-- later if the network may still hold it.)
+CREATE OR REPLACE FUNCTION pgfence.claimed(
+    worker_id   text,
+    request_ids uuid[],
+    lease       interval DEFAULT '30 seconds'
+) RETURNS TABLE(id bigint, queue text, kind text, payload jsonb, attempts integer,
+                max_attempts integer, attempt_token uuid, lease_expires_at timestamptz)
+LANGUAGE plpgsql
+-- Through jobs_reclaim_idx (the processing jobs), never by reading the table.
+SET enable_seqscan = off
+-- A claim still running is waited for this long at most (then 55P03: ask again).
+SET lock_timeout = '10s' AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM pgfence._check_name('worker_id', worker_id);
+    IF request_ids IS NULL THEN
+        PERFORM pgfence._raise_null('request_ids', 'pass the request_id of each claim whose reply was lost');
+    END IF;
+    PERFORM pgfence._check_array('request_ids', request_ids);
+    PERFORM pgfence._check_range('request_ids length', cardinality(request_ids), 1, 1000);
+    IF array_position(request_ids, NULL) IS NOT NULL THEN
+        PERFORM pgfence._raise_null(format('request_ids[%s]', array_position(request_ids, NULL)),
+            'pass the request_id each claim was given');
+    END IF;
+    PERFORM pgfence._check_lease(lease);
+    PERFORM pgfence._check_isolation('claimed');
+    -- Wait for those claims to end (each holds its request's lock until it commits),
+    -- in a fixed order (two callers asking for the same ids never deadlock).
+    PERFORM pgfence._lock_request(s.r) FROM (SELECT DISTINCT r FROM unnest(request_ids) AS r ORDER BY r) s;
+    RETURN QUERY
+    WITH held AS (
+        SELECT j.id
+          FROM pgfence.jobs j
+         WHERE j.status = 'processing'
+           AND j.reserved_by = worker_id
+           AND j.attempt_token IN (SELECT pgfence._request_token(pgfence._request_prefix(r, j.reserved_at),
+                                                                 j.id, j.attempts)
+                                     FROM unnest(request_ids) AS r)
+         ORDER BY j.id
+           FOR UPDATE OF j
+    ), renewed AS (
+        UPDATE pgfence.jobs j
+           -- (clock_timestamp(), not a time read before the row locks were waited for)
+           SET lease_expires_at = clock_timestamp() + lease, heartbeat_at = clock_timestamp(),
+               updated_at = clock_timestamp()
+          FROM held h
+         WHERE j.id = h.id
+        RETURNING j.id, j.queue, j.kind, j.payload, j.attempts, j.max_attempts, j.attempt_token,
+                  j.lease_expires_at, j.priority, j.available_at
+    )
+    SELECT r.id, r.queue, r.kind, r.payload, r.attempts, r.max_attempts, r.attempt_token, r.lease_expires_at
+      FROM renewed r
+     ORDER BY r.priority DESC, r.available_at, r.id;
+END $$;
+
+COMMENT ON FUNCTION pgfence.claimed(text, uuid[], interval) IS
+$$The jobs that claim calls made with these request_ids (1..1000) took and still hold for worker_id (status
+processing, same attempt), in claim order, as claim returned them, each lease renewed to clock_timestamp() +
+lease (like a heartbeat): for a caller whose claim reply was lost. Waits (up to 10 s, then 55P03) for such a
+claim that is still running. Needs READ COMMITTED. Errors: 22004, 22023, PF004, 55P03.$$;
+
+DROP FUNCTION pgfence._after_cut(integer, timestamptz, bigint, integer, timestamptz, bigint);
+
 SELECT pgfence._apply_privileges();
 
 COMMIT;

@@ -1,11 +1,10 @@
--- Revert pgfence:tables/wakeup from pg
+-- Revert pgfence:tables/secret_key from pg
 
 BEGIN;
 
 DROP FUNCTION pgfence.wakeup_tags(text[]);
 DROP FUNCTION pgfence._wakeup_tag(text);
-DROP FUNCTION pgfence._wakeup_key();
-DROP TABLE pgfence.wakeup_key;
+DROP TABLE pgfence.secret_key;
 DELETE FROM pgfence.routine_grants WHERE routine = 'wakeup_tags';
 
 COMMIT;

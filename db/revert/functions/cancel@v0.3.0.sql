@@ -1,0 +1,7 @@
+-- Revert pgfence:functions/cancel from pg
+
+BEGIN;
+
+DROP FUNCTION pgfence.cancel(bigint);
+
+COMMIT;
