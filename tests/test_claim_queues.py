@@ -104,28 +104,32 @@ def heap_rows_read(conn: Conn) -> int:
     return int(row[0]) if row else 0
 
 
-@pytest.mark.parametrize("listed", [17, 1000, 10000])
-def test_a_list_reads_no_job_of_a_queue_it_does_not_name(own_dsn: str, db: Conn, listed: int) -> None:
+@pytest.mark.parametrize("listed", [2, 16, 17, 1000, 10000])
+def test_a_list_reads_few_jobs_of_the_queues_it_does_not_name(own_dsn: str, db: Conn, listed: int) -> None:
     """A claim over 17 or more names walked the claim order over all queues, reading
     every queued job of the queues it did not name when its own were idle: beside
-    20,000 jobs queued elsewhere, 25 ms for 17 names and 5 s for 10,000."""
+    20,000 jobs queued elsewhere, 25 ms for 17 names and 5 s for 10,000. Now a long
+    list reads at most a window of 4 * max_jobs + 64 of them, and 16 names or fewer
+    none."""
     fill(db, 1, 5000)  # q00000: the backlog elsewhere
     idle = [f"idle{i}" for i in range(listed)]
+    window = 0 if listed <= 16 else 4 * 10 + 64
     with connect(own_dsn, autocommit=False) as c:
         assert c.execute("SELECT count(*) FROM pgfence.claim('w', %s, '1 minute', 10)", (idle,)).fetchone() == (0,)
-        assert heap_rows_read(c) == 0
+        assert heap_rows_read(c) == window
         c.rollback()
-    # three of the listed queues with two jobs each: the claim reads about what it takes
-    db.execute("SELECT pgfence.enqueue('k', '{}', q) FROM unnest(%s::text[]) q, generate_series(1, 2)",
-               (idle[-3:],))
+    # two of the listed queues with three jobs each: the claim reads about what it takes
+    db.execute("SELECT pgfence.enqueue('k', '{}', q) FROM unnest(%s::text[]) q, generate_series(1, 3)",
+               (idle[-2:],))
     want = [r[0] for r in db.execute("SELECT id FROM pgfence.jobs WHERE queue = ANY (%s)"
-                                      " ORDER BY priority DESC, available_at, id LIMIT 5", (idle[-3:],))]
+                                      " ORDER BY priority DESC, available_at, id LIMIT 5", (idle[-2:],))]
     with connect(own_dsn, autocommit=False) as c:
         got = [r[0] for r in c.execute("SELECT id FROM pgfence.claim('w', %s, '1 minute', 5)", (idle,))]
         read = heap_rows_read(c)
         c.rollback()
     assert got == want
-    assert read <= 3 + 6 + 5 + 5, read  # heads, the ranked queues' jobs, the locks, the claim
+    # the window (none for 16 names or fewer), the heads, the ranked queues' jobs, the locks, the claim
+    assert read == (0 if listed <= 16 else 4 * 5 + 64) + 2 + 6 + 5 + 5, read
 
 
 def test_queues_holds_at_most_10000_names(db: Conn) -> None:
@@ -152,6 +156,25 @@ def test_every_path_returns_the_first_runnable_jobs_in_claim_order(
         queues = [f"h{i}" for i in pick[:16]]
     else:  # more than 16 names (some with no jobs at all)
         queues = [f"h{i}" for i in range(20)] if len(pick) <= 16 else [f"h{i}" for i in pick] + ["none1", "none2"]
+    assert_first_runnable_in_claim_order(own_dsn, jobs, queues, max_jobs)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(jobs=st.lists(JOB, min_size=60, max_size=160), pick=st.lists(st.integers(0, 19), min_size=1, max_size=3,
+                                                                      unique=True),
+       max_jobs=st.integers(1, 25))
+def test_a_long_list_of_rare_queues_returns_the_first_runnable_jobs_in_claim_order(
+        own_dsn: str, jobs: list[tuple[int, int, int]], pick: list[int], max_jobs: int) -> None:
+    """A long list whose queues hold few of the jobs at the front: the window over all
+    queues fills without enough of them, and the heads are read instead."""
+    queues = [f"h{i}" for i in pick] + [f"none{i}" for i in range(20)]
+    assert_first_runnable_in_claim_order(own_dsn, jobs, queues, max_jobs)
+
+
+def assert_first_runnable_in_claim_order(own_dsn: str, jobs: list[tuple[int, int, int]],
+                                         queues: Optional[list[str]], max_jobs: int) -> None:
+    """Enqueue jobs (queue h<n>, priority, run_at offset), claim max_jobs from queues in a
+    transaction that is rolled back: the claim returns the first runnable ones."""
     with connect(own_dsn, autocommit=False) as c:
         inserted = []
         for q, priority, offset in jobs:
@@ -170,12 +193,12 @@ def test_every_path_returns_the_first_runnable_jobs_in_claim_order(
 
 
 @pytest.mark.parametrize(("shape", "index"), [("one", "jobs_claim_idx"), ("few", "jobs_claim_idx"),
-                                              ("many", "jobs_claim_idx"), ("all", "jobs_claim_order_idx")])
+                                              ("many", "jobs_claim_order_idx"), ("all", "jobs_claim_order_idx")])
 def test_each_path_reads_the_index_made_for_it(own_dsn: str, db: Conn, shape: str, index: str) -> None:
-    """Claims over a list of queues, short or long, read each queue's claim order (queue
-    first); those over all queues the claim order over all queues. (The generic plans
-    once chose the latter for one queue, passing over every other queue's jobs: 4 ms
-    for an empty claim instead of 0.35.)"""
+    """Claims over one queue or a few read each queue's claim order (queue first); those
+    over all queues, or over a long list that holds the work at the front, the claim
+    order over all queues. (The generic plans once chose the latter for one queue,
+    passing over every other queue's jobs: 4 ms for an empty claim instead of 0.35.)"""
     names = fill(db, 30, 20)
     queues: Optional[list[str]] = {"all": None, "one": ["q00003"], "few": names[:4], "many": names}[shape]
     with connect(own_dsn) as c:

@@ -6,7 +6,7 @@
 -- claim, claimed and their request-id helpers, whole. Changed after @v0.3.0: a claim
 -- locks only the rows it returns (over all queues it walks the claim order index of
 -- tables/jobs_claim_order instead of locking max_jobs rows in every queue; over a list
--- it reads each listed queue's head, never the jobs of queues it was not given), rows
+-- it reads at most a short window of the jobs of queues it was not given), rows
 -- are locked FOR NO KEY UPDATE (a refusal being recorded holds its job FOR KEY SHARE:
 -- see functions/_fence), the request-id lock is keyed with the deployment's secret,
 -- and queues holds at most 10,000 names. _queued_queues(), which only claim used, is
@@ -77,16 +77,22 @@ COMMENT ON FUNCTION pgfence._after_cut(integer, timestamptz, bigint, integer, ti
 --   * NULL (every queue): the claim order over all queues (jobs_claim_order_idx),
 --     whatever the number of queues;
 --   * one queue (or one name repeated): that queue's claim order (jobs_claim_idx);
---   * a list of 2..10,000 queues: the first runnable job of each (its head, one probe
---     of jobs_claim_idx per queue); only the queues whose heads are among the first
---     max_jobs heads can hold one of the first max_jobs jobs, and the queue whose head
---     ranks r at most max_jobs - r + 1 of them, so those are read from those queues and
---     merged. No job of a queue not listed is read (walking the order over all queues
---     read every queued job of the others when the listed queues were idle: 5 s for
---     10,000 listed queues beside 20,000 jobs queued elsewhere). The first max_jobs
---     are then locked SKIP LOCKED; those another claimer holds are skipped, and the
---     next ones read, up to 3 rounds (so under contention a claim may return fewer
---     than are runnable: the caller claims again).
+--   * a list (up to 10,000 names): the first runnable jobs of the listed queues are
+--     found without locks, then locked SKIP LOCKED; those another claimer holds are
+--     skipped, and the next ones read, up to 3 rounds (so under contention a claim may
+--     return fewer than are runnable: the caller claims again). They are found
+--       - over more than 16 names, among the first 4 * max_jobs + 64 runnable jobs of
+--         all queues (jobs_claim_order_idx), if enough of those are listed (a list
+--         that holds most of the work: one short walk, whatever its length);
+--       - otherwise (16 names or fewer, or listed queues rare near the front) from
+--         each listed queue's first runnable job, its head (one probe of
+--         jobs_claim_idx per queue): only the queues whose heads are among the first
+--         max_jobs heads can hold one of the first max_jobs jobs, the queue ranked r
+--         at most max_jobs - r + 1 of them, so those are read and merged.
+--     Either way no more than that window of other queues' jobs is read (walking the
+--     claim order over all queues to the end read every queued job of the others when
+--     the listed queues were idle: 5 s for 10,000 listed queues beside 20,000 jobs
+--     queued elsewhere).
 -- request_id (optional, fresh for each call): when the reply is lost (the connection
 -- drops), claimed(worker_id, ARRAY[request_id]) returns the jobs this call took, so
 -- the caller runs them instead of leaving them leased until the lease expires (and
@@ -119,7 +125,9 @@ SET jit = off
 SET enable_seqscan = off AS $$
 #variable_conflict use_column
 DECLARE
-    v_queues text[];
+    v_set jsonb;
+    v_window integer;
+    v_seen bigint;
     v_queue text;
     v_now timestamptz;
     v_bad integer;
@@ -182,14 +190,8 @@ BEGIN
 
     v_now := clock_timestamp();
     v_prefix := pgfence._request_prefix(request_id, v_now);  -- (NULL without a request_id)
-    IF cardinality(queues) = 1 THEN
-        v_queue := queues[1];
-    ELSIF queues IS NOT NULL THEN
-        v_queues := ARRAY(SELECT DISTINCT q.name FROM unnest(queues) AS q(name));
-        IF cardinality(v_queues) = 1 THEN
-            v_queue := v_queues[1];
-            v_queues := NULL;
-        END IF;
+    IF queues IS NOT NULL AND queues[1] = ALL (queues) THEN
+        v_queue := queues[1];  -- (one name, maybe repeated)
     END IF;
 
     -- 1. Pick and lock, in claim order, SKIP LOCKED: only the rows returned.
@@ -215,48 +217,81 @@ BEGIN
                  LIMIT max_jobs
                    FOR NO KEY UPDATE SKIP LOCKED) c;
     ELSE
-        -- A list: the first max_jobs across the listed queues, read without locks (the
-        -- heads, then what the best-ranked queues can contribute, merged), locked SKIP
-        -- LOCKED; for those another claimer holds, the next ones after the last read.
+        -- A list: find the first max_jobs jobs of the listed queues after the cut without
+        -- locking them, lock those SKIP LOCKED, and for those another claimer holds read
+        -- on after the last one read.
+        v_set := jsonb_object(queues, queues);  -- (the listed names, a set)
         v_ids := '{}';
         FOR i IN 1..3 LOOP
             v_need := max_jobs - cardinality(v_ids);
-            WITH heads AS (  -- each listed queue's first runnable job after the cut, the best v_need
-                SELECT q.name AS queue, h.priority, h.available_at, h.id
-                  FROM unnest(v_queues) AS q(name)
-                 CROSS JOIN LATERAL (
-                        SELECT j.priority, j.available_at, j.id
+            v_cand := NULL;
+            IF cardinality(queues) > 16 THEN
+                -- A long list: the first 4 * v_need + 64 jobs of all queues in claim order,
+                -- keeping the listed ones. If they hold v_need, or were all the runnable
+                -- jobs there are, those are the first of the listed queues.
+                v_window := 4 * v_need + 64;
+                SELECT (array_agg(w.id ORDER BY w.priority DESC, w.available_at, w.id) FILTER (WHERE v_set ? w.queue))[1:v_need],
+                       (array_agg(w.priority ORDER BY w.priority DESC, w.available_at, w.id) FILTER (WHERE v_set ? w.queue))[1:v_need],
+                       (array_agg(w.available_at ORDER BY w.priority DESC, w.available_at, w.id) FILTER (WHERE v_set ? w.queue))[1:v_need],
+                       count(*)
+                  INTO v_cand, v_cand_priority, v_cand_available_at, v_seen
+                  FROM (SELECT j.id, j.queue, j.priority, j.available_at
                           FROM pgfence.jobs j
-                         WHERE j.status = 'queued' AND j.queue = q.name AND j.available_at <= v_now
+                         WHERE j.status = 'queued'
+                           AND j.queue <> ''  -- (jobs_claim_order_idx)
+                           AND j.available_at <= v_now
                            AND pgfence._after_cut(j.priority, j.available_at, j.id,
                                                   v_cut_priority, v_cut_available_at, v_cut_id)
                          ORDER BY j.priority DESC, j.available_at, j.id
-                         LIMIT 1) h
-                 ORDER BY h.priority DESC, h.available_at, h.id
-                 LIMIT v_need
-            ), ranked AS (
-                SELECT hd.queue, row_number() OVER (ORDER BY hd.priority DESC, hd.available_at, hd.id) AS r
-                  FROM heads hd
-            ), merged AS (  -- the queue ranked r holds at most v_need - r + 1 of the first v_need
-                SELECT c.id, c.priority, c.available_at
-                  FROM ranked rk
-                 CROSS JOIN LATERAL (
-                        SELECT j.id, j.priority, j.available_at
-                          FROM pgfence.jobs j
-                         WHERE j.status = 'queued' AND j.queue = rk.queue AND j.available_at <= v_now
-                           AND pgfence._after_cut(j.priority, j.available_at, j.id,
-                                                  v_cut_priority, v_cut_available_at, v_cut_id)
-                         ORDER BY j.priority DESC, j.available_at, j.id
-                         LIMIT v_need - rk.r + 1) c
-                 ORDER BY c.priority DESC, c.available_at, c.id
-                 LIMIT v_need
-            )
-            SELECT array_agg(m.id ORDER BY m.priority DESC, m.available_at, m.id),
-                   array_agg(m.priority ORDER BY m.priority DESC, m.available_at, m.id),
-                   array_agg(m.available_at ORDER BY m.priority DESC, m.available_at, m.id)
-              INTO v_cand, v_cand_priority, v_cand_available_at
-              FROM merged m;
-            EXIT WHEN v_cand IS NULL;
+                         LIMIT v_window) w;
+                IF coalesce(cardinality(v_cand), 0) < v_need AND v_seen = v_window THEN
+                    v_cand := NULL;  -- not enough of them so near the front: read the heads
+                ELSIF v_cand IS NULL THEN
+                    EXIT;  -- no runnable job after the cut is listed
+                END IF;
+            END IF;
+            IF v_cand IS NULL THEN
+                -- The heads: each listed queue's first runnable job after the cut (one probe
+                -- of jobs_claim_idx per queue); only the queues whose heads are among the
+                -- first v_need can hold one of the first v_need jobs, the queue ranked r at
+                -- most v_need - r + 1 of them: read those, merge, keep the first v_need.
+                WITH heads AS (
+                    SELECT q.name AS queue, h.priority, h.available_at, h.id
+                      FROM jsonb_object_keys(v_set) AS q(name)
+                     CROSS JOIN LATERAL (
+                            SELECT j.priority, j.available_at, j.id
+                              FROM pgfence.jobs j
+                             WHERE j.status = 'queued' AND j.queue = q.name AND j.available_at <= v_now
+                               AND pgfence._after_cut(j.priority, j.available_at, j.id,
+                                                      v_cut_priority, v_cut_available_at, v_cut_id)
+                             ORDER BY j.priority DESC, j.available_at, j.id
+                             LIMIT 1) h
+                     ORDER BY h.priority DESC, h.available_at, h.id
+                     LIMIT v_need
+                ), ranked AS (
+                    SELECT hd.queue, row_number() OVER (ORDER BY hd.priority DESC, hd.available_at, hd.id) AS r
+                      FROM heads hd
+                ), merged AS (
+                    SELECT c.id, c.priority, c.available_at
+                      FROM ranked rk
+                     CROSS JOIN LATERAL (
+                            SELECT j.id, j.priority, j.available_at
+                              FROM pgfence.jobs j
+                             WHERE j.status = 'queued' AND j.queue = rk.queue AND j.available_at <= v_now
+                               AND pgfence._after_cut(j.priority, j.available_at, j.id,
+                                                      v_cut_priority, v_cut_available_at, v_cut_id)
+                             ORDER BY j.priority DESC, j.available_at, j.id
+                             LIMIT v_need - rk.r + 1) c
+                     ORDER BY c.priority DESC, c.available_at, c.id
+                     LIMIT v_need
+                )
+                SELECT array_agg(m.id ORDER BY m.priority DESC, m.available_at, m.id),
+                       array_agg(m.priority ORDER BY m.priority DESC, m.available_at, m.id),
+                       array_agg(m.available_at ORDER BY m.priority DESC, m.available_at, m.id)
+                  INTO v_cand, v_cand_priority, v_cand_available_at
+                  FROM merged m;
+                EXIT WHEN v_cand IS NULL;
+            END IF;
             -- (the cut: the last candidate as read, whatever has become of it since)
             v_cut_priority := v_cand_priority[cardinality(v_cand)];
             v_cut_available_at := v_cand_available_at[cardinality(v_cand)];
