@@ -153,6 +153,41 @@ def owner_members(conn: Conn) -> list[str]:
          WHERE a.roleid = 'pgfence_owner'::regrole ORDER BY 1""")]
 
 
+def routines_off_the_rule(conn: Conn) -> list[str]:
+    """(h) routines whose catalog entry differs from the privilege rule
+    (pgfence.routine_grants, applied by pgfence._apply_privileges): each with what
+    differs. Every routine: owned by pgfence_owner, no EXECUTE for PUBLIC. Private
+    helpers (_name): SECURITY INVOKER, EXECUTE for no pgfence role. Public routines: a
+    row in the rule; functions SECURITY DEFINER with search_path pg_catalog, pgfence,
+    pg_temp; procedures SECURITY INVOKER; EXECUTE for exactly the roles the row names."""
+    return [f"{r[0]}: {r[1]}" for r in conn.execute("""
+        WITH r AS (
+            SELECT p.oid::regprocedure::text AS sig, p.proname, p.prokind, p.prosecdef, p.proconfig,
+                   p.proowner, p.proname LIKE '\\_%%' AS private, g.roles AS rule_roles,
+                   ARRAY(SELECT a.rolname::text FROM unnest(%(roles)s::text[]) AS a(rolname)
+                          WHERE has_function_privilege(a.rolname, p.oid, 'EXECUTE') ORDER BY 1) AS may
+              FROM pg_catalog.pg_proc p
+              LEFT JOIN pgfence.routine_grants g ON g.routine = p.proname
+             WHERE p.pronamespace = 'pgfence'::regnamespace)
+        SELECT sig, problem FROM (
+            SELECT sig, 'owner ' || proowner::regrole::text AS problem FROM r WHERE proowner <> 'pgfence_owner'::regrole
+            UNION ALL SELECT sig, 'PUBLIC may execute' FROM r WHERE has_function_privilege('public', sig::regprocedure, 'EXECUTE')
+            UNION ALL SELECT sig, 'private helper is SECURITY DEFINER' FROM r WHERE private AND prosecdef
+            UNION ALL SELECT sig, 'private helper executable by ' || array_to_string(may, ', ')
+                        FROM r WHERE private AND may <> '{}'
+            UNION ALL SELECT sig, 'no row in pgfence.routine_grants' FROM r WHERE NOT private AND rule_roles IS NULL
+            UNION ALL SELECT sig, 'function not SECURITY DEFINER' FROM r WHERE NOT private AND prokind = 'f' AND NOT prosecdef
+            UNION ALL SELECT sig, 'procedure SECURITY DEFINER' FROM r WHERE NOT private AND prokind = 'p' AND prosecdef
+            UNION ALL SELECT sig, 'search_path not pinned to pg_catalog, pgfence, pg_temp'
+                        FROM r WHERE NOT private AND prokind = 'f'
+                         AND NOT coalesce('search_path=pg_catalog, pgfence, pg_temp' = ANY (proconfig), false)
+            UNION ALL SELECT sig, format('executable by {%%s}, the rule says {%%s}', array_to_string(may, ','),
+                                         array_to_string(ARRAY(SELECT unnest(rule_roles) ORDER BY 1), ','))
+                        FROM r WHERE NOT private AND rule_roles IS NOT NULL
+                         AND may <> ARRAY(SELECT unnest(rule_roles) ORDER BY 1)
+        ) x ORDER BY 1, 2""", {"roles": list(APP_ROLES)})]
+
+
 # ------------------------------------------------------- the live catalog --
 def test_no_pgfence_routine_is_executable_by_public(conn: Conn) -> None:
     assert public_executable_routines(conn) == []
@@ -252,6 +287,22 @@ def test_owner_owns_everything_and_has_no_members(conn: Conn) -> None:
     assert one(conn, "SELECT has_schema_privilege('public', 'pgfence', 'USAGE')") is False
 
 
+def test_every_routine_matches_the_privilege_rule(conn: Conn) -> None:
+    assert routines_off_the_rule(conn) == []
+    n = one(conn, "SELECT count(*) FROM pgfence.routine_grants g WHERE EXISTS"
+                  " (SELECT 1 FROM pg_proc p WHERE p.pronamespace = 'pgfence'::regnamespace AND p.proname = g.routine)")
+    assert n >= 35  # (the rule covers the API: the scan is not vacuous)
+
+
+def test_the_role_matrix_calls_every_public_routine(conn: Conn) -> None:
+    """Every public routine of schema pgfence is in the role matrix below, so a new one
+    is called as every role the day it is added (private helpers: the rule scan above
+    holds that no role may execute any of them)."""
+    names = {r[0] for r in conn.execute("SELECT DISTINCT proname::text FROM pg_proc"
+                                        " WHERE pronamespace = 'pgfence'::regnamespace AND proname !~ '^_'")}
+    assert sorted(names - set(CALLS)) == []
+
+
 # ------------------------------------------------------ negative controls --
 @pytest.fixture
 def tx(dsn: str) -> Iterator[Conn]:
@@ -277,6 +328,26 @@ def test_public_scan_reports_a_public_function(tx: Conn) -> None:
     want = sorted([f"pgfence.{fresh}()", "pgfence._reclaim(integer)"])
     assert public_executable_routines(tx) == want
     assert public_executable_routines_by_acl(tx) == want
+
+
+@pytest.mark.parametrize(("plant", "problem"), [
+    ("CREATE FUNCTION pgfence.zz_unruled() RETURNS int LANGUAGE sql AS 'SELECT 1'",
+     "no row in pgfence.routine_grants"),
+    ("GRANT EXECUTE ON FUNCTION pgfence.job(bigint) TO pgfence_worker",
+     "executable by {pgfence_operator,pgfence_producer,pgfence_worker}, the rule says {pgfence_operator,pgfence_producer}"),
+    ("REVOKE EXECUTE ON FUNCTION pgfence.stats() FROM pgfence_operator", "executable by {}, the rule says {pgfence_operator}"),
+    ("ALTER FUNCTION pgfence._backoff(integer) SECURITY DEFINER", "private helper is SECURITY DEFINER"),
+    ("GRANT EXECUTE ON FUNCTION pgfence._backoff(integer) TO pgfence_worker",
+     "private helper executable by pgfence_worker"),
+    ("ALTER FUNCTION pgfence.limits() SECURITY INVOKER", "function not SECURITY DEFINER"),
+    ("ALTER FUNCTION pgfence.limits() SET search_path = pgfence, pg_temp",
+     "search_path not pinned to pg_catalog, pgfence, pg_temp"),
+    ("ALTER FUNCTION pgfence.limits() OWNER TO postgres", "owner postgres"),
+])
+def test_rule_scan_reports_a_routine_off_the_rule(tx: Conn, plant: str, problem: str) -> None:
+    tx.execute(plant)
+    off = routines_off_the_rule(tx)
+    assert len(off) >= 1 and any(o.endswith(": " + problem) for o in off), off
 
 
 def test_search_path_scan_reports_unpinned_definers(tx: Conn) -> None:
@@ -453,7 +524,16 @@ CALLS: dict[str, str] = {
     "pause_sweeper": "SELECT pgfence.pause_sweeper()",
     "resume_sweeper": "SELECT pgfence.resume_sweeper()",
     "sweeper_health": "SELECT * FROM pgfence.sweeper_health()",
+    "note_sweeper_pass": "SELECT pgfence.note_sweeper_pass(0, 0)",
     "wakeup_tags": "SELECT * FROM pgfence.wakeup_tags(ARRAY[%(q)s])",
+    "claim_results": "SELECT * FROM pgfence.claim_results('w', ARRAY[%(tok)s]::uuid[])",
+    "claimed": "SELECT * FROM pgfence.claimed('w', ARRAY[%(tok)s]::uuid[])",
+    "limits": "SELECT count(*) FROM pgfence.limits()",
+    "job": "SELECT count(*) FROM pgfence.job(%(id)s)",
+    "attempts_of": "SELECT count(*) FROM pgfence.attempts_of(%(id)s)",
+    "rejections_of": "SELECT count(*) FROM pgfence.rejections_of(%(id)s)",
+    "rejections_not_stored": "SELECT pgfence.rejections_not_stored(%(id)s)",
+    "history_summary": "SELECT count(*) FROM pgfence.history_summary('1 second')",
     "select_secret_key": "SELECT count(*) FROM pgfence.secret_key",
     "select_routine_grants": "SELECT count(*) FROM pgfence.routine_grants",
     "select_rejection_overflow": "SELECT count(*) FROM pgfence.rejection_overflow",
@@ -473,6 +553,12 @@ CALLS: dict[str, str] = {
     "_check_isolation": "SELECT pgfence._check_isolation('x')",
     "_backoff": "SELECT pgfence._backoff(1)",
     "_fence_detail": "SELECT pgfence._fence_detail('done', NULL, NULL, NULL, NULL)",
+    "_may_read": "SELECT pgfence._may_read('x')",
+    "_claim_refuse": "SELECT pgfence._claim_refuse('w', NULL, '1 minute', 1)",
+    "_claim_from_list": "SELECT pgfence._claim_from_list(ARRAY['a', 'b'], 1, clock_timestamp())",
+    "_check_enqueue_many_inputs": "SELECT pgfence._check_enqueue_many_inputs(ARRAY['k'], NULL, 'q', NULL, NULL, 3,"
+                                  " 'auto', NULL)",
+    "_check_fail_inputs": "SELECT pgfence._check_fail_inputs(1, ARRAY['e'], NULL, NULL)",
     # direct writes: the fence cannot be walked around
     "update_jobs": "UPDATE pgfence.jobs SET status = 'queued' WHERE id = %(id)s",
     "insert_jobs": "INSERT INTO pgfence.jobs (queue, kind) VALUES (%(q)s, 'k')",
@@ -493,11 +579,15 @@ CALLS: dict[str, str] = {
 
 FENCED = {"claim", "heartbeat", "heartbeat_many", "complete", "complete_many", "fail", "fail_many",
           "release", "release_many", "report_rejection"}
+READ_API = {"limits", "job", "attempts_of", "rejections_of", "rejections_not_stored"}
 GRANTED: dict[str, set[str]] = {
-    "t_prod_a": {"schema_version", "enqueue", "enqueue_many", "select_jobs"},
-    "t_worker": {"schema_version", "sweeper_last_pass", "sweeper_health", "wakeup_tags"} | FENCED,
-    "t_oper": {"schema_version", "sweeper_last_pass", "sweeper_health", "requeue", "cancel", "reclaim_expired",
+    "t_prod_a": {"schema_version", "enqueue", "enqueue_many", "select_jobs"} | READ_API,
+    "t_worker": {"schema_version", "sweeper_last_pass", "sweeper_health", "wakeup_tags", "limits",
+                 "claim_results", "claimed"} | FENCED,
+    "t_oper": {"schema_version", "sweeper_last_pass", "sweeper_health", "history_summary"} | READ_API | {
+               "requeue", "cancel", "reclaim_expired",
                "stats", "purge_finished", "set_retention", "sweep", "sweep_batch", "sweeper_begin", "sweeper_step",
+               "note_sweeper_pass",
                "pause_sweeper", "resume_sweeper", "select_jobs", "select_attempts", "select_rejections",
                "select_rejection_overflow", "select_sweeper_status", "select_retention"},
     "t_nobody": set(),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import uuid
 from typing import Any
 
 import psycopg
@@ -229,3 +230,65 @@ def test_sqitch_upgrades_a_database_deployed_at_v0_3_0_and_reverts_to_it(scratch
         assert c.execute("SELECT count(*) FROM pgfence.jobs").fetchone() == (2,)
         c.execute("SELECT pgfence.enqueue('k', queue => E'new\\nqueue')")  # the old rules again
         assert worker_may(c, claim)
+
+
+def test_sqitch_upgrades_a_database_deployed_at_v0_4_0_and_reverts_to_it(scratch_dsn: str) -> None:
+    """The structure reworks after @v0.4.0 upgrade in place and change no behaviour: a
+    claim made before the upgrade is found by claim_results (and by claimed, its old
+    name), the read API and limits() appear; `sqitch revert --to @v0.4.0` restores every
+    reworked routine exactly (body, owner, grants, settings), the additions go, and the
+    jobs stay."""
+    target = sqitch_target(scratch_dsn)
+    _ok(_sqitch("deploy", "--to", "@v0.4.0", target=target), "deploy --to @v0.4.0")
+    reworked = ["pgfence.claim(text, text[], interval, integer, uuid)", "pgfence.claimed(text, uuid[], interval)",
+                "pgfence.fail_many(bigint[], uuid[], text[], interval[], boolean[])",
+                "pgfence.fail(bigint, uuid, text, interval, boolean)",
+                "pgfence.enqueue_many(text[], jsonb[], text, integer[], timestamptz[], integer, text, text[])",
+                "pgfence.heartbeat_many(bigint[], uuid[], interval)", "pgfence.release(bigint, uuid, boolean)",
+                "pgfence.stats()"]
+
+    def state(c: Conn) -> dict[str, tuple[Any, ...]]:
+        out = {}
+        for routine in reworked:
+            row = c.execute("SELECT proowner::regrole::text, proacl::text, proconfig, prosecdef, prolang, md5(prosrc)"
+                            " FROM pg_proc WHERE oid = %s::regprocedure", (routine,)).fetchone()
+            assert row is not None, routine
+            out[routine] = tuple(row)
+        out["grants"] = tuple(c.execute("SELECT routine, roles FROM pgfence.routine_grants ORDER BY 1").fetchall())
+        out["policies"] = tuple(c.execute("SELECT polname, polroles::regrole[]::text FROM pg_policy"
+                                          " WHERE polrelid = 'pgfence.jobs'::regclass ORDER BY 1").fetchall())
+        return out
+
+    request = uuid.uuid4()
+    with connect(scratch_dsn) as c:
+        assert c.execute("SELECT pgfence.schema_version()").fetchone() == (3,)
+        before = state(c)
+        job_id = c.execute("SELECT pgfence.enqueue('k', queue => 'upgrade')").fetchone()[0]  # type: ignore[index]
+        [(held, token)] = c.execute("SELECT id, attempt_token FROM pgfence.claim('w', ARRAY['upgrade', 'other'],"
+                                    " '1 hour', 5, %s)", (request,)).fetchall()
+        assert held == job_id
+
+    out = _ok(_sqitch("deploy", target=target), "deploy (upgrade)")
+    assert "+ functions/claim" in out and "+ functions/read_api" in out, out
+    _ok(_sqitch("verify", target=target), "verify (upgraded)")
+    with connect(scratch_dsn) as c:
+        assert c.execute("SELECT pgfence.schema_version()").fetchone() == (3,)
+        for name in ("claim_results", "claimed"):
+            assert worker_may(c, f"pgfence.{name}(text, uuid[], interval)")
+            assert c.execute(f"SELECT id, attempt_token FROM pgfence.{name}('w', ARRAY[%s]::uuid[])",
+                             (request,)).fetchall() == [(held, token)]
+        assert c.execute("SELECT value FROM pgfence.limits() WHERE name = 'max_jobs'").fetchone() == (1000,)
+        assert c.execute("SELECT status FROM pgfence.job(%s)", (held,)).fetchone() == ("processing",)
+        c.execute("SELECT pgfence.complete(%s, %s)", (held, token))
+        assert c.execute("SELECT outcome FROM pgfence.attempts_of(%s)", (held,)).fetchall() == [("done",)]
+
+    _ok(_sqitch("revert", "-y", "--to", "@v0.4.0", target=target), "revert --to @v0.4.0")
+    _ok(_sqitch("verify", target=target), "verify (reverted)")
+    with connect(scratch_dsn) as c:
+        assert state(c) == before
+        assert c.execute("SELECT to_regprocedure('pgfence.claim_results(text, uuid[], interval)'),"
+                         " to_regprocedure('pgfence.limits()'), to_regprocedure('pgfence.job(bigint)'),"
+                         " to_regprocedure('pgfence._claim_from_list(text[], integer, timestamptz)')"
+                         ).fetchone() == (None, None, None, None)
+        assert c.execute("SELECT status FROM pgfence.jobs WHERE id = %s", (held,)).fetchone() == ("done",)
+        assert worker_may(c, "pgfence.claimed(text, uuid[], interval)")

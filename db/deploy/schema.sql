@@ -109,9 +109,12 @@ $$Private, deploy time: give every routine of schema pgfence the privileges pgfe
 EXECUTE for the roles named; private helpers for nobody). Raises 55000 for a public routine missing from
 the table. Every change ends by calling it.$$;
 
--- The public routines of the changes deployed before this one, with the roles the
--- privileges change gave them (later changes state their own rows).
-INSERT INTO pgfence.routine_grants (routine, roles) VALUES
+-- An upgrade from @v0.3.0: the public routines of the changes deployed before this
+-- one, with the roles the privileges change gave them, for those that exist. On a
+-- fresh database none exists yet: every change states its own rows (and a change that
+-- forgets one fails at its _apply_privileges, where this list would have hidden it).
+INSERT INTO pgfence.routine_grants (routine, roles)
+SELECT v.routine, v.roles::text[] FROM (VALUES
     ('schema_version',    '{pgfence_producer,pgfence_worker,pgfence_operator}'),
     ('enqueue',           '{pgfence_producer}'),
     ('enqueue_many',      '{pgfence_producer}'),
@@ -136,6 +139,9 @@ INSERT INTO pgfence.routine_grants (routine, roles) VALUES
     ('note_sweeper_pass', '{pgfence_operator}'),
     ('sweep',             '{pgfence_operator}'),
     ('run_sweeper',       '{pgfence_operator}')
+) AS v(routine, roles)
+ WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
+                WHERE p.pronamespace = 'pgfence'::regnamespace AND p.proname = v.routine)
 ON CONFLICT (routine) DO NOTHING;
 
 SELECT pgfence._apply_privileges();

@@ -1,7 +1,8 @@
--- Deploy pgfence:functions/cancel to pg (reworked after @v0.3.0)
--- requires: functions/cancel@v0.3.0
+-- Deploy pgfence:functions/cancel to pg (reworked after @v0.4.0)
+-- requires: functions/cancel@v0.4.0
 --
--- Changed after @v0.3.0: the job is locked FOR NO KEY UPDATE, not FOR UPDATE. A
+-- cancel, whole, with its privilege-rule row (added after @v0.4.0). Changed after
+-- @v0.3.0: the job is locked FOR NO KEY UPDATE, not FOR UPDATE. A
 -- refusal being recorded (functions/_fence) holds its job FOR KEY SHARE until its
 -- transaction ends, which FOR UPDATE waited for: a worker that left such a
 -- transaction open held up the operator's cancel.
@@ -41,6 +42,10 @@ COMMENT ON FUNCTION pgfence.cancel(bigint) IS
 $$Operator: queued, processing or manual_review -> cancelled. A running worker loses its lease (its next
 heartbeat/complete/fail raises PF001). Errors: PF002 unknown job, PF003 done/failed/cancelled, 22004.$$;
 
+-- The privilege rule's row for this change's routine, applied.
+INSERT INTO pgfence.routine_grants (routine, roles) VALUES
+    ('cancel', '{pgfence_operator}')
+ON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;
 SELECT pgfence._apply_privileges();
 
 COMMIT;

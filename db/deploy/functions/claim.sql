@@ -1,23 +1,22 @@
--- Deploy pgfence:functions/claim to pg (reworked after @v0.3.0)
--- requires: functions/claim@v0.3.0
+-- Deploy pgfence:functions/claim to pg (reworked after @v0.4.0)
+-- requires: functions/claim@v0.4.0
 -- requires: tables/jobs_claim_order
+-- requires: tables/secret_key
 -- requires: functions/_checks
+-- requires: functions/_rules
 --
--- claim, claimed and their request-id helpers, whole. Changed after @v0.3.0: a claim
--- locks only the rows it returns (over all queues it walks the claim order index of
--- tables/jobs_claim_order instead of locking max_jobs rows in every queue; over a list
--- it reads at most a short window of the jobs of queues it was not given), rows
--- are locked FOR NO KEY UPDATE (a refusal being recorded holds its job FOR KEY SHARE:
--- see functions/_fence), the request-id lock is keyed with the deployment's secret,
--- and queues holds at most 10,000 names. _queued_queues(), which only claim used, is
--- gone.
+-- claim, claim_results (claimed, its old name, kept as an alias) and their helpers,
+-- whole. Changed after @v0.4.0: claim's checks that name a bad argument and its
+-- search over a list of queues are functions of their own (_claim_refuse,
+-- _claim_from_list); claimed() is named claim_results() (a name that does not read
+-- like a yes/no question); claimed() stays, deprecated, calling it.
 
 BEGIN;
 
-DROP FUNCTION IF EXISTS pgfence._queued_queues();
+DROP FUNCTION IF EXISTS pgfence._queued_queues();  -- (gone since @v0.4.0)
 
 -- The attempt token of a claim made with a request_id: a digest of the request id,
--- the claim time (to the microsecond), the job and its attempt number, so claimed()
+-- the claim time (to the microsecond), the job and its attempt number, so claim_results()
 -- can find what that claim took, and a request id given twice still yields a new
 -- token for each attempt. In two parts: the first is the same for every job of one
 -- claim call, and claim computes it once.
@@ -35,7 +34,7 @@ $$;
 COMMENT ON FUNCTION pgfence._request_token(text, bigint, integer) IS
   'Private: the attempt token claim gives a job claimed with a request_id: md5 of _request_prefix, job id, attempt.';
 
--- The transaction lock of a claim request: claim takes it, claimed() waits for it.
+-- The transaction lock of a claim request: claim takes it, claim_results() waits for it.
 -- A one-key advisory lock whose 64-bit key is keyed with the deployment's secret
 -- (tables/secret_key): any role may take advisory locks, and with a public key (it was
 -- hashtext of the request id) it could hold the lock of a request id it knows, or
@@ -63,6 +62,153 @@ LANGUAGE sql IMMUTABLE AS $$
 $$;
 COMMENT ON FUNCTION pgfence._after_cut(integer, timestamptz, bigint, integer, timestamptz, bigint) IS
   'Private: whether a job comes after the cut job in claim order (priority DESC, available_at, id); true for a NULL cut.';
+
+-- claim's arguments, when its one validity expression said no: raise the error that
+-- names the first bad one (22004, 22023, PF004). Returns only for valid arguments.
+CREATE OR REPLACE FUNCTION pgfence._claim_refuse(worker_id text, queues text[], lease interval, max_jobs integer)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_bad integer;
+BEGIN
+    PERFORM pgfence._check_name('worker_id', worker_id);
+    IF queues IS NOT NULL THEN
+        IF cardinality(queues) = 0 THEN
+            PERFORM pgfence._raise_invalid('queues', '{}', 'is empty',
+                'pass NULL to claim from every queue, or at least one queue name');
+        END IF;
+        PERFORM pgfence._check_array('queues', queues);
+        IF cardinality(queues) > 10000 THEN
+            PERFORM pgfence._raise_invalid('queues length', cardinality(queues)::text, 'outside 1..10000',
+                'pass at most 10000 queue names, or NULL to claim from every queue');
+        END IF;
+        SELECT min(t.ord) INTO v_bad FROM unnest(queues) WITH ORDINALITY t(q, ord)
+         WHERE NOT pgfence._name_ok(t.q);
+        IF v_bad IS NOT NULL THEN
+            PERFORM pgfence._check_name(format('queues[%s]', v_bad), queues[v_bad]);
+        END IF;
+    END IF;
+    PERFORM pgfence._check_lease(lease);
+    PERFORM pgfence._check_range('max_jobs', max_jobs, 1, 1000);
+    PERFORM pgfence._check_isolation('claim');
+END $$;
+COMMENT ON FUNCTION pgfence._claim_refuse(text, text[], interval, integer) IS
+  'Private: raise the error naming claim''s first bad argument (worker_id, queues, lease, max_jobs, isolation).';
+
+-- claim over a list of queues (more than one distinct name): the ids of the jobs it
+-- locked (FOR NO KEY UPDATE SKIP LOCKED), at most max_jobs, NULL for none, runnable
+-- as_of claim's time; how they are found is told at claim below. Runs inside claim,
+-- with claim's settings (generic plans, no JIT, no sequential scan).
+CREATE OR REPLACE FUNCTION pgfence._claim_from_list(queues text[], max_jobs integer, as_of timestamptz)
+RETURNS bigint[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := as_of;  -- (claim's time: runnable means available_at <= it)
+    v_set jsonb;
+    v_window integer;
+    v_seen bigint;
+    v_ids bigint[];
+    v_cand bigint[];
+    v_got bigint[];
+    v_need integer;
+    v_cand_priority integer[];
+    v_cand_available_at timestamptz[];
+    v_cut_priority integer;          -- the last job read, in claim order (the rounds)
+    v_cut_available_at timestamptz;
+    v_cut_id bigint;
+BEGIN
+    -- A list: find the first max_jobs jobs of the listed queues after the cut without
+    -- locking them, lock those SKIP LOCKED, and for those another claimer holds read
+    -- on after the last one read.
+    v_set := jsonb_object(queues, queues);  -- (the listed names, a set)
+    v_ids := '{}';
+    FOR i IN 1..3 LOOP
+        v_need := max_jobs - cardinality(v_ids);
+        v_cand := NULL;
+        IF cardinality(queues) > 16 THEN
+            -- A long list: the first 4 * v_need + 64 jobs of all queues in claim order,
+            -- keeping the listed ones. If they hold v_need, or were all the runnable
+            -- jobs there are, those are the first of the listed queues.
+            v_window := 4 * v_need + 64;
+            SELECT (array_agg(w.id ORDER BY w.priority DESC, w.available_at, w.id) FILTER (WHERE v_set ? w.queue))[1:v_need],
+                   (array_agg(w.priority ORDER BY w.priority DESC, w.available_at, w.id) FILTER (WHERE v_set ? w.queue))[1:v_need],
+                   (array_agg(w.available_at ORDER BY w.priority DESC, w.available_at, w.id) FILTER (WHERE v_set ? w.queue))[1:v_need],
+                   count(*)
+              INTO v_cand, v_cand_priority, v_cand_available_at, v_seen
+              FROM (SELECT j.id, j.queue, j.priority, j.available_at
+                      FROM pgfence.jobs j
+                     WHERE j.status = 'queued'
+                       AND j.queue <> ''  -- (jobs_claim_order_idx)
+                       AND j.available_at <= v_now
+                       AND pgfence._after_cut(j.priority, j.available_at, j.id,
+                                              v_cut_priority, v_cut_available_at, v_cut_id)
+                     ORDER BY j.priority DESC, j.available_at, j.id
+                     LIMIT v_window) w;
+            IF coalesce(cardinality(v_cand), 0) < v_need AND v_seen = v_window THEN
+                v_cand := NULL;  -- not enough of them so near the front: read the heads
+            ELSIF v_cand IS NULL THEN
+                EXIT;  -- no runnable job after the cut is listed
+            END IF;
+        END IF;
+        IF v_cand IS NULL THEN
+            -- The heads: each listed queue's first runnable job after the cut (one probe
+            -- of jobs_claim_idx per queue); only the queues whose heads are among the
+            -- first v_need can hold one of the first v_need jobs, the queue ranked r at
+            -- most v_need - r + 1 of them: read those, merge, keep the first v_need.
+            WITH heads AS (
+                SELECT q.name AS queue, h.priority, h.available_at, h.id
+                  FROM jsonb_object_keys(v_set) AS q(name)
+                 CROSS JOIN LATERAL (
+                        SELECT j.priority, j.available_at, j.id
+                          FROM pgfence.jobs j
+                         WHERE j.status = 'queued' AND j.queue = q.name AND j.available_at <= v_now
+                           AND pgfence._after_cut(j.priority, j.available_at, j.id,
+                                                  v_cut_priority, v_cut_available_at, v_cut_id)
+                         ORDER BY j.priority DESC, j.available_at, j.id
+                         LIMIT 1) h
+                 ORDER BY h.priority DESC, h.available_at, h.id
+                 LIMIT v_need
+            ), ranked AS (
+                SELECT hd.queue, row_number() OVER (ORDER BY hd.priority DESC, hd.available_at, hd.id) AS r
+                  FROM heads hd
+            ), merged AS (
+                SELECT c.id, c.priority, c.available_at
+                  FROM ranked rk
+                 CROSS JOIN LATERAL (
+                        SELECT j.id, j.priority, j.available_at
+                          FROM pgfence.jobs j
+                         WHERE j.status = 'queued' AND j.queue = rk.queue AND j.available_at <= v_now
+                           AND pgfence._after_cut(j.priority, j.available_at, j.id,
+                                                  v_cut_priority, v_cut_available_at, v_cut_id)
+                         ORDER BY j.priority DESC, j.available_at, j.id
+                         LIMIT v_need - rk.r + 1) c
+                 ORDER BY c.priority DESC, c.available_at, c.id
+                 LIMIT v_need
+            )
+            SELECT array_agg(m.id ORDER BY m.priority DESC, m.available_at, m.id),
+                   array_agg(m.priority ORDER BY m.priority DESC, m.available_at, m.id),
+                   array_agg(m.available_at ORDER BY m.priority DESC, m.available_at, m.id)
+              INTO v_cand, v_cand_priority, v_cand_available_at
+              FROM merged m;
+            EXIT WHEN v_cand IS NULL;
+        END IF;
+        -- (the cut: the last candidate as read, whatever has become of it since)
+        v_cut_priority := v_cand_priority[cardinality(v_cand)];
+        v_cut_available_at := v_cand_available_at[cardinality(v_cand)];
+        v_cut_id := v_cand[cardinality(v_cand)];
+        SELECT array_agg(l.id) INTO v_got
+          FROM (SELECT j.id FROM pgfence.jobs j
+                 WHERE j.id = ANY (v_cand) AND j.id <> ALL (v_ids)
+                   AND j.status = 'queued' AND j.available_at <= v_now
+                 ORDER BY j.id
+                   FOR NO KEY UPDATE SKIP LOCKED) l;
+        v_ids := v_ids || coalesce(v_got, '{}');
+        EXIT WHEN cardinality(v_ids) >= max_jobs OR cardinality(v_got) = cardinality(v_cand);
+    END LOOP;
+    RETURN CASE WHEN cardinality(v_ids) > 0 THEN v_ids END;
+END $$;
+COMMENT ON FUNCTION pgfence._claim_from_list(text[], integer, timestamptz) IS
+  'Private: claim over a list of queues: find the first runnable jobs without locks, lock them SKIP LOCKED (up to 3 rounds); the locked ids, or NULL.';
 
 -- Claim up to max_jobs runnable jobs for worker_id, in priority DESC,
 -- available_at, id order. Each claimed job gets a fresh attempt_token and a lease
@@ -94,7 +240,7 @@ COMMENT ON FUNCTION pgfence._after_cut(integer, timestamptz, bigint, integer, ti
 --     the listed queues were idle: 5 s for 10,000 listed queues beside 20,000 jobs
 --     queued elsewhere).
 -- request_id (optional, fresh for each call): when the reply is lost (the connection
--- drops), claimed(worker_id, ARRAY[request_id]) returns the jobs this call took, so
+-- drops), claim_results(worker_id, ARRAY[request_id]) returns the jobs this call took, so
 -- the caller runs them instead of leaving them leased until the lease expires (and
 -- the attempt, already counted, is wasted).
 CREATE OR REPLACE FUNCTION pgfence.claim(
@@ -125,22 +271,10 @@ SET jit = off
 SET enable_seqscan = off AS $$
 #variable_conflict use_column
 DECLARE
-    v_set jsonb;
-    v_window integer;
-    v_seen bigint;
     v_queue text;
     v_now timestamptz;
-    v_bad integer;
     v_ids bigint[];
-    v_cand bigint[];
-    v_got bigint[];
     v_prefix text;
-    v_need integer;
-    v_cand_priority integer[];
-    v_cand_available_at timestamptz[];
-    v_cut_priority integer;          -- the last job read, in claim order (the rounds over a list)
-    v_cut_available_at timestamptz;
-    v_cut_id bigint;
 BEGIN
     -- One expression decides whether every argument is valid (the common case runs no
     -- nested call); only an invalid call runs the checks that name the argument.
@@ -152,28 +286,9 @@ BEGIN
                     AND pgfence._interval_signs_agree(lease)
                     AND max_jobs BETWEEN 1 AND 1000
                     AND current_setting('transaction_isolation') = 'read committed', false) THEN
-        PERFORM pgfence._check_name('worker_id', worker_id);
-        IF queues IS NOT NULL THEN
-            IF cardinality(queues) = 0 THEN
-                PERFORM pgfence._raise_invalid('queues', '{}', 'is empty',
-                    'pass NULL to claim from every queue, or at least one queue name');
-            END IF;
-            PERFORM pgfence._check_array('queues', queues);
-            IF cardinality(queues) > 10000 THEN
-                PERFORM pgfence._raise_invalid('queues length', cardinality(queues)::text, 'outside 1..10000',
-                    'pass at most 10000 queue names, or NULL to claim from every queue');
-            END IF;
-            SELECT min(t.ord) INTO v_bad FROM unnest(queues) WITH ORDINALITY t(q, ord)
-             WHERE NOT pgfence._name_ok(t.q);
-            IF v_bad IS NOT NULL THEN
-                PERFORM pgfence._check_name(format('queues[%s]', v_bad), queues[v_bad]);
-            END IF;
-        END IF;
-        PERFORM pgfence._check_lease(lease);
-        PERFORM pgfence._check_range('max_jobs', max_jobs, 1, 1000);
-        PERFORM pgfence._check_isolation('claim');
+        PERFORM pgfence._claim_refuse(worker_id, queues, lease, max_jobs);
     END IF;
-    -- The request's lock first, before any row: claimed() waits for this claim from
+    -- The request's lock first, before any row: claim_results() waits for this claim from
     -- its first statement that touches a table, and both take the advisory lock
     -- before row locks (no lock-order cycle between them).
     IF request_id IS NOT NULL THEN
@@ -217,97 +332,7 @@ BEGIN
                  LIMIT max_jobs
                    FOR NO KEY UPDATE SKIP LOCKED) c;
     ELSE
-        -- A list: find the first max_jobs jobs of the listed queues after the cut without
-        -- locking them, lock those SKIP LOCKED, and for those another claimer holds read
-        -- on after the last one read.
-        v_set := jsonb_object(queues, queues);  -- (the listed names, a set)
-        v_ids := '{}';
-        FOR i IN 1..3 LOOP
-            v_need := max_jobs - cardinality(v_ids);
-            v_cand := NULL;
-            IF cardinality(queues) > 16 THEN
-                -- A long list: the first 4 * v_need + 64 jobs of all queues in claim order,
-                -- keeping the listed ones. If they hold v_need, or were all the runnable
-                -- jobs there are, those are the first of the listed queues.
-                v_window := 4 * v_need + 64;
-                SELECT (array_agg(w.id ORDER BY w.priority DESC, w.available_at, w.id) FILTER (WHERE v_set ? w.queue))[1:v_need],
-                       (array_agg(w.priority ORDER BY w.priority DESC, w.available_at, w.id) FILTER (WHERE v_set ? w.queue))[1:v_need],
-                       (array_agg(w.available_at ORDER BY w.priority DESC, w.available_at, w.id) FILTER (WHERE v_set ? w.queue))[1:v_need],
-                       count(*)
-                  INTO v_cand, v_cand_priority, v_cand_available_at, v_seen
-                  FROM (SELECT j.id, j.queue, j.priority, j.available_at
-                          FROM pgfence.jobs j
-                         WHERE j.status = 'queued'
-                           AND j.queue <> ''  -- (jobs_claim_order_idx)
-                           AND j.available_at <= v_now
-                           AND pgfence._after_cut(j.priority, j.available_at, j.id,
-                                                  v_cut_priority, v_cut_available_at, v_cut_id)
-                         ORDER BY j.priority DESC, j.available_at, j.id
-                         LIMIT v_window) w;
-                IF coalesce(cardinality(v_cand), 0) < v_need AND v_seen = v_window THEN
-                    v_cand := NULL;  -- not enough of them so near the front: read the heads
-                ELSIF v_cand IS NULL THEN
-                    EXIT;  -- no runnable job after the cut is listed
-                END IF;
-            END IF;
-            IF v_cand IS NULL THEN
-                -- The heads: each listed queue's first runnable job after the cut (one probe
-                -- of jobs_claim_idx per queue); only the queues whose heads are among the
-                -- first v_need can hold one of the first v_need jobs, the queue ranked r at
-                -- most v_need - r + 1 of them: read those, merge, keep the first v_need.
-                WITH heads AS (
-                    SELECT q.name AS queue, h.priority, h.available_at, h.id
-                      FROM jsonb_object_keys(v_set) AS q(name)
-                     CROSS JOIN LATERAL (
-                            SELECT j.priority, j.available_at, j.id
-                              FROM pgfence.jobs j
-                             WHERE j.status = 'queued' AND j.queue = q.name AND j.available_at <= v_now
-                               AND pgfence._after_cut(j.priority, j.available_at, j.id,
-                                                      v_cut_priority, v_cut_available_at, v_cut_id)
-                             ORDER BY j.priority DESC, j.available_at, j.id
-                             LIMIT 1) h
-                     ORDER BY h.priority DESC, h.available_at, h.id
-                     LIMIT v_need
-                ), ranked AS (
-                    SELECT hd.queue, row_number() OVER (ORDER BY hd.priority DESC, hd.available_at, hd.id) AS r
-                      FROM heads hd
-                ), merged AS (
-                    SELECT c.id, c.priority, c.available_at
-                      FROM ranked rk
-                     CROSS JOIN LATERAL (
-                            SELECT j.id, j.priority, j.available_at
-                              FROM pgfence.jobs j
-                             WHERE j.status = 'queued' AND j.queue = rk.queue AND j.available_at <= v_now
-                               AND pgfence._after_cut(j.priority, j.available_at, j.id,
-                                                      v_cut_priority, v_cut_available_at, v_cut_id)
-                             ORDER BY j.priority DESC, j.available_at, j.id
-                             LIMIT v_need - rk.r + 1) c
-                     ORDER BY c.priority DESC, c.available_at, c.id
-                     LIMIT v_need
-                )
-                SELECT array_agg(m.id ORDER BY m.priority DESC, m.available_at, m.id),
-                       array_agg(m.priority ORDER BY m.priority DESC, m.available_at, m.id),
-                       array_agg(m.available_at ORDER BY m.priority DESC, m.available_at, m.id)
-                  INTO v_cand, v_cand_priority, v_cand_available_at
-                  FROM merged m;
-                EXIT WHEN v_cand IS NULL;
-            END IF;
-            -- (the cut: the last candidate as read, whatever has become of it since)
-            v_cut_priority := v_cand_priority[cardinality(v_cand)];
-            v_cut_available_at := v_cand_available_at[cardinality(v_cand)];
-            v_cut_id := v_cand[cardinality(v_cand)];
-            SELECT array_agg(l.id) INTO v_got
-              FROM (SELECT j.id FROM pgfence.jobs j
-                     WHERE j.id = ANY (v_cand) AND j.id <> ALL (v_ids)
-                       AND j.status = 'queued' AND j.available_at <= v_now
-                     ORDER BY j.id
-                       FOR NO KEY UPDATE SKIP LOCKED) l;
-            v_ids := v_ids || coalesce(v_got, '{}');
-            EXIT WHEN cardinality(v_ids) >= max_jobs OR cardinality(v_got) = cardinality(v_cand);
-        END LOOP;
-        IF cardinality(v_ids) = 0 THEN
-            v_ids := NULL;
-        END IF;
+        v_ids := pgfence._claim_from_list(queues, max_jobs, v_now);
     END IF;
     IF v_ids IS NULL THEN
         RETURN;
@@ -342,7 +367,7 @@ $$Claim 0..max_jobs (1..1000) runnable jobs for worker_id from queues (NULL = al
 priority DESC, available_at, id order, each with a fresh attempt_token and a lease (1 ms..1 day) from
 clock_timestamp(). Reclaims a batch of expired leases first (same rule as the sweep). Never hands one job to
 two callers, and locks only the jobs it returns. request_id (optional, fresh per call):
-pgfence.claimed(worker_id, ARRAY[request_id]) finds what this call took if its reply is lost. Needs READ
+pgfence.claim_results(worker_id, ARRAY[request_id]) finds what this call took if its reply is lost. Needs READ
 COMMITTED (PF004 otherwise). Errors: 22004, 22023.$$;
 
 -- The jobs that claims made with these request ids took and that are still
@@ -354,7 +379,7 @@ COMMITTED (PF004 otherwise). Errors: 22004, 22023.$$;
 -- before it committed) is waited for, up to lock_timeout. (A claim whose request
 -- reaches the server only after this call has run cannot be waited for: ask again
 -- later if the network may still hold it.)
-CREATE OR REPLACE FUNCTION pgfence.claimed(
+CREATE OR REPLACE FUNCTION pgfence.claim_results(
     worker_id   text,
     request_ids uuid[],
     lease       interval DEFAULT '30 seconds'
@@ -380,7 +405,7 @@ BEGIN
             'pass the request_id each claim was given');
     END IF;
     PERFORM pgfence._check_lease(lease);
-    PERFORM pgfence._check_isolation('claimed');
+    PERFORM pgfence._check_isolation('claim_results');
     -- Wait for those claims to end (each holds its request's lock until it commits),
     -- in a fixed order (two callers asking for the same ids never deadlock).
     PERFORM pgfence._lock_request(s.r) FROM (SELECT DISTINCT r FROM unnest(request_ids) AS r ORDER BY r) s;
@@ -410,18 +435,32 @@ BEGIN
      ORDER BY r.priority DESC, r.available_at, r.id;
 END $$;
 
-COMMENT ON FUNCTION pgfence.claimed(text, uuid[], interval) IS
+COMMENT ON FUNCTION pgfence.claim_results(text, uuid[], interval) IS
 $$The jobs that claim calls made with these request_ids (1..1000) took and still hold for worker_id (status
 processing, same attempt), in claim order, as claim returned them, each lease renewed to clock_timestamp() +
 lease (like a heartbeat): for a caller whose claim reply was lost. Waits (up to 10 s, then 55P03) for such a
 claim that is still running. Needs READ COMMITTED. Errors: 22004, 22023, PF004, 55P03.$$;
 
+-- The old name of claim_results, kept so that callers of schema_version 3 keep working.
+CREATE OR REPLACE FUNCTION pgfence.claimed(
+    worker_id   text,
+    request_ids uuid[],
+    lease       interval DEFAULT '30 seconds'
+) RETURNS TABLE(id bigint, queue text, kind text, payload jsonb, attempts integer,
+                max_attempts integer, attempt_token uuid, lease_expires_at timestamptz)
+LANGUAGE sql AS $$
+    SELECT * FROM pgfence.claim_results(worker_id, request_ids, lease)
+$$;
+COMMENT ON FUNCTION pgfence.claimed(text, uuid[], interval) IS
+  'Deprecated: the old name of pgfence.claim_results (same arguments, same rows).';
+
 COMMENT ON COLUMN pgfence.jobs.attempt_token IS
   'The fence: a new value on every claim (random, or derived from the claim''s request_id). Kept on done rows, and on rows fail dead-lettered, as the token that finished the job.';
 COMMENT ON COLUMN pgfence.jobs.reserved_at IS
-  'When the current or last attempt claimed the job. Written by claim only: claimed() derives request-id tokens from it.';
+  'When the current or last attempt claimed the job. Written by claim only: claim_results() derives request-id tokens from it.';
 
 INSERT INTO pgfence.routine_grants (routine, roles) VALUES ('claim', '{pgfence_worker}'),
+                                                        ('claim_results', '{pgfence_worker}'),
                                                         ('claimed', '{pgfence_worker}')
 ON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;
 SELECT pgfence._apply_privileges();

@@ -1,42 +1,24 @@
--- Deploy pgfence:functions/enqueue_many to pg (reworked after @v0.3.0)
--- requires: functions/enqueue_many@v0.3.0
+-- Deploy pgfence:functions/enqueue_many to pg (reworked after @v0.4.0)
+-- requires: functions/enqueue_many@v0.4.0
 -- requires: functions/enqueue
+-- requires: tables/secret_key
 --
--- Changed after @v0.3.0: NOTIFY pgfence_enqueue carries the queue's wake-up tag, not its
--- name; payloads nest at most 64 levels.
+-- enqueue_many, whole. Changed after @v0.4.0: its argument checks are a function of
+-- their own (_check_enqueue_many_inputs); behaviour unchanged.
 
 BEGIN;
 
--- Enqueue a batch of jobs into one queue in one set-based call. The arrays are
--- parallel: element i of each describes job i. Rows come back in input order,
--- one per input element: ordinal (1-based), the job id, and created = false when
--- an idempotency key resolved to an existing job (or to an earlier element of
--- the same batch with the same key). Same idempotency rules as enqueue.
-CREATE OR REPLACE FUNCTION pgfence.enqueue_many(
-    kinds            text[],
-    payloads         jsonb[]       DEFAULT NULL,
-    queue            text          DEFAULT 'default',
-    priorities       integer[]     DEFAULT NULL,
-    run_ats          timestamptz[] DEFAULT NULL,
-    max_attempts     integer       DEFAULT 3,
-    recovery_policy  text          DEFAULT 'auto',
-    idempotency_keys text[]        DEFAULT NULL
-) RETURNS TABLE(ordinal integer, id bigint, created boolean)
+-- enqueue_many's arguments: raise the error that names the first bad one (22004,
+-- 22023); returns for valid arguments. The arrays are checked whole first (shape,
+-- lengths), then element by element, each naming its index.
+CREATE OR REPLACE FUNCTION pgfence._check_enqueue_many_inputs(
+    kinds text[], payloads jsonb[], queue text, priorities integer[], run_ats timestamptz[],
+    max_attempts integer, recovery_policy text, idempotency_keys text[]
+) RETURNS void
 LANGUAGE plpgsql AS $$
-#variable_conflict use_column
 DECLARE
     n integer := cardinality(kinds);
-    v_now timestamptz := clock_timestamp();
-    v_invoker text := pgfence._invoker();
     v_bad integer;
-    v_keys text[] := '{}'::text[];          -- resolved keys ...
-    v_key_ids bigint[] := '{}'::bigint[];   -- ... and the job id each resolved to
-    v_key_created boolean[] := '{}'::boolean[];
-    v_todo text[];
-    v_new_keys text[];
-    v_new_ids bigint[];
-    v_plain_ords integer[];
-    v_plain_ids bigint[];
 BEGIN
     IF kinds IS NULL THEN
         PERFORM pgfence._raise_null('kinds', 'pass an array with one kind per job');
@@ -47,7 +29,7 @@ BEGIN
     PERFORM pgfence._check_array('run_ats', run_ats);
     PERFORM pgfence._check_array('idempotency_keys', idempotency_keys);
     PERFORM pgfence._check_range('kinds length', n, 1, 10000);
-    PERFORM pgfence._check_enqueue_options(enqueue_many.queue, enqueue_many.max_attempts, enqueue_many.recovery_policy);
+    PERFORM pgfence._check_enqueue_options(queue, max_attempts, recovery_policy);
     IF cardinality(payloads) <> n OR cardinality(priorities) <> n OR cardinality(run_ats) <> n
        OR cardinality(idempotency_keys) <> n THEN
         PERFORM pgfence._raise_invalid('array lengths',
@@ -85,6 +67,42 @@ BEGIN
             PERFORM pgfence._check_idempotency_key(format('idempotency_keys[%s]', v_bad), idempotency_keys[v_bad]);
         END IF;
     END IF;
+END $$;
+COMMENT ON FUNCTION pgfence._check_enqueue_many_inputs(text[], jsonb[], text, integer[], timestamptz[], integer, text, text[]) IS
+  'Private: check enqueue_many''s arguments, raising the error that names the first bad one (22004, 22023).';
+
+-- Enqueue a batch of jobs into one queue in one set-based call. The arrays are
+-- parallel: element i of each describes job i. Rows come back in input order,
+-- one per input element: ordinal (1-based), the job id, and created = false when
+-- an idempotency key resolved to an existing job (or to an earlier element of
+-- the same batch with the same key). Same idempotency rules as enqueue.
+CREATE OR REPLACE FUNCTION pgfence.enqueue_many(
+    kinds            text[],
+    payloads         jsonb[]       DEFAULT NULL,
+    queue            text          DEFAULT 'default',
+    priorities       integer[]     DEFAULT NULL,
+    run_ats          timestamptz[] DEFAULT NULL,
+    max_attempts     integer       DEFAULT 3,
+    recovery_policy  text          DEFAULT 'auto',
+    idempotency_keys text[]        DEFAULT NULL
+) RETURNS TABLE(ordinal integer, id bigint, created boolean)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    n integer := cardinality(kinds);
+    v_now timestamptz := clock_timestamp();
+    v_invoker text := pgfence._invoker();
+    v_keys text[] := '{}'::text[];          -- resolved keys ...
+    v_key_ids bigint[] := '{}'::bigint[];   -- ... and the job id each resolved to
+    v_key_created boolean[] := '{}'::boolean[];
+    v_todo text[];
+    v_new_keys text[];
+    v_new_ids bigint[];
+    v_plain_ords integer[];
+    v_plain_ids bigint[];
+BEGIN
+    PERFORM pgfence._check_enqueue_many_inputs(kinds, payloads, enqueue_many.queue, priorities, run_ats,
+        enqueue_many.max_attempts, enqueue_many.recovery_policy, idempotency_keys);
 
     -- Jobs without a key: one INSERT with pre-assigned ids, so each input row
     -- knows its id without relying on RETURNING order.

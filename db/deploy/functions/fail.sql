@@ -1,13 +1,18 @@
--- Deploy pgfence:functions/fail to pg
+-- Deploy pgfence:functions/fail to pg (reworked after @v0.4.0)
+-- requires: functions/fail@v0.4.0
 -- requires: functions/_fence
 -- requires: functions/_checks
+--
+-- fail, fail_many and their checks, whole (CREATE OR REPLACE: re-runnable), with
+-- their privilege-rule rows. Changed after @v0.4.0: fail_many's checks of its
+-- per-job inputs are a function of their own (_check_fail_inputs); behaviour unchanged.
 
 BEGIN;
 
 -- The retry decision, in one place: a failed attempt goes back to the queue with
 -- a backoff while attempts remain and the error is not permanent, else it is
 -- dead-lettered (failed).
-CREATE FUNCTION pgfence._fail_status(permanent boolean, attempts integer, max_attempts integer)
+CREATE OR REPLACE FUNCTION pgfence._fail_status(permanent boolean, attempts integer, max_attempts integer)
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE WHEN permanent OR attempts >= max_attempts THEN 'failed' ELSE 'queued' END
@@ -15,31 +20,14 @@ $$;
 COMMENT ON FUNCTION pgfence._fail_status(boolean, integer, integer) IS
   'Private: the retry rule: permanent or attempts exhausted -> failed, else queued.';
 
--- Fail a batch of attempts, each with its error. Per job: back to queued at
--- clock_timestamp() + (retry_ins[i] or the backoff) while attempts < max_attempts
--- and not permanent, else failed. Only where the token is current. One row per
--- input in input order; accepted = this token's failure is recorded (now or
--- already: a retry of a fail whose reply was lost is accepted, and changes nothing).
-CREATE FUNCTION pgfence.fail_many(
-    job_ids        bigint[],
-    attempt_tokens uuid[],
-    errors         text[],
-    retry_ins      interval[] DEFAULT NULL,
-    permanents     boolean[]  DEFAULT NULL
-) RETURNS TABLE(id bigint, accepted boolean, status text, detail text)
-LANGUAGE plpgsql
--- Generic plans: every input row is looked up by primary key (LATERAL ... OFFSET 0),
--- so the plan never depends on the values, and replanning on every call (the
--- custom-plan default, several partial indexes to prove) cost more than the work.
-SET plan_cache_mode = force_generic_plan AS $$
-#variable_conflict use_column
+-- fail_many's per-job inputs, for n job ids: raise the error that names the first
+-- bad one (22004, 22023); returns for valid inputs.
+CREATE OR REPLACE FUNCTION pgfence._check_fail_inputs(n integer, errors text[], retry_ins interval[],
+                                                      permanents boolean[])
+RETURNS void
+LANGUAGE plpgsql AS $$
 DECLARE
-    n integer := pgfence._check_batch(job_ids, attempt_tokens);
-    v_now timestamptz := clock_timestamp();
     v_bad integer;
-    v_ords integer[];
-    v_acc boolean[];
-    v_did text[];
 BEGIN
     IF errors IS NULL THEN
         PERFORM pgfence._raise_null('errors', 'pass one error text per job id');
@@ -65,6 +53,37 @@ BEGIN
         PERFORM pgfence._raise_null(format('permanents[%s]', array_position(permanents, NULL)),
             'pass NULL when no failure is permanent, or true or false for every job');
     END IF;
+END $$;
+COMMENT ON FUNCTION pgfence._check_fail_inputs(integer, text[], interval[], boolean[]) IS
+  'Private: check fail_many''s errors, retry_ins and permanents for n job ids, raising the error that names the first bad one.';
+
+-- Fail a batch of attempts, each with its error. Per job: back to queued at
+-- clock_timestamp() + (retry_ins[i] or the backoff) while attempts < max_attempts
+-- and not permanent, else failed. Only where the token is current. One row per
+-- input in input order; accepted = this token's failure is recorded (now or
+-- already: a retry of a fail whose reply was lost is accepted, and changes nothing).
+CREATE OR REPLACE FUNCTION pgfence.fail_many(
+    job_ids        bigint[],
+    attempt_tokens uuid[],
+    errors         text[],
+    retry_ins      interval[] DEFAULT NULL,
+    permanents     boolean[]  DEFAULT NULL
+) RETURNS TABLE(id bigint, accepted boolean, status text, detail text)
+LANGUAGE plpgsql
+-- Generic plans: every input row is looked up by primary key (LATERAL ... OFFSET 0),
+-- so the plan never depends on the values, and replanning on every call (the
+-- custom-plan default, several partial indexes to prove) cost more than the work.
+SET plan_cache_mode = force_generic_plan AS $$
+#variable_conflict use_column
+DECLARE
+    n integer := pgfence._check_batch(job_ids, attempt_tokens);
+    v_now timestamptz := clock_timestamp();
+    v_bad integer;
+    v_ords integer[];
+    v_acc boolean[];
+    v_did text[];
+BEGIN
+    PERFORM pgfence._check_fail_inputs(n, errors, retry_ins, permanents);
 
     -- target reads each failing attempt before the update (a retry clears the
     -- reservation); rows are locked in id order; each ended attempt is recorded.
@@ -146,7 +165,7 @@ Each ended attempt is recorded in pgfence.attempts (outcome failed, with its err
 change nothing and are recorded in pgfence.rejections.
 Errors: 22004, 22023, PF004.$$;
 
-CREATE FUNCTION pgfence._check_error(arg text, value text) RETURNS void
+CREATE OR REPLACE FUNCTION pgfence._check_error(arg text, value text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     IF value IS NULL THEN
@@ -159,7 +178,7 @@ END $$;
 COMMENT ON FUNCTION pgfence._check_error(text, text) IS
   'Private: check an error text (not NULL, at most 100000 characters).';
 
-CREATE FUNCTION pgfence._check_retry_in(arg text, value interval) RETURNS void
+CREATE OR REPLACE FUNCTION pgfence._check_retry_in(arg text, value interval) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     IF value IS NOT NULL THEN
@@ -171,7 +190,7 @@ COMMENT ON FUNCTION pgfence._check_retry_in(text, interval) IS
   'Private: check a retry delay (NULL, or 0..365 days).';
 
 -- Fail one attempt. Returns the job's new status: queued (retry later) or failed.
-CREATE FUNCTION pgfence.fail(
+CREATE OR REPLACE FUNCTION pgfence.fail(
     job_id        bigint,
     attempt_token uuid,
     error         text,
@@ -205,5 +224,12 @@ $$Fail a job's current attempt with error, only while attempt_token is current. 
 attempts < max_attempts and not permanent, else 'failed' (dead letter). Idempotent for the token whose
 failure is recorded (a repeat changes nothing). Errors: PF001 lease lost (DETAIL), PF002 unknown job,
 22004, 22023, PF004.$$;
+
+-- The privilege rule's rows for this change's routines, applied.
+INSERT INTO pgfence.routine_grants (routine, roles) VALUES
+    ('fail',      '{pgfence_worker}'),
+    ('fail_many', '{pgfence_worker}')
+ON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;
+SELECT pgfence._apply_privileges();
 
 COMMIT;

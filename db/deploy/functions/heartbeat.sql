@@ -1,4 +1,5 @@
--- Deploy pgfence:functions/heartbeat to pg
+-- Deploy pgfence:functions/heartbeat to pg (reworked after @v0.4.0)
+-- requires: functions/heartbeat@v0.4.0
 -- requires: functions/_fence
 -- requires: functions/_checks
 
@@ -8,7 +9,7 @@ BEGIN;
 -- in-flight jobs) in one round trip: lease_expires_at = clock_timestamp() + lease,
 -- heartbeat_at stamped, only where the token is current. A lease stays valid until
 -- someone takes it away: a heartbeat after expiry but before any reclaim succeeds.
-CREATE FUNCTION pgfence.heartbeat_many(
+CREATE OR REPLACE FUNCTION pgfence.heartbeat_many(
     job_ids        bigint[],
     attempt_tokens uuid[],
     lease          interval DEFAULT '30 seconds'
@@ -67,7 +68,7 @@ current. Returns (id, accepted, lease_expires_at, status, detail) per input in i
 change nothing and are recorded in pgfence.rejections, except those whose attempt already ended by its own
 complete, fail or release (a heartbeat that crossed it). Errors: 22004, 22023, PF004.$$;
 
-CREATE FUNCTION pgfence.heartbeat(job_id bigint, attempt_token uuid, lease interval DEFAULT '30 seconds')
+CREATE OR REPLACE FUNCTION pgfence.heartbeat(job_id bigint, attempt_token uuid, lease interval DEFAULT '30 seconds')
 RETURNS timestamptz
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -88,5 +89,12 @@ END $$;
 COMMENT ON FUNCTION pgfence.heartbeat(bigint, uuid, interval) IS
 $$Extend a lease to clock_timestamp() + lease and stamp heartbeat_at, only while attempt_token is
 current; returns the new expiry. Errors: PF001 lease lost (DETAIL), PF002 unknown job, 22004, 22023, PF004.$$;
+
+-- The privilege rule's rows for this change's routines, applied.
+INSERT INTO pgfence.routine_grants (routine, roles) VALUES
+    ('heartbeat',      '{pgfence_worker}'),
+    ('heartbeat_many', '{pgfence_worker}')
+ON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;
+SELECT pgfence._apply_privileges();
 
 COMMIT;

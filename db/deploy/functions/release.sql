@@ -1,4 +1,5 @@
--- Deploy pgfence:functions/release to pg
+-- Deploy pgfence:functions/release to pg (reworked after @v0.4.0)
+-- requires: functions/release@v0.4.0
 -- requires: functions/_fence
 -- requires: functions/_checks
 
@@ -10,7 +11,7 @@ BEGIN;
 -- manual_review (the handler may have begun a side effect), exhausted jobs to
 -- failed; the attempt counts. started = false (claimed but never handed to a
 -- handler): back to the queue, and the attempt does not count.
-CREATE FUNCTION pgfence.release_many(job_ids bigint[], attempt_tokens uuid[], started boolean DEFAULT true)
+CREATE OR REPLACE FUNCTION pgfence.release_many(job_ids bigint[], attempt_tokens uuid[], started boolean DEFAULT true)
 RETURNS TABLE(id bigint, accepted boolean, status text, detail text)
 LANGUAGE plpgsql
 -- Generic plans: every input row is looked up by primary key (LATERAL ... OFFSET 0),
@@ -73,7 +74,7 @@ reclaim_count does not change. Returns (id, accepted, status, detail) per input 
 With started = true it is idempotent for the token: a repeat whose release is already recorded is accepted and
 changes nothing (status: the job's status now). Errors: 22004, 22023, PF004.$$;
 
-CREATE FUNCTION pgfence.release(job_id bigint, attempt_token uuid, started boolean DEFAULT true) RETURNS text
+CREATE OR REPLACE FUNCTION pgfence.release(job_id bigint, attempt_token uuid, started boolean DEFAULT true) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
     r record;
@@ -94,5 +95,12 @@ COMMENT ON FUNCTION pgfence.release(bigint, uuid, boolean) IS
 $$Give one attempt back without a result (fenced); returns the new status: by the reclaim rule (queued,
 manual_review or failed) when started, else queued with the attempt uncounted. Errors: PF001 lease lost,
 PF002 unknown job, 22004, PF004.$$;
+
+-- The privilege rule's rows for this change's routines, applied.
+INSERT INTO pgfence.routine_grants (routine, roles) VALUES
+    ('release',      '{pgfence_worker}'),
+    ('release_many', '{pgfence_worker}')
+ON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;
+SELECT pgfence._apply_privileges();
 
 COMMIT;

@@ -1,11 +1,12 @@
--- Deploy pgfence:functions/stats to pg
+-- Deploy pgfence:functions/stats to pg (reworked after @v0.4.0)
+-- requires: functions/stats@v0.4.0
 -- requires: tables/jobs
 
 BEGIN;
 
 -- Operator view: jobs per queue and status, the age of the oldest runnable
 -- queued job, and how many processing jobs hold an expired lease.
-CREATE FUNCTION pgfence.stats()
+CREATE OR REPLACE FUNCTION pgfence.stats()
 RETURNS TABLE(queue text, status text, jobs bigint, oldest_runnable_age interval, expired_leases bigint)
 LANGUAGE sql STABLE AS $$
     SELECT j.queue, j.status, count(*),
@@ -19,5 +20,11 @@ $$;
 COMMENT ON FUNCTION pgfence.stats() IS
 $$Jobs per (queue, status), with the age of the oldest runnable queued job and the number of processing
 jobs whose lease has expired (waiting for the sweep). Scans the table: an operator query, not a hot path.$$;
+
+-- The privilege rule's rows for this change's routines, applied.
+INSERT INTO pgfence.routine_grants (routine, roles) VALUES
+    ('stats', '{pgfence_operator}')
+ON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;
+SELECT pgfence._apply_privileges();
 
 COMMIT;

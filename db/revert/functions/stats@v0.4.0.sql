@@ -1,0 +1,7 @@
+-- Revert pgfence:functions/stats from pg
+
+BEGIN;
+
+DROP FUNCTION pgfence.stats();
+
+COMMIT;

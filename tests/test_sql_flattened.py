@@ -1,0 +1,216 @@
+"""The newest deploy script of every change states the whole change.
+
+Three databases: one where only the newest script of each change runs, once, in plan
+order (the "flattened" schema a reader of db/deploy sees), one where ``sqitch deploy``
+replays the whole plan (every tag and rework), and one upgraded from the oldest tag.
+Their pgfence schemas (``pg_dump --schema-only``: definitions, owners, grants,
+comments, proconfig) and the privilege rule's rows must be identical. The negative
+controls run the same comparison on a copy of db/ whose newest scripts forget a grant
+or a rule row, and must see it."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from clusters import pg_bindir
+from helpers import REPO, connect, sqitch_target
+
+
+def plan_changes(plan: Path) -> tuple[list[str], dict[str, set[str]], list[str]]:
+    """(change names in order of first appearance, each change's requirements over all
+    its versions, the plan's tags in order)."""
+    first: list[str] = []
+    reqs: dict[str, set[str]] = {}
+    tags: list[str] = []
+    for line in plan.read_text().splitlines():
+        line = line.strip()
+        if line.startswith("@"):
+            tags.append(line.split()[0])
+        if not line or line[0] in "%#@":
+            continue
+        name = line.split()[0]
+        m = re.match(r"\S+\s+\[([^\]]*)\]", line)
+        deps = {d.split("@")[0] for d in (m.group(1).split() if m else [])}
+        reqs.setdefault(name, set()).update(deps - {name})
+        if name not in first:
+            first.append(name)
+    return first, reqs, tags
+
+
+def flattened_order(plan: Path) -> list[str]:
+    """Each change once, in plan order, after every change any of its versions requires."""
+    first, reqs, _ = plan_changes(plan)
+    order: list[str] = []
+
+    def visit(name: str) -> None:
+        if name not in order:
+            for dep in sorted(reqs[name], key=first.index):
+                visit(dep)
+            order.append(name)
+
+    for name in first:
+        visit(name)
+    return order
+
+
+def psql_file(dsn: str, path: Path) -> None:
+    p = conninfo_to_dict(dsn)
+    r = subprocess.run([str(pg_bindir() / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1",
+                        "-h", str(p["host"]), "-p", str(p["port"]), "-U", str(p["user"]), "-d", str(p["dbname"]),
+                        "-f", str(path)], capture_output=True, text=True, timeout=120, cwd=path.parent)
+    assert r.returncode == 0, f"psql -f {path} failed:\n{r.stderr}"
+
+
+def deploy_flattened(top: Path, dsn: str) -> None:
+    for change in flattened_order(top / "sqitch.plan"):
+        psql_file(dsn, top / "db" / "deploy" / f"{change}.sql")
+
+
+def sqitch(top: Path, dsn: str, *args: str) -> None:
+    env = dict(os.environ, SQITCH_FULLNAME="pgfence tests", SQITCH_EMAIL="pgfence-tests@localhost")
+    env.pop("SQITCH_TARGET", None)
+    r = subprocess.run(["sqitch", *args, "--target", sqitch_target(dsn)], cwd=top, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, f"sqitch {' '.join(args)} failed:\n{r.stdout}{r.stderr}"
+
+
+def schema_of(dsn: str) -> list[str]:
+    """The pgfence schema as pg_dump writes it (comments, SET lines and psql
+    meta-commands dropped), then the privilege rule's rows."""
+    p = conninfo_to_dict(dsn)
+    r = subprocess.run([str(pg_bindir() / "pg_dump"), "--schema-only", "-n", "pgfence",
+                        "-h", str(p["host"]), "-p", str(p["port"]), "-U", str(p["user"]), str(p["dbname"])],
+                       capture_output=True, text=True, timeout=120, check=True)
+    lines = [ln for ln in r.stdout.splitlines()
+             if ln.strip() and not ln.startswith(("--", "SET ", "SELECT pg_catalog.set_config", "\\"))]
+    with connect(dsn) as c:
+        lines += [f"rule: {name} {roles}" for name, roles in
+                  c.execute("SELECT routine, roles FROM pgfence.routine_grants ORDER BY routine")]
+    return lines
+
+
+def differences(a: list[str], b: list[str]) -> list[str]:
+    import difflib
+    return [ln for ln in difflib.unified_diff(a, b, "flattened", "replayed", n=0, lineterm="")
+            if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
+
+
+@pytest.fixture
+def databases(dsn: str) -> Iterator[Any]:
+    """make(n): n new empty databases on the test server, dropped after the test."""
+    made: list[str] = []
+
+    def make(n: int) -> list[str]:
+        out = []
+        with connect(dsn) as c:
+            for _ in range(n):
+                name = f"pgfence_flat_{os.urandom(4).hex()}"
+                c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+                made.append(name)
+                out.append(make_conninfo(dsn, dbname=name))
+        return out
+
+    yield make
+    with connect(dsn) as c:
+        for name in made:
+            c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def test_flattened_order_puts_every_change_after_what_it_requires() -> None:
+    first, reqs, _ = plan_changes(REPO / "sqitch.plan")
+    order = flattened_order(REPO / "sqitch.plan")
+    assert sorted(order) == sorted(first)
+    for name in order:
+        assert all(order.index(dep) < order.index(name) for dep in reqs[name]), name
+    for name in order:
+        assert (REPO / "db" / "deploy" / f"{name}.sql").is_file(), name
+
+
+def test_the_newest_scripts_alone_build_the_schema_the_plan_builds(databases: Any) -> None:
+    flat, replay, upgraded = databases(3)
+    deploy_flattened(REPO, flat)
+    sqitch(REPO, replay, "deploy")
+    oldest = plan_changes(REPO / "sqitch.plan")[2][0]
+    sqitch(REPO, upgraded, "deploy", "--to", oldest)
+    sqitch(REPO, upgraded, "deploy")
+    want = schema_of(flat)
+    assert any("FUNCTION pgfence.claim(" in ln for ln in want) and any(ln.startswith("GRANT ") for ln in want)
+    assert differences(want, schema_of(replay)) == []
+    assert differences(want, schema_of(upgraded)) == []
+
+
+def test_the_newest_routine_scripts_run_again_and_change_nothing(databases: Any) -> None:
+    """Every change that defines routines (not the tables: CREATE TABLE is not
+    re-run, and sqitch never re-runs a deployed change) can be run again, as a
+    revert that includes it would."""
+    [db] = databases(1)
+    sqitch(REPO, db, "deploy")
+    before = schema_of(db)
+    for change in flattened_order(REPO / "sqitch.plan"):
+        if not change.startswith("tables/"):
+            psql_file(db, REPO / "db" / "deploy" / f"{change}.sql")
+    assert differences(before, schema_of(db)) == []
+
+
+@pytest.fixture
+def db_copy(tmp_path: Path) -> Path:
+    """A copy of the sqitch project (plan, conf, db/) to plant mistakes in."""
+    top = tmp_path / "project"
+    top.mkdir()
+    for name in ("sqitch.plan", "sqitch.conf"):
+        shutil.copy(REPO / name, top / name)
+    shutil.copytree(REPO / "db", top / "db")
+    return top
+
+
+def test_comparison_sees_a_rework_that_forgets_a_grant(databases: Any, db_copy: Path) -> None:
+    """The newest privileges script without the operators' read of attempts: the
+    replayed plan still has it (from the older script), the flattened one does not."""
+    script = db_copy / "db" / "deploy" / "privileges.sql"
+    text = script.read_text()
+    assert "GRANT SELECT ON pgfence.attempts, " in text
+    script.write_text(text.replace("GRANT SELECT ON pgfence.attempts, ", "GRANT SELECT ON "))
+    flat, replay = databases(2)
+    deploy_flattened(db_copy, flat)
+    sqitch(db_copy, replay, "deploy")
+    diff = differences(schema_of(flat), schema_of(replay))
+    assert diff == ["+GRANT SELECT ON TABLE pgfence.attempts TO pgfence_operator;"], diff
+
+
+def test_comparison_sees_a_rework_that_states_a_rule_row_differently(databases: Any, db_copy: Path) -> None:
+    """A rule row whose newest statement differs from what the replay kept (a rework
+    that inserts without updating) shows in the rule rows and the grants."""
+    script = db_copy / "db" / "deploy" / "functions" / "stats.sql"
+    text = script.read_text()
+    assert "('stats', '{pgfence_operator}')\nON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;" in text
+    script.write_text(text.replace("('stats', '{pgfence_operator}')\nON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;",
+                                   "('stats', '{}')\nON CONFLICT (routine) DO NOTHING;"))
+    flat, replay = databases(2)
+    deploy_flattened(db_copy, flat)
+    sqitch(db_copy, replay, "deploy")
+    diff = differences(schema_of(flat), schema_of(replay))
+    assert "+GRANT ALL ON FUNCTION pgfence.stats() TO pgfence_operator;" in diff \
+        or "+GRANT EXECUTE ON FUNCTION pgfence.stats() TO pgfence_operator;" in diff, diff
+    assert "-rule: stats []" in diff and "+rule: stats ['pgfence_operator']" in diff, diff
+
+
+def test_a_newest_script_that_forgets_its_rule_row_fails_to_deploy(databases: Any, db_copy: Path) -> None:
+    """Without its row in pgfence.routine_grants, a public routine makes the change's
+    _apply_privileges refuse (55000) on the flattened deploy (a replay from an old tag
+    gets the rows of routines that existed before the rule from the schema change)."""
+    script = db_copy / "db" / "deploy" / "functions" / "heartbeat.sql"
+    text = script.read_text()
+    script.write_text(text.replace("    ('heartbeat_many', '{pgfence_worker}')", "    ('heartbeat_x', '{pgfence_worker}')"))
+    [flat] = databases(1)
+    with pytest.raises(AssertionError, match="heartbeat_many.*is not in the privilege rule"):
+        deploy_flattened(db_copy, flat)
