@@ -373,10 +373,10 @@ def _sweeper_line(client: Client) -> str:
 
 def _sweeper_error_line(conn: psycopg.Connection[Any]) -> Optional[str]:
     """The last error the background sweeper survived (a failed purge), with its age;
-    None when there was none (or the role cannot read ``pgfence.sweeper_status``)."""
+    None when there was none (or the role may not call ``pgfence.sweeper_health()``)."""
     try:
         row = conn.execute("SELECT last_error, last_error_at, clock_timestamp() - last_error_at "
-                           "FROM pgfence.sweeper_status WHERE last_error_at IS NOT NULL").fetchone()
+                           "FROM pgfence.sweeper_health() WHERE last_error_at IS NOT NULL").fetchone()
     except psycopg.errors.InsufficientPrivilege:
         return None
     if row is None:

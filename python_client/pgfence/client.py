@@ -207,16 +207,22 @@ class Client:
         """``pgfence.claim``: up to ``max_jobs`` runnable jobs, each with a fresh token and lease.
 
         ``request_id`` (a fresh ``uuid.uuid4()`` per call): if the call raises with the
-        connection lost, :meth:`claimed` tells which jobs it took."""
+        connection lost, :meth:`claim_results` tells which jobs it took."""
         return self._claim_rows(_CLAIM, {"worker_id": worker_id, "queues": None if queues is None else list(queues),
                                          "lease": lease, "max_jobs": max_jobs, "request_id": request_id})
 
+    def claim_results(self, worker_id: str, request_ids: Sequence[uuid.UUID], *,
+                      lease: timedelta = timedelta(seconds=30)) -> list[Job]:
+        """``pgfence.claim_results``: the jobs that claims made with these request ids took and
+        still hold for ``worker_id``, as :meth:`claim` returned them, each lease renewed to
+        ``lease`` (for a claim whose reply was lost)."""
+        return self._claim_rows(_CLAIM_RESULTS, {"worker_id": worker_id, "request_ids": list(request_ids),
+                                                 "lease": lease})
+
     def claimed(self, worker_id: str, request_ids: Sequence[uuid.UUID], *,
                 lease: timedelta = timedelta(seconds=30)) -> list[Job]:
-        """``pgfence.claimed``: the jobs that claims made with these request ids took and still
-        hold for ``worker_id``, as :meth:`claim` returned them, each lease renewed to ``lease``
-        (for a claim whose reply was lost)."""
-        return self._claim_rows(_CLAIMED, {"worker_id": worker_id, "request_ids": list(request_ids), "lease": lease})
+        """Deprecated name of :meth:`claim_results`."""
+        return self.claim_results(worker_id, request_ids, lease=lease)
 
     def _claim_rows(self, query: tuple[str, str], params: dict[str, Any]) -> list[Job]:
         params["part_bytes"] = _CLAIM_PART_BYTES
@@ -339,9 +345,10 @@ class Client:
             "SELECT queue, status, jobs, oldest_runnable_age, expired_leases FROM pgfence.stats()")
 
     def get_job(self, job_id: int) -> JobRecord:
-        """The whole row of one job. Raises :class:`JobNotFound`."""
+        """``pgfence.job``: the whole record of one job. Raises :class:`JobNotFound` when it
+        does not exist or this role may not see it (a producer sees the jobs it enqueued)."""
         with self._call() as conn:
-            row = conn.execute(sql.SQL("SELECT {} FROM pgfence.jobs WHERE id = %s").format(_JOB_COLUMNS),
+            row = conn.execute(sql.SQL("SELECT {} FROM pgfence.job(job_id => %s)").format(_JOB_COLUMNS),
                                (job_id,)).fetchone()
             load = _custom_jsonb_load(conn) or _decode_json_text
         if row is None:
@@ -400,34 +407,39 @@ class Client:
                      (job_id, attempt_token, operation))
 
     def attempts(self, job_id: int) -> list[Attempt]:
-        """The ended attempts of a job (``pgfence.attempts``), oldest first. Operators only."""
+        """``pgfence.attempts_of``: the ended attempts of a job, oldest first (none when this
+        role may not see the job)."""
         return self._rows(Attempt,
-            "SELECT job_id, attempt, attempt_token, worker, claimed_at, heartbeat_at, lease_expires_at, "
-            "ended_at, outcome, error FROM pgfence.attempts WHERE job_id = %s ORDER BY ended_at, attempt",
-            (job_id,))
+            "SELECT %(id)s::bigint AS job_id, attempt, attempt_token, worker, claimed_at, heartbeat_at, lease_expires_at,"
+            " ended_at, outcome, error FROM pgfence.attempts_of(job_id => %(id)s)", {"id": job_id})
 
     def rejections(self, job_id: int) -> list[Rejection]:
-        """Fenced calls refused for a job (``pgfence.rejections``), oldest first. Operators only."""
+        """``pgfence.rejections_of``: fenced calls refused for a job, oldest first (at most
+        100 are stored per job; :meth:`rejections_not_stored` counts the rest)."""
         return self._rows(Rejection,
-            "SELECT job_id, attempt_token, operation, caller, detail, rejected_at FROM pgfence.rejections "
-            "WHERE job_id = %s ORDER BY rejected_at", (job_id,))
+            "SELECT %(id)s::bigint AS job_id, attempt_token, operation, caller, detail, rejected_at"
+            " FROM pgfence.rejections_of(job_id => %(id)s)", {"id": job_id})
 
     def rejections_not_stored(self, job_id: int) -> int:
-        """How many refused calls of a job were counted but not stored (at most 100 are
-        kept per job; ``pgfence.rejection_overflow``). Operators only."""
-        return int(self._scalar("SELECT coalesce(sum(not_stored), 0) FROM pgfence.rejection_overflow"
-                                " WHERE job_id = %s", (job_id,)))
+        """``pgfence.rejections_not_stored``: how many refused calls of a job were counted
+        but not stored (at most 100 are kept per job)."""
+        return int(self._scalar("SELECT pgfence.rejections_not_stored(job_id => %s)", (job_id,)))
 
     def history_summary(self, since: timedelta = timedelta(hours=1)) -> dict[str, int]:
-        """Ended attempts per outcome (``done``, ``failed``, ``reclaimed``, ``released``,
-        ``cancelled``) and refused calls (``rejected``) within ``since``. Operators only."""
+        """``pgfence.history_summary``: ended attempts per outcome (``done``, ``failed``,
+        ``reclaimed``, ``released``, ``cancelled``) and refused calls (``rejected``) within
+        ``since``. Operators only."""
         with self._call() as conn:
-            rows = conn.execute(
-                "SELECT outcome, count(*) FROM pgfence.attempts "
-                "WHERE ended_at > clock_timestamp() - %(since)s GROUP BY outcome "
-                "UNION ALL SELECT 'rejected', count(*) FROM pgfence.rejections "
-                "WHERE rejected_at > clock_timestamp() - %(since)s", {"since": since}).fetchall()
+            rows = conn.execute("SELECT outcome, count FROM pgfence.history_summary(since => %s)",
+                                (since,)).fetchall()
         return {str(outcome): int(n) for outcome, n in rows}
+
+    def limits(self) -> dict[str, int]:
+        """``pgfence.limits()``: {name: value} of the limits the SQL functions enforce
+        (``max_jobs``, ``batch``, ``queues``, ``payload_bytes`` ...)."""
+        with self._call() as conn:
+            rows = conn.execute("SELECT name, value FROM pgfence.limits()").fetchall()
+        return {str(name): int(value) for name, value in rows}
 
     # Kept for callers of the first release: the sweep counts as scheduled when it runs.
     def sweep_scheduled(self) -> bool:
@@ -477,8 +489,8 @@ def _claim_queries(call: str) -> tuple[str, str]:
 
 _CLAIM = _claim_queries("pgfence.claim(worker_id => %(worker_id)s, queues => %(queues)s, lease => %(lease)s,"
                         " max_jobs => %(max_jobs)s, request_id => %(request_id)s)")
-_CLAIMED = _claim_queries("pgfence.claimed(worker_id => %(worker_id)s, request_ids => %(request_ids)s::uuid[],"
-                          " lease => %(lease)s)")
+_CLAIM_RESULTS = _claim_queries("pgfence.claim_results(worker_id => %(worker_id)s,"
+                                " request_ids => %(request_ids)s::uuid[], lease => %(lease)s)")
 _JSONB_OID = 3802
 _decode_json = json.JSONDecoder().decode
 
