@@ -16,7 +16,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
-CODE_SPAN = re.compile(r"`([^`\n]+)`")
+CODE_SPAN = re.compile(r"`([^`]+)`")
 FENCE = re.compile(r"^(```|~~~)")
 TEST_FILE = re.compile(r"^(tests/[\w/]+\.py)(?:::(\w+))?$")
 TEST_NAME = re.compile(r"^(?:::)?(test_\w+)$")
@@ -60,9 +60,29 @@ def anchors(path: Path) -> set[str]:
     return found
 
 
+def paragraphs(text: str) -> list[tuple[int, str]]:
+    """(first line number, text) of each paragraph outside fenced code blocks: a code
+    span may run over a line break, so spans are told apart per paragraph."""
+    out: list[tuple[int, str]] = []
+    start, lines, last = 0, [], -1
+    for n, line in prose_lines(text):
+        if not line.strip() or n != last + 1:
+            if lines:
+                out.append((start, " ".join(lines)))
+            start, lines = n, []
+        if line.strip():
+            if not lines:
+                start = n
+            lines.append(line.strip())
+        last = n
+    if lines:
+        out.append((start, " ".join(lines)))
+    return out
+
+
 def broken_links(path: Path, text: str) -> list[str]:
     problems = []
-    for n, line in prose_lines(text):
+    for n, line in paragraphs(text):
         for target in LINK.findall(CODE_SPAN.sub("", line)):
             if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto:
                 continue
@@ -82,7 +102,7 @@ def broken_links(path: Path, text: str) -> list[str]:
 def missing_tests(path: Path, text: str) -> list[str]:
     problems = []
     current: Path | None = None
-    for n, line in prose_lines(text):
+    for n, line in paragraphs(text):
         for span in CODE_SPAN.findall(line):
             where = f"{path.relative_to(REPO)}:{n}: `{span}`"
             m = TEST_FILE.match(span)
