@@ -273,6 +273,30 @@ ensure_db() {
 # accepts connections on 127.0.0.1:$PORT.
 port_taken() { (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; }
 
+die_port_taken() {
+  die "port $PORT on 127.0.0.1 is already taken ($1); start this cluster on another port with PGFENCE_PGPORT=<port> (e.g. PGFENCE_PGPORT=$((PORT + 1)) make db), and use that variable with every make target"
+}
+
+# After a failed start: did the server fail because the port is someone else's? The
+# probe above misses a program that took the port after it, or holds it without
+# accepting connections, and another live server using the same socket directory and
+# port (its socket lock file, which clear_stale leaves alone while its owner lives).
+# $1: the size of the log before this start (only what this start wrote is read).
+start_failed_on_port() {
+  local log_tail lock pid
+  log_tail="$(tail -c +"$(( $1 + 1 ))" "$LOGFILE" 2>/dev/null | tail -n 40 || true)"
+  if grep -qE 'could not bind .*Address already in use|could not create any TCP/IP sockets' <<<"$log_tail"; then
+    die_port_taken "the server could not bind it: another program holds it"
+  fi
+  lock="$SOCKDIR/.s.PGSQL.${PORT}.lock"
+  if grep -qF "lock file \"$lock\" already exists" <<<"$log_tail" && [[ -f "$lock" ]]; then
+    pid="$(head -n1 "$lock" 2>/dev/null | tr -d ' -')"
+    if [[ "$pid" =~ ^[0-9]+$ ]] && proc_alive "$pid"; then
+      die_port_taken "another server (pid $pid) uses socket $SOCKDIR/.s.PGSQL.${PORT}"
+    fi
+  fi
+}
+
 cmd_start() {
   exec 9>"$LOCK_FILE"
   flock -w 120 9 || die "could not lock $LOCK_FILE"
@@ -282,17 +306,19 @@ cmd_start() {
     return 0
   fi
   if port_taken; then
-    die "port $PORT on 127.0.0.1 is already taken (another checkout's cluster, a system PostgreSQL, or another program); start this cluster on another port with PGFENCE_PGPORT=<port> (e.g. PGFENCE_PGPORT=$((PORT + 1)) make db), and use that variable with every make target"
+    die_port_taken "another checkout's cluster, a system PostgreSQL, or another program accepts connections on it"
   fi
   [[ -f "$PGDATA/PG_VERSION" ]] || init_cluster
   if [[ "$IS_ROOT" -eq 1 ]]; then chown -R postgres: "$PGDATA"; fi
   clear_stale
   write_conf
-  local attempt
+  local attempt log_size
   for attempt in 1 2 3 4 5; do
+    log_size="$(stat -c %s "$LOGFILE" 2>/dev/null || echo 0)"
     if as_pg "$BINDIR/pg_ctl" start -D "$PGDATA" -l "$LOGFILE" -w -t "$START_TIMEOUT" -s; then
       break
     fi
+    start_failed_on_port "$log_size"
     if (( attempt < 5 )) && tail -n 20 "$LOGFILE" 2>/dev/null \
          | grep -qE 'pre-existing shared memory block|lock file .* already exists|could not create lock file'; then
       warn "leftover processes from a previous server still hold resources; retrying in 2s"

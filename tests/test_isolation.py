@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -86,3 +87,26 @@ def test_pg_sh_says_when_its_port_is_taken(test_db_cluster: Cluster | None) -> N
         subprocess.run([str(REPO / "scripts" / "pg.sh"), "stop"], env=env, capture_output=True, timeout=60)
 
 
+
+
+def test_pg_sh_says_when_its_port_is_held_without_accepting_connections(test_db_cluster: Cluster | None) -> None:
+    # A socket bound to the port but not listening passes the connect probe, and the
+    # server then fails to bind: pg.sh must say the port is taken and name the override,
+    # not end with the server's raw "could not bind ... Address already in use".
+    if test_db_cluster is None:
+        pytest.skip("no cluster of the tests' own")
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        holder.bind(("127.0.0.1", 0))  # no SO_REUSEADDR, no listen()
+        port = holder.getsockname()[1]
+        with tempfile.TemporaryDirectory(prefix="pgfence-port-") as tmp:
+            os.chmod(tmp, 0o755)
+            env = dict(os.environ, PGFENCE_PGDATA=str(Path(tmp) / "data"), PGFENCE_PGPORT=str(port))
+            r = subprocess.run([str(REPO / "scripts" / "pg.sh"), "start"], env=env, capture_output=True,
+                               text=True, timeout=180)
+            subprocess.run([str(REPO / "scripts" / "pg.sh"), "stop"], env=env, capture_output=True, timeout=60)
+        assert r.returncode != 0, r.stderr
+        assert f"port {port} on 127.0.0.1 is already taken" in r.stderr, r.stderr
+        assert "PGFENCE_PGPORT" in r.stderr, r.stderr
+    finally:
+        holder.close()
