@@ -15,7 +15,7 @@ BEGIN;
 -- deploys cleanly with a NOTICE: run CALL pgfence.sweep() from your own scheduler, or
 -- let the Python worker sweep (Worker(run_sweeper=True)). If pg_cron lives in another
 -- database (cron.database_name), schedule both from there with
--- cron.schedule_in_database (README, DBA section).
+-- cron.schedule_in_database (docs/operations.md).
 DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_cron') THEN

@@ -341,7 +341,7 @@ BEGIN
     -- (Not merely exist: where pg_cron runs from another database, any role able to
     -- create a schema here could create a cron.job_run_details of its own, with a view or
     -- a function in it, and this statement runs as a superuser under pg_cron. There the
-    -- DBA trims the log in pg_cron's database: see the README.) A caller without access
+    -- DBA trims the log in pg_cron's database: see docs/operations.md.) A caller without access
     -- to schema cron, e.g. an operator running this by hand, skips it. Dynamic SQL:
     -- without pg_cron the table does not exist, and a static statement would not compile
     -- under plpgsql_check; a constant text, with every operator qualified.
