@@ -193,18 +193,12 @@ def summarize(row: dict[str, Any]) -> None:
 
 # ---------------------------------------------------------------- pgfence --
 def run_pgfence(cfg: Config, dsn: str, version: str) -> list[dict[str, Any]]:
-    impl = "client" if pf.client_available() else "standin"
-    label = "" if impl == "client" else " [stand-in worker]"
     rows = []
     for p in cfg.pgfence_prefetch:
-        shape = pf.WorkerShape(procs=cfg.procs, concurrency=cfg.concurrency, prefetch=p, poll_interval=0.05,
-                               impl=impl)
+        shape = pf.WorkerShape(procs=cfg.procs, concurrency=cfg.concurrency, prefetch=p, poll_interval=0.05)
         desc = (f"pgfence.Worker(Client.connect(dsn), concurrency={cfg.concurrency}, prefetch={p},"
-                f" poll_interval=0.05)" if impl == "client" else
-                f"STAND-IN worker loop (bench/standin_worker.py), concurrency={cfg.concurrency}, prefetch={p}")
-        via = "pgfence.Client" if impl == "client" else "SQL via psycopg"
-        row = new_row("pgfence", f"pgfence (prefetch {p}){label}", version, f"{desc}; enqueue: {via}")
-        row["worker_impl"] = impl
+                f" poll_interval=0.05)")
+        row = new_row("pgfence", f"pgfence (prefetch {p})", version, f"{desc}; enqueue: pgfence.Client")
         for i in range(cfg.drain_runs):
             log(f"{row['variant']}: batch enqueue {cfg.drain_n:,} + drain, run {i + 1}/{cfg.drain_runs}")
             cap = drain_cap(cfg, row)
@@ -238,8 +232,7 @@ def merge_depth_runs(results: list[dict[str, Any]], prefetch: int) -> dict[str, 
 def run_pgfence_only(cfg: Config, dsn: str) -> dict[str, Any]:
     out: dict[str, Any] = {"errors": []}
     best_p = max(cfg.pgfence_prefetch)
-    impl = "client" if pf.client_available() else "standin"
-    shape = pf.WorkerShape(procs=cfg.procs, concurrency=cfg.concurrency, prefetch=best_p, impl=impl)
+    shape = pf.WorkerShape(procs=cfg.procs, concurrency=cfg.concurrency, prefetch=best_p)
     holder = {"variant": "pgfence-only", "errors": out["errors"]}
     # The small and the deep queue take turns (one run each per round, each on a fresh
     # queue), so a slow spell of the machine hits both figures of the ratio alike.
@@ -270,7 +263,7 @@ def run_pgfence_only(cfg: Config, dsn: str) -> dict[str, Any]:
     log(f"pgfence sweep: {cfg.sweep_n:,} expired leases")
     out["sweep"] = guarded(holder, "sweep", lambda: pf.sweep(dsn, cfg.sweep_n, 1000, cfg.sweep_idle_max_s))
     log(f"pgfence recovery: {cfg.recovery_samples} killed workers, 2 s lease, workers polling at 0.1 s")
-    rshape = pf.WorkerShape(procs=cfg.procs, concurrency=cfg.concurrency, prefetch=8, poll_interval=0.1, impl=impl)
+    rshape = pf.WorkerShape(procs=cfg.procs, concurrency=cfg.concurrency, prefetch=8, poll_interval=0.1)
     out["recovery"] = guarded(holder, "recovery", lambda: pf.recovery(dsn, cfg.recovery_samples, rshape))
     log(f"pgfence recovery by the pg_cron sweeper, no workers: {cfg.recovery_samples} leases expiring"
         f" {cfg.sweeper_spread} s apart")
@@ -736,6 +729,8 @@ def main() -> int:
     for old in LOG_DIR.iterdir():
         old.unlink()
     check_dsn(a.dsn)
+    if not pf.client_available():
+        raise SystemExit("bench: `from pgfence import Client, Worker` fails in this venv; run `make setup`")
     results: dict[str, Any] = {"started": started, "quick": cfg.quick, "config": asdict(cfg), "dsn": a.dsn,
                                "errors": [], "notes": []}
     try:
@@ -752,14 +747,8 @@ def main() -> int:
                 " database for the cleanest numbers")
         pgfence_version = str(scalar(a.dsn, "SELECT pgfence.schema_version()")) \
             if scalar(a.dsn, "SELECT to_regproc('pgfence.schema_version') IS NOT NULL") else "?"
-        impl = "client" if pf.client_available() else "standin"
-        if impl == "standin":
-            results["notes"].append("pgfence drain/latency/depth/recovery used the TEMPORARY STAND-IN worker"
-                                    " (bench/standin_worker.py): `from pgfence import Client, Worker` failed in"
-                                    " the main venv")
         results["versions"] = {
-            "pgfence": f"schema_version {pgfence_version}, worker: "
-                       + ("python_client pgfence.Worker" if impl == "client" else "STAND-IN (bench/standin_worker.py)"),
+            "pgfence": f"schema_version {pgfence_version}, worker: python_client pgfence.Worker",
             **{p.name: p.version for p in peer_list},
             "peer python": "bench/.peers/venv: " + ", ".join(x for x in stamp.get("pip_freeze", [])
                                                              if x.split("==")[0].lower() in

@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import FrameType
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -680,7 +680,7 @@ def scenario_zombie(ctx: Ctx) -> None:
     S = "2 zombie"
     lease = 2.0
     q = ctx.queues["zombie"]
-    wc, wd = ctx.worker_id("C"), ctx.worker_id("D")
+    wd = ctx.worker_id("D")
     say(f"\n[2] A frozen worker comes back (a zombie). Worker C claims a job (lease {lease:g} s) and is frozen"
         f" (SIGSTOP) past its lease; worker D takes the job over and completes it; then C is resumed (SIGCONT).")
     say("    Expected: C's late heartbeat and complete are refused with LeaseLost, and the result stays D's.")
