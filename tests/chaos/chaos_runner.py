@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import psycopg
 
-from clusters import Cluster
+from support.clusters import Cluster
 from pgfence import Client, PgfenceError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -126,7 +126,7 @@ class Config:
 
 # =================================================================== cluster ==
 # The chaos cluster itself (its own data directory and port, crash-restarted) is
-# tests/clusters.py's Cluster; this module only reaps the worker processes a crashed
+# tests/support/clusters.py's Cluster; this module only reaps the worker processes a crashed
 # earlier session left behind.
 
 
