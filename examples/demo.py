@@ -475,9 +475,10 @@ def reclaim_attribution(ctx: Ctx, t_r: datetime, n_jobs: int, claimers: Sequence
     if in_claim and not passes:
         name, e = in_claim[0]
         t0, t1 = datetime.fromisoformat(e["t_before"]), datetime.fromisoformat(e["t_after"])
-        return (f"{name}'s claim() (on-claim recovery)",
-                f"the reclaim statement ran inside {name}'s claim call #{e['n']} "
-                f"[{hms(t0)} .. {hms(t1)}], and no sweeper pass reported reclaiming {n_jobs} job(s) then")
+        return (f"{name}'s claim()",
+                f"a claim first reclaims expired leases (in any queue); this reclaim ran inside {name}'s claim"
+                f" call #{e['n']} [{hms(t0)} .. {hms(t1)}], and no sweeper pass reported reclaiming {n_jobs}"
+                " job(s) then")
     if passes and not in_claim:
         p = passes[0]
         return ("pg_cron sweeper",
@@ -488,7 +489,7 @@ def reclaim_attribution(ctx: Ctx, t_r: datetime, n_jobs: int, claimers: Sequence
         return ("ambiguous", f"inside {in_claim[0][0]}'s claim call and a sweeper pass reclaimed "
                 f"{passes[0].reclaimed} at the same moment")
     return ("another session", "neither the demo's claimers nor a sweeper pass account for it: another "
-            "client's claim() (on-claim recovery reclaims expired leases in every queue) or a manual sweep")
+            "client's claim() (a claim reclaims expired leases in every queue first) or a manual sweep")
 
 
 def first_change(ctx: Ctx, job_id: int, start: State) -> Optional[tuple[datetime, State]]:
@@ -651,7 +652,7 @@ def scenario_crash(ctx: Ctx) -> None:
     ctx.check(S, "reclaimed only after the lease expired",
               f"all {len(t_rs)} reclaims after lease_expires_at {hms(lease_exp)}",
               len(t_rs) == 10 and all(t > lease_exp for t in t_rs.values()))
-    ctx.check(S, "reclaimed by (info)", "; ".join(attributions) or "-", None)
+    ctx.check(S, "who reclaimed the lease", "; ".join(attributions) or "-", None)
     ctx.check(S, "jobs done", f"{len(done)}/20", len(done) == 20 and len(rows) == 20)
     ctx.check(S, "completion events / distinct jobs", f"{len(lines)} / {len(per_job)}",
               len(lines) == 20 and len(per_job) == 20)
@@ -727,7 +728,7 @@ def scenario_zombie(ctx: Ctx) -> None:
         say(f"  C's lease reclaimed at {hms(t_r)}, {secs(t_r - claim_at)} after C's claim: {short}: {detail}")
         ctx.check(S, "reclaim time after C's claim (lease 2 s)", secs(t_r - claim_at),
                   lease_exp < t_r <= lease_exp + timedelta(seconds=1.5))
-        ctx.check(S, "reclaimed by (info)", short, None)
+        ctx.check(S, "who reclaimed the lease", short, None)
     else:
         ctx.check(S, "C's lease reclaimed", "never reclaimed", False)
     say(f"  C resumed with SIGCONT at {hms(cont_at)} (state before: {st_cont}); exit status {rc_c}")
@@ -817,7 +818,7 @@ def scenario_manual(ctx: Ctx) -> None:
                   f"{final['status']} after {secs(t_r - claim_at)}, reclaim_count {final['reclaim_count']}",
                   final["reclaim_count"] == 1 and final["last_error"] == RECLAIM_ERROR
                   and lease_exp < t_r <= lease_exp + timedelta(seconds=1.5))
-        ctx.check(S, "reclaimed by (info)", short, None)
+        ctx.check(S, "who reclaimed the lease", short, None)
     else:
         ctx.check(S, "after the lease: manual_review", f"status {final['status']}", False)
     check_history(ctx, S, {jid: [("E", "reclaimed")]}, {jid: str(claimed["jobs"][0]["token"]) if claimed["jobs"] else ""},
