@@ -853,7 +853,8 @@ def print_table(checks: list[Check]) -> None:
     say("  " + "-" * (sum(w) + 6 + 6))
     for r in rows:
         say(line(r))
-    say("  OK: the guarantee held.  FAIL: it did not.  INFO: what was seen, not a check.")
+    legend = "  OK: the guarantee held.  INFO: what was seen, not a check."
+    say(legend + ("  FAIL: the guarantee did not hold." if any(c.ok is False for c in checks) else ""))
 
 
 def delete_run_jobs(db: Db, queues: list[str]) -> int:
