@@ -55,8 +55,8 @@ psql: db ## psql into the local database
 test: setup ## run the test suite on its own throwaway cluster (PYTEST_ARGS=... passed to pytest)
 	cd $(REPO) && $(PY) -m pytest -q tests $(PYTEST_ARGS)
 
-demo: db deploy ## run the demo (python -m pgfence.demo)
-	cd $(REPO) && $(PY) -m pgfence.demo
+demo: db deploy ## run the demo (examples/demo.py: a killed, a frozen and a manual-review worker)
+	cd $(REPO) && $(PY) examples/demo.py
 
 bench: db deploy ## run the benchmark (QUICK=1 for a short run)
 	cd $(REPO) && $(PY) bench/run.py $(if $(QUICK),--quick)
@@ -64,8 +64,8 @@ bench: db deploy ## run the benchmark (QUICK=1 for a short run)
 chaos: setup ## run the full chaos suite (its own cluster, first free port from 54339; make test runs the short form)
 	cd $(REPO) && $(PY) -m pytest -q tests/chaos --chaos-full $(PYTEST_ARGS)
 
-typecheck: setup ## mypy on python_client/pgfence
-	cd $(REPO) && $(PY) -m mypy python_client/pgfence
+typecheck: setup ## mypy on python_client/pgfence and examples/
+	cd $(REPO) && MYPYPATH=python_client $(PY) -m mypy python_client/pgfence examples
 
 clean: ## stop the cluster, remove .pgdata and .venv
 	-@$(PG) stop

@@ -1,16 +1,15 @@
 """Shared helpers for the pgfence benchmark harness (main venv: stdlib + psycopg only).
 
 Process handling: every subprocess the harness starts goes through `spawn`, which
-puts it in its own process group and registers it, so `kill_all` (called from
-run.py's try/finally, atexit and signal handlers) can end each group: SIGTERM,
-then SIGKILL after a grace period. Nothing is ever killed by name.
+puts it in its own process group (tests/support/processes.py, the harness the test
+suites use too) and registers it, so `kill_all` (called from run.py's try/finally,
+atexit and signal handlers) can end each group: SIGTERM, then SIGKILL after a grace
+period. Nothing is ever killed by name.
 """
 from __future__ import annotations
 
 import json
 import math
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -27,6 +26,9 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 RESULTS_DIR = BENCH_DIR / "results"
 LOG_DIR = RESULTS_DIR / "logs"
+
+sys.path.insert(0, str(REPO / "tests"))
+from support import processes  # noqa: E402  (standard library only)
 
 
 class BenchError(RuntimeError):
@@ -110,45 +112,19 @@ _PROCS: list[subprocess.Popen[bytes]] = []
 
 def spawn(cmd: Sequence[str], *, log_path: Path, env: Optional[dict[str, str]] = None,
           cwd: Optional[Path] = None) -> subprocess.Popen[bytes]:
-    """Start cmd in a new session (own process group), stdout+stderr to log_path."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    out = open(log_path, "wb")
-    try:
-        p = subprocess.Popen(list(cmd), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             env=env, cwd=str(cwd or REPO), start_new_session=True)
-    finally:
-        out.close()
+    """Start cmd in a new session (own process group), stdout+stderr to log_path; registered
+    for kill_all."""
+    p = processes.spawn(cmd, log_path=log_path, env=env, cwd=cwd or REPO)
     _PROCS.append(p)
     return p
 
 
 def stop(procs: Sequence[subprocess.Popen[bytes]], grace: float = 3.0) -> None:
     """SIGTERM each process group, SIGKILL what is left after `grace` seconds."""
-    live = [p for p in procs if p.poll() is None]
-    for p in live:
-        _signal_group(p, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    for p in live:
-        try:
-            p.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
+    processes.stop(procs, grace)
     for p in procs:
-        # The leader may be gone while children of its group are not: always KILL the group.
-        _signal_group(p, signal.SIGKILL)
-        try:
-            p.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
         if p in _PROCS:
             _PROCS.remove(p)
-
-
-def _signal_group(p: subprocess.Popen[bytes], sig: int) -> None:
-    try:
-        os.killpg(p.pid, sig)  # pgid == pid: start_new_session=True
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def kill_all() -> None:

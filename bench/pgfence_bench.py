@@ -1,10 +1,9 @@
 """pgfence side of the benchmark (main venv: stdlib + psycopg).
 
-One function per measurement. Enqueue goes through pgfence.Client (else the same SQL through psycopg);
-drain, latency, depth and recovery run worker OS processes
-(bench/pgfence_worker.py: the real `pgfence.Worker` when `from pgfence import
-Client, Worker` works in the main venv, else the labelled stand-in). Every run
-uses a fresh queue name and deletes its jobs (+ VACUUM) afterwards.
+One function per measurement. Enqueue goes through pgfence.Client, as an application
+calls it; drain, latency, depth and recovery run worker OS processes
+(bench/pgfence_worker.py: a `pgfence.Worker`). Every run uses a fresh queue name and
+deletes its jobs (+ VACUUM) afterwards.
 """
 from __future__ import annotations
 
@@ -20,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from common import (BENCH_DIR, LOG_DIR, BenchError, DrainResult, connect, delay_summary, dsn_dbname,
+from common import (BENCH_DIR, LOG_DIR, BenchError, connect, delay_summary, dsn_dbname,
                     log, measure_drain, median, percentile, settle, spawn, stop, wait_lines, wait_ready)
 
 PY = sys.executable
@@ -40,7 +39,6 @@ class WorkerShape:
     concurrency: int = 8
     prefetch: int = 8
     poll_interval: float = 0.05
-    impl: str = "auto"  # auto | client | standin
 
 
 def client_available() -> bool:
@@ -76,39 +74,20 @@ def scalar_in(conn: Any, sql: str, params: Any = None) -> Any:
 
 
 # ------------------------------------------------------------------ enqueue --
-# Enqueue goes through the Python client (pgfence.Client) when it imports in this
-# venv, as an application would call it; else through the same SQL it sends.
-_CLIENT_OK: Optional[bool] = None
-
-
-def _use_client() -> bool:
-    global _CLIENT_OK
-    if _CLIENT_OK is None:
-        _CLIENT_OK = client_available()
-    return _CLIENT_OK
-
-
 def single_enqueue(dsn: str, n: int) -> dict[str, Any]:
     """n sequential enqueues (pgfence.Client.enqueue, one autocommit connection)."""
+    from pgfence import Client
     queue = new_queue("single")
     try:
-        if _use_client():
-            from pgfence import Client
-            client = Client.connect(dsn, max_size=1)
-            try:
-                t0 = time.perf_counter()
-                for i in range(n):
-                    client.enqueue("noop", {"i": i}, queue=queue)
-                secs = time.perf_counter() - t0
-            finally:
-                client.close()
-        else:
-            with connect(dsn) as conn:
-                t0 = time.perf_counter()
-                for i in range(n):
-                    conn.execute(SINGLE_SQL, (json.dumps({"i": i}), queue))
-                secs = time.perf_counter() - t0
-        return {"n": n, "seconds": secs, "rate": n / secs, "via": "client" if _use_client() else "sql"}
+        client = Client.connect(dsn, max_size=1)
+        try:
+            t0 = time.perf_counter()
+            for i in range(n):
+                client.enqueue("noop", {"i": i}, queue=queue)
+            secs = time.perf_counter() - t0
+        finally:
+            client.close()
+        return {"n": n, "seconds": secs, "rate": n / secs, "via": "client"}
     finally:
         cleanup(dsn, queue)
 
@@ -116,28 +95,18 @@ def single_enqueue(dsn: str, n: int) -> dict[str, Any]:
 def batch_enqueue(dsn: str, queue: str, n: int, batch: int = 1000, kind: str = "noop") -> tuple[float, list[int]]:
     """n jobs into `queue`, `batch` per enqueue_many call (pgfence.Client.enqueue_many);
     returns (seconds, ids)."""
+    from pgfence import Client
     ids: list[int] = []
-    if _use_client():
-        from pgfence import Client
-        client = Client.connect(dsn, max_size=1)
-        try:
-            t0 = time.perf_counter()
-            for start in range(0, n, batch):
-                k = min(batch, n - start)
-                ids.extend(r.id for r in client.enqueue_many([kind] * k, [{"i": start + j} for j in range(k)],
-                                                             queue=queue))
-            secs = time.perf_counter() - t0
-        finally:
-            client.close()
-        return secs, ids
-    with connect(dsn) as conn:
+    client = Client.connect(dsn, max_size=1)
+    try:
         t0 = time.perf_counter()
         for start in range(0, n, batch):
             k = min(batch, n - start)
-            rows = conn.execute(BATCH_SQL, ([kind] * k, json.dumps([{"i": start + j} for j in range(k)]),
-                                            queue)).fetchall()
-            ids.extend(r[1] for r in rows)
+            ids.extend(r.id for r in client.enqueue_many([kind] * k, [{"i": start + j} for j in range(k)],
+                                                         queue=queue))
         secs = time.perf_counter() - t0
+    finally:
+        client.close()
     return secs, ids
 
 
@@ -149,22 +118,12 @@ def start_workers(dsn: str, queue: str, shape: WorkerShape, tag: str, mode: str 
         lp = LOG_DIR / f"pgfence-{tag}-w{i}.log"
         cmd = [PY, str(WORKER), "--dsn", dsn, "--queue", queue, "--concurrency", str(shape.concurrency),
                "--prefetch", str(shape.prefetch), "--poll-interval", str(shape.poll_interval),
-               "--mode", mode, "--impl", shape.impl]
+               "--mode", mode]
         if outs:
             cmd += ["--out", str(outs[i])]
         procs.append(spawn(cmd, log_path=lp))
         logs.append(lp)
     return procs, logs
-
-
-def worker_impl_used(log_paths: list[Path]) -> str:
-    for lp in log_paths:
-        if lp.exists():
-            for line in lp.read_text(errors="replace").splitlines():
-                if line.startswith("READY "):
-                    parts = line.split()
-                    return parts[2] if len(parts) > 2 else "?"
-    return "?"
 
 
 def batch_then_drain(dsn: str, n: int, shape: WorkerShape, timeout: float, tag: str) -> dict[str, Any]:
@@ -181,17 +140,13 @@ def batch_then_drain(dsn: str, n: int, shape: WorkerShape, timeout: float, tag: 
                 row = poll.execute("SELECT count(*) FROM pgfence.jobs WHERE id BETWEEN %s AND %s"
                                    " AND status = 'done'", (lo, hi)).fetchone()
                 return int(row[0]) if row else 0
-            logs: list[Path] = []
 
             def start() -> tuple[list[subprocess.Popen[bytes]], list[Path]]:
-                procs, lps = start_workers(dsn, queue, shape, f"drain{tag}")
-                logs.extend(lps)
-                return procs, lps
+                return start_workers(dsn, queue, shape, f"drain{tag}")
             dr = measure_drain(start, finished, n, timeout)
         finally:
             poll.close()
-        return {"batch": {"n": n, "seconds": secs, "rate": n / secs}, "drain": asdict(dr),
-                "impl": worker_impl_used(logs)}
+        return {"batch": {"n": n, "seconds": secs, "rate": n / secs}, "drain": asdict(dr)}
     finally:
         cleanup(dsn, queue)
 
@@ -213,7 +168,7 @@ def latency(dsn: str, shape: WorkerShape, n: int = 100, rate: float = 20.0, tag:
     finally:
         stop(procs)
         cleanup(dsn, queue)
-    return {**delay_summary(outs, n, "pgfence latency"), "impl": worker_impl_used(logs)}
+    return delay_summary(outs, n, "pgfence latency")
 
 
 def _paced(n: int, rate: float, send: Callable[[int], Any]) -> None:
@@ -455,7 +410,7 @@ def recovery(dsn: str, samples: int, shape: WorkerShape, stagger: float = 0.25) 
         delays = [(r[1] - claimed[r[0]]) * 1000 for r in rows]
         return {"samples": samples, "lease": "2 seconds", "poll_interval": shape.poll_interval,
                 "p50_ms": percentile(delays, 50), "p95_ms": percentile(delays, 95), "max_ms": max(delays),
-                "min_ms": min(delays), "median_ms": median(delays), "impl": worker_impl_used(logs)}
+                "min_ms": min(delays), "median_ms": median(delays)}
     finally:
         stop(victims)
         stop(procs)

@@ -1,12 +1,11 @@
 """One pgfence worker OS process for the benchmark (main venv).
 
     python bench/pgfence_worker.py --dsn DSN --queue Q [--concurrency 8] [--prefetch P]
-        [--poll-interval 0.05] [--mode noop|latency] [--out FILE] [--impl auto|client|standin]
+        [--poll-interval 0.05] [--mode noop|latency] [--out FILE]
 
---impl auto uses the real client (`from pgfence import Client, Worker`) when it
-imports, else the clearly labelled stand-in in bench/standin_worker.py.
+A `pgfence.Worker` over `pgfence.Client.connect(DSN)`.
 mode latency: the handler appends `time.time() - payload["t"]` (seconds) to --out.
-Prints `READY <epoch> <impl>` right before the worker's run() is called.
+Prints `READY <epoch>` right before the worker's run() is called.
 SIGTERM/SIGINT stop the worker (w.stop()).
 """
 from __future__ import annotations
@@ -16,18 +15,9 @@ import signal
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any, Callable
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-
-def client_available() -> bool:
-    try:
-        from pgfence import Client, Worker  # noqa: F401
-    except Exception:
-        return False
-    return True
+from pgfence import Client, Worker
 
 
 def make_handler(mode: str, out: str | None) -> Callable[[Any], None]:
@@ -56,30 +46,19 @@ def main() -> int:
     ap.add_argument("--poll-interval", type=float, default=0.05)
     ap.add_argument("--mode", choices=["noop", "latency"], default="noop")
     ap.add_argument("--out")
-    ap.add_argument("--impl", choices=["auto", "client", "standin"], default="auto")
     a = ap.parse_args()
 
-    impl = a.impl
-    if impl == "auto":
-        impl = "client" if client_available() else "standin"
     handler = make_handler(a.mode, a.out)
-    worker: Any
-    if impl == "client":
-        from pgfence import Client, Worker
-        client = Client.connect(a.dsn)
-        worker = Worker(client, handlers={"noop": handler}, queues=[a.queue], concurrency=a.concurrency,
-                        prefetch=a.prefetch, poll_interval=a.poll_interval)
-    else:
-        from standin_worker import StandInWorker
-        worker = StandInWorker(a.dsn, handlers={"noop": handler}, queues=[a.queue],
-                               concurrency=a.concurrency, prefetch=a.prefetch, poll_interval=a.poll_interval)
+    client = Client.connect(a.dsn)
+    worker = Worker(client, handlers={"noop": handler}, queues=[a.queue], concurrency=a.concurrency,
+                    prefetch=a.prefetch, poll_interval=a.poll_interval)
 
     def on_signal(signum: int, frame: object) -> None:
         worker.stop()
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
-    print(f"READY {time.time():.6f} {impl}", flush=True)
+    print(f"READY {time.time():.6f}", flush=True)
     worker.run()
     return 0
 

@@ -3,8 +3,8 @@
 on the local throwaway cluster. `make bench` runs `.venv/bin/python bench/run.py [--quick]`
 after starting the cluster and deploying pgfence.
 
-Writes BENCHMARKS.md (repo top) and bench/results/latest.json, prints the table to
-stdout, and ends stdout with exactly one line
+Writes bench/results/latest.json and BENCHMARKS.md (repo top; report.py renders it),
+prints the table to stdout, and ends stdout with exactly one line
 `drain: pgfence N jobs/s, best peer NAME M jobs/s, ratio R`.
 Progress goes to stderr; worker/runner logs to bench/results/logs/.
 """
@@ -14,7 +14,6 @@ import argparse
 import atexit
 import functools
 import json
-import math
 import os
 import platform
 import shutil
@@ -32,8 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pgbench_bench  # noqa: E402
 import pgfence_bench as pf  # noqa: E402
 import peers as peers_mod  # noqa: E402
-from common import (LOG_DIR, REPO, RESULTS_DIR, BenchError, connect, delay_summary,  # noqa: E402
-                    fmt_num, kill_all, log, measure_drain, median, run_json, scalar, spawn,
+import report  # noqa: E402
+from common import (LOG_DIR, REPO, RESULTS_DIR, connect, delay_summary,  # noqa: E402
+                    kill_all, log, measure_drain, median, run_json, scalar, spawn,
                     settle, stop, wait_lines, wait_ready)
 
 
@@ -193,18 +193,12 @@ def summarize(row: dict[str, Any]) -> None:
 
 # ---------------------------------------------------------------- pgfence --
 def run_pgfence(cfg: Config, dsn: str, version: str) -> list[dict[str, Any]]:
-    impl = "client" if pf.client_available() else "standin"
-    label = "" if impl == "client" else " [stand-in worker]"
     rows = []
     for p in cfg.pgfence_prefetch:
-        shape = pf.WorkerShape(procs=cfg.procs, concurrency=cfg.concurrency, prefetch=p, poll_interval=0.05,
-                               impl=impl)
+        shape = pf.WorkerShape(procs=cfg.procs, concurrency=cfg.concurrency, prefetch=p, poll_interval=0.05)
         desc = (f"pgfence.Worker(Client.connect(dsn), concurrency={cfg.concurrency}, prefetch={p},"
-                f" poll_interval=0.05)" if impl == "client" else
-                f"STAND-IN worker loop (bench/standin_worker.py), concurrency={cfg.concurrency}, prefetch={p}")
-        via = "pgfence.Client" if impl == "client" else "SQL via psycopg"
-        row = new_row("pgfence", f"pgfence (prefetch {p}){label}", version, f"{desc}; enqueue: {via}")
-        row["worker_impl"] = impl
+                f" poll_interval=0.05)")
+        row = new_row("pgfence", f"pgfence (prefetch {p})", version, f"{desc}; enqueue: pgfence.Client")
         for i in range(cfg.drain_runs):
             log(f"{row['variant']}: batch enqueue {cfg.drain_n:,} + drain, run {i + 1}/{cfg.drain_runs}")
             cap = drain_cap(cfg, row)
@@ -238,8 +232,7 @@ def merge_depth_runs(results: list[dict[str, Any]], prefetch: int) -> dict[str, 
 def run_pgfence_only(cfg: Config, dsn: str) -> dict[str, Any]:
     out: dict[str, Any] = {"errors": []}
     best_p = max(cfg.pgfence_prefetch)
-    impl = "client" if pf.client_available() else "standin"
-    shape = pf.WorkerShape(procs=cfg.procs, concurrency=cfg.concurrency, prefetch=best_p, impl=impl)
+    shape = pf.WorkerShape(procs=cfg.procs, concurrency=cfg.concurrency, prefetch=best_p)
     holder = {"variant": "pgfence-only", "errors": out["errors"]}
     # The small and the deep queue take turns (one run each per round, each on a fresh
     # queue), so a slow spell of the machine hits both figures of the ratio alike.
@@ -270,7 +263,7 @@ def run_pgfence_only(cfg: Config, dsn: str) -> dict[str, Any]:
     log(f"pgfence sweep: {cfg.sweep_n:,} expired leases")
     out["sweep"] = guarded(holder, "sweep", lambda: pf.sweep(dsn, cfg.sweep_n, 1000, cfg.sweep_idle_max_s))
     log(f"pgfence recovery: {cfg.recovery_samples} killed workers, 2 s lease, workers polling at 0.1 s")
-    rshape = pf.WorkerShape(procs=cfg.procs, concurrency=cfg.concurrency, prefetch=8, poll_interval=0.1, impl=impl)
+    rshape = pf.WorkerShape(procs=cfg.procs, concurrency=cfg.concurrency, prefetch=8, poll_interval=0.1)
     out["recovery"] = guarded(holder, "recovery", lambda: pf.recovery(dsn, cfg.recovery_samples, rshape))
     log(f"pgfence recovery by the pg_cron sweeper, no workers: {cfg.recovery_samples} leases expiring"
         f" {cfg.sweeper_spread} s apart")
@@ -403,316 +396,6 @@ def run_peer(peer: peers_mod.Peer, cfg: Config, admin_dsn: str) -> list[dict[str
     return rows
 
 
-# ----------------------------------------------------------------- report --
-def _best(rows: list[dict[str, Any]], key: Callable[[dict[str, Any]], Optional[float]],
-          lower: bool = False) -> tuple[Optional[dict[str, Any]], Optional[float]]:
-    cands: list[tuple[float, dict[str, Any]]] = []
-    for r in rows:
-        v = key(r)
-        if v is not None and not math.isnan(v):
-            cands.append((v, r))
-    if not cands:
-        return None, None
-    v, r = (min if lower else max)(cands, key=lambda t: t[0])
-    return r, v
-
-
-COLUMNS: list[tuple[str, Callable[[dict[str, Any]], Optional[float]], bool]] = [
-    ("single enqueue/s", lambda r: r["single"]["rate"] if r.get("single") else None, False),
-    ("batch enqueue/s", lambda r: r["batch"]["median"] if r.get("batch") else None, False),
-    ("drain jobs/s", lambda r: r["drain"]["median"] if r.get("drain") else None, False),
-    ("latency p50 ms", lambda r: r["latency"]["p50_ms"] if r.get("latency") else None, True),
-    ("latency p95 ms", lambda r: r["latency"]["p95_ms"] if r.get("latency") else None, True),
-]
-
-
-def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    mine = [r for r in rows if r["system"] == "pgfence"]
-    others = [r for r in rows if r["system"] != "pgfence"]
-    out = []
-    for name, key, lower in COLUMNS:
-        pr, pv = _best(mine, key, lower)
-        orow, ov = _best(others, key, lower)
-        # Enqueue does not depend on the worker variant: name the system there.
-        label = "system" if "enqueue" in name else "variant"
-        out.append({"column": name, "pgfence": pv, "pgfence_variant": pr[label] if pr else None,
-                    "best_peer": orow[label] if orow else None, "peer_value": ov,
-                    "ratio": (pv / ov) if pv is not None and ov else None, "lower_is_better": lower})
-    return out
-
-
-def with_spread(result: Optional[dict[str, Any]], key: str, digits: int) -> str:
-    """A median with its min-max over the runs, when there was more than one run."""
-    if not result:
-        return "n/a"
-    lo, hi = result.get(f"{key}_spread") or (None, None)
-    more = f" ({fmt_num(lo, digits)}-{fmt_num(hi, digits)})" if result.get("runs", 1) > 1 and lo is not None else ""
-    return fmt_num(result[key], digits) + more
-
-
-def main_table(rows: list[dict[str, Any]], cfg: Config) -> str:
-    runs = "1 run (quick)" if cfg.drain_runs == 1 else f"median of {cfg.drain_runs}"
-    hdr = ("| system | single enqueue/s | batch enqueue/s | drain jobs/s (" + runs + ") | drain spread min-max |"
-           " latency p50 ms | latency p95 ms |")
-    lines = [hdr, "|---|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        d = r.get("drain")
-        drain = fmt_num(d["median"]) if d else "n/a"
-        if d and d["timed_out_runs"]:
-            drain += f" (capped {d['timed_out_runs']}/{d['runs']})"
-        spread = f"{fmt_num(d['min'])}-{fmt_num(d['max'])}" if d and d["runs"] > 1 else ("1 run" if d else "n/a")
-        lat = r.get("latency")
-        lines.append(f"| {r['variant']} | {with_spread(r.get('single'), 'rate', 0)} | {fmt_num(COLUMNS[1][1](r))} |"
-                     f" {drain} | {spread} | {with_spread(lat, 'p50_ms', 1)} | {with_spread(lat, 'p95_ms', 1)} |")
-    return "\n".join(lines)
-
-
-def ratio_table(rat: list[dict[str, Any]]) -> str:
-    lines = ["| column | pgfence (best variant) | best peer | ratio pgfence/peer |", "|---|---:|---:|---:|"]
-    for x in rat:
-        digits = 1 if "latency" in x["column"] else 0
-        better = "lower is better" if x["lower_is_better"] else "higher is better"
-        lines.append(f"| {x['column']} ({better}) | {fmt_num(x['pgfence'], digits)} ({x['pgfence_variant']}) |"
-                     f" {fmt_num(x['peer_value'], digits)} ({x['best_peer']}) |"
-                     f" {fmt_num(x['ratio'], 2) if x['ratio'] is not None else 'n/a'} |")
-    return "\n".join(lines)
-
-
-def pgbench_table(pb: Optional[dict[str, Any]]) -> str:
-    if not pb:
-        return "pgbench: not run (see errors)."
-    c, t, s = pb["clients"], pb["threads"], pb["seconds"]
-    claim = pb["claim"]
-    note = f" ({claim['note']})" if claim.get("note") else ""
-    return "\n".join([
-        "| pgbench baseline (bench_pgbench database) | tx/s |", "|---|---:|",
-        f"| single-row INSERT, `pgbench -n -c {c} -j {t} -T {s}` | {fmt_num(pb['insert']['tps'])} |",
-        f"| one-row SKIP LOCKED claim (UPDATE ... status='done') on {claim['prefilled']:,} pre-filled rows,"
-        f" `-c {c} -j {t} -T {s}`{note} | {fmt_num(claim['tps'])} |",
-    ])
-
-
-def pgfence_only_table(po: Optional[dict[str, Any]], cfg: Config,
-                       ratio_rows: Sequence[dict[str, Any]] = ()) -> str:
-    """ratio_rows: the ratio table's rows (pgfence's and the best peer's drain and latency,
-    set beside the ceiling and the latency floor)."""
-    if not po:
-        return "pgfence-only measurements: not run."
-    by_column = {x["column"]: x for x in ratio_rows}
-    drain = by_column.get("drain jobs/s")
-    lines = ["| pgfence-only measurement | result |", "|---|---|"]
-    ce = po.get("ceiling")
-    if ce:
-        peer = ""
-        if drain and drain.get("pgfence"):
-            peer += (f"; pgfence's drain ({drain['pgfence_variant']}, {fmt_num(drain['pgfence'])} jobs/s) is"
-                     f" {drain['pgfence'] / ce['rate']:.2f} of it")
-        if drain and drain.get("peer_value"):
-            peer += (f"; it is {ce['rate'] / drain['peer_value']:.2f} x the best peer's drain"
-                     f" ({drain['best_peer']}, {fmt_num(drain['peer_value'])} jobs/s)")
-        dry = "; the queue ran dry, so this is a lower bound" if ce["left"] == 0 else ""
-        lines.append(f"| database-only ceiling: {ce['clients']} pgbench clients (one per worker process), each"
-                     f" looping over `claim(max_jobs => {ce['batch']})` and `complete_many` of what it got, in SQL,"
-                     f" no worker process; {ce['n']:,} queued, `pgbench -c {ce['clients']} -T {ce['seconds']}` |"
-                     f" {fmt_num(ce['rate'])} jobs/s{dry}{peer} |")
-    for d in po.get("depth", []):
-        capped = " (a run capped)" if d["capped"] else ""
-        lines.append(f"| depth: claim+complete of {d['measured']:,} jobs with {d['queued']:,} queued"
-                     f" ({cfg.procs} procs x {cfg.concurrency}, prefetch {d['prefetch']}; median of {len(d['runs'])},"
-                     f" database clock) | {fmt_num(d['rate'])} jobs/s (spread {fmt_num(d['spread'][0])}-"
-                     f"{fmt_num(d['spread'][1])}; wall clock incl. process start {fmt_num(d['wall_rate'])})"
-                     f"{capped} |")
-    fl = po.get("latency_floor")
-    if fl:
-        p50, p95 = by_column.get("latency p50 ms"), by_column.get("latency p95 ms")
-        mine = (f"; pgfence's latency step: p50 {fmt_num(p50['pgfence'], 1)} ms, p95 {fmt_num(p95['pgfence'], 1)} ms"
-                if p50 and p95 and p50.get("pgfence") is not None and p95.get("pgfence") is not None else "")
-        lines.append(f"| latency floor, no queue logic: {fl['n']} bare `INSERT INTO pgfence.jobs` + NOTIFY at"
-                     f" {fl['rate']:g}/s (the latency step's producer); {fl['procs']} idle processes LISTENing,"
-                     f" each claiming one job per notification with a bare one-row SKIP LOCKED UPDATE"
-                     f" (bench/floor_claimer.py: no checks, no reclaim probe, no worker threads) |"
-                     f" p50 {fl['p50_ms']:.1f} ms, p95 {fl['p95_ms']:.1f} ms{mine} |")
-    depth = po.get("depth", [])
-    if len(depth) == 2 and depth[0]["rate"]:
-        lines.append(f"| depth ratio: {depth[1]['queued']:,} queued vs {depth[0]['queued']:,} queued |"
-                     f" {depth[1]['rate'] / depth[0]['rate']:.2f} (wall clock:"
-                     f" {depth[1]['wall_rate'] / depth[0]['wall_rate']:.2f}) |")
-    sw = po.get("sweep")
-    if sw:
-        lines.append(f"| sweep: `CALL pgfence.sweep()` reclaiming {sw['expired']:,} expired leases (pg_cron sweeper"
-                     f" paused) | {sw['sweep_seconds']:.2f} s, {fmt_num(sw['reclaimed_per_s'])} rows/s"
-                     f" ({sw['reclaimed']:,} reclaimed) |")
-        if sw["expired"] < sw["expired_target"]:
-            lines.append(f"| sweep note | {sw['expired_target'] - sw['expired']:,} of the {sw['expired_target']:,}"
-                         " expired leases were reclaimed by another session's claim before the sweep |")
-        lines.append(f"| idle sweep cost: `SELECT count(*) FROM pgfence.reclaim_expired(1000)`, nothing expired"
-                     f" (after the sweep + VACUUM), {sw['idle_calls']:,} calls ({sw['idle_processing_rows']:,} unexpired processing rows in"
-                     f" the table) | {sw['idle_us_per_call']:,.0f} us/call |")
-        if sw.get("busy_idle_us_per_call") is not None:
-            lines.append(f"| idle sweep cost with {sw['expired']:,} unexpired leases held (same call,"
-                         f" {sw['busy_idle_calls']} calls) | {sw['busy_idle_us_per_call']:,.0f} us/call |")
-    rc = po.get("recovery")
-    if rc:
-        lines.append(f"| recovery: killed worker, lease 2 s, workers polling every {rc['poll_interval']} s:"
-                     f" lease expiry -> claimed again ({rc['samples']} samples) | p50 {rc['p50_ms']:.0f} ms,"
-                     f" p95 {rc['p95_ms']:.0f} ms, max {rc['max_ms']:.0f} ms |")
-    sr = po.get("sweeper_recovery")
-    if sr and sr.get("skipped"):
-        lines.append(f"| recovery, no workers, by the pg_cron sweeper | skipped: {sr['skipped']} |")
-    elif sr:
-        lines.append(f"| recovery, no workers: the pg_cron sweeper (a pass every 0.5 s) reclaims an expired lease:"
-                     f" lease expiry -> reclaimed ({sr['samples']} samples) | p50 {sr['p50_ms']:.0f} ms,"
-                     f" p95 {sr['p95_ms']:.0f} ms, max {sr['max_ms']:.0f} ms |")
-    churns = po.get("churn") or []
-    for ch in churns:
-        lines.append(f"| churn: {ch['seconds']:.0f} s drain ({cfg.procs} procs x {cfg.concurrency}, prefetch"
-                     f" {max(cfg.pgfence_prefetch)}) with {ch['depth']:,} jobs kept queued, autovacuum_naptime"
-                     f" {ch['naptime']}; claim+complete per {ch['window']:.0f} s window | median"
-                     f" {fmt_num(ch['median_rate'])} jobs/s, min {fmt_num(ch['min_rate'])}, last"
-                     f" {fmt_num(ch['last_rate'])}; pgfence.jobs: at most {ch['max_dead_rows']:,} dead rows, claim"
-                     f" index {ch['claim_idx_mb_end']:.1f} MB at the end (indexes keep their size from earlier"
-                     f" runs), {ch['autovacuum_passes']} autovacuum passes |")
-    if len(churns) == 2 and churns[0]["median_rate"]:
-        lines.append(f"| steady depth ratio: {churns[1]['depth']:,} vs {churns[0]['depth']:,} kept queued (median"
-                     f" of the windows) | {churns[1]['median_rate'] / churns[0]['median_rate']:.2f} |")
-    for e in po.get("errors", []):
-        lines.append(f"| error | {e} |")
-    return "\n".join(lines)
-
-
-def claims_table(po: Optional[dict[str, Any]]) -> str:
-    """Claims over 1..10,000 queues: time and extra rows locked, before and now, and the
-    ratio to the same claim from one queue holding the same jobs."""
-    cl = (po or {}).get("claims")
-    if not cl:
-        return "Claims over many queues: not run."
-    cases = {(c["version"], c["queues"], c["shape"]): c for c in cl["cases"]}
-    versions = sorted({c["version"] for c in cl["cases"]}, key=lambda v: v != "before")
-    lines = [f"A claim of {cl['max_jobs']} from {cl['jobs']:,} queued jobs spread evenly over N queues, each call in"
-             " a transaction rolled back (client time: one round trip, the list of queues sent with it; median and"
-             " p95). Extra locked: queued rows the claim held locks on beyond those it returned, counted from a"
-             " second session while its transaction was open. Ratio: to the same claim (queues => NULL) from one"
-             " queue holding the same jobs, same version.", "",
-             "| version | queues | queues => | median ms | p95 ms | returned | extra rows locked | ratio to 1 queue |",
-             "|---|---:|---|---:|---:|---:|---:|---:|"]
-    for v in versions:
-        base = cases.get((v, 1, "NULL"))
-        for (vv, n, shape), c in sorted(cases.items(), key=lambda kv: (kv[0][1], kv[0][2])):
-            if vv != v:
-                continue
-            ratio = f"{c['median_ms'] / base['median_ms']:.2f}" if base and base["median_ms"] else "-"
-            what = "NULL" if shape == "NULL" else f"all {n:,} names"
-            lines.append(f"| {v} | {n:,} | {what} | {c['median_ms']:.2f} | {c['p95_ms']:.2f} | {c['returned']} |"
-                         f" {c['locked_extra']:,} | {ratio} |")
-    return "\n".join(lines)
-
-
-def render(results: dict[str, Any], cfg: Config) -> str:
-    m = results["machine"]
-    rows = results["rows"]
-    st = m["pg_settings"]
-    peer_versions = results["versions"]
-    runs_note = ("QUICK mode: every measurement is ONE run (no median, no spread)." if cfg.quick else
-                 f"Drain: median of {cfg.drain_runs} runs, spread = min-max; single enqueue and latency: median of"
-                 f" {cfg.single_runs} runs, (min-max) after it; batch enqueue: median over the drain runs'"
-                 " pre-fills.")
-    md = [
-        "# pgfence benchmarks",
-        "",
-        f"Generated by `bench/run.py{' --quick' if cfg.quick else ''}` (`make bench{' QUICK=1' if cfg.quick else ''}`)"
-        f" on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(results['started']))}, took"
-        f" {results['elapsed_s']:.0f} s. Raw numbers: `bench/results/latest.json`. {runs_note}",
-        "",
-        "## Machine",
-        "",
-        f"- {m['nproc']} cores ({m['cpu']}), {m['mem_gib']} GiB memory, Debian {m['debian']}, kernel {m['kernel']}",
-        f"- {m['postgres']}",
-        f"- fsync={st['fsync']}, synchronous_commit={st['synchronous_commit']},"
-        f" full_page_writes={st['full_page_writes']}, shared_buffers={st['shared_buffers']},"
-        f" wal_level={st['wal_level']}; one local throwaway cluster (scripts/pg.sh), every client on 127.0.0.1",
-        f"- pg_cron sweeper: {m['pg_cron_sweeper'] or 'not scheduled'} (left running except during the sweep"
-        " measurement; it runs pgfence.sweep() every 0.5 s in database pgfence)",
-        f"- at start: {m['other_client_sessions_at_start']} other client sessions on the cluster,"
-        f" {m['pgfence_jobs_rows_at_start']:,} rows in pgfence.jobs"
-        f" ({m['pgfence_processing_rows_at_start']:,} processing) left by other users of the database",
-        f"- load average (1 min) at start {m['loadavg_start']:.2f}, at end {results.get('loadavg_end', 0):.2f};"
-        " anything else running on the machine (e.g. a test suite on the same cluster) skews these numbers",
-        f"- Python {m['python']}, Node.js {m['node'] or 'absent'}, {m['pgbench'] or 'pgbench absent'}",
-        "",
-        "## Versions",
-        "",
-        *[f"- {k}: {v}" for k, v in peer_versions.items()],
-        "",
-        "## Settings",
-        "",
-        f"- Worker shape for every system: {cfg.procs} worker OS processes x concurrency {cfg.concurrency},"
-        " no-op handler. Each peer in its own database (bench_pgqueuer, bench_procrastinate, bench_graphile)"
-        " with the schema installed by its own tooling; pgfence in its deployed database, a fresh queue per"
-        " run, jobs deleted and VACUUMed after each run; peer tables truncated + VACUUM between runs.",
-        f"- single enqueue/s: {cfg.single_n:,} sequential single enqueues from one client connection, after"
-        f" the drains, the systems taking turns ({cfg.single_runs} rounds; median, min-max)"
-        " (pgfence: `SELECT pgfence.enqueue(kind => 'noop', payload => %s::jsonb, queue => %s)`).",
-        f"- batch enqueue/s: {cfg.drain_n:,} jobs in batches of {cfg.batch:,} through the system's batch API"
-        " (pgfence: `pgfence.enqueue_many`), measured as the pre-fill of each drain run.",
-        f"- drain jobs/s: {cfg.drain_n:,} queued no-op jobs; then the same settle step for every system"
-        " (VACUUM (ANALYZE) of its tables, CHECKPOINT, wait for running autovacuum workers to finish);"
-        f" then {cfg.procs} worker processes start;"
-        " time from the first worker's READY (printed right before the library's run()) until the database"
-        f" shows all {cfg.drain_n:,} finished (count polled every 20-500 ms, adaptive, so the end is caught"
-        " within ~20 ms without loading the server). A drain is capped at"
-        f" {cfg.drain_timeout:.0f} s (later runs of a variant that hit the cap:"
-        f" {min(cfg.drain_timeout, cfg.drain_timeout_after_cap):.0f} s): a capped run reports"
-        " finished/elapsed and is marked 'capped'.",
-        f"- latency: idle workers, {cfg.lat_n} jobs enqueued at {cfg.lat_rate:g}/s, payload carries"
-        " time.time() at enqueue; the handler records now - t. p50/p95 over the jobs of a run, with fresh"
-        f" workers; the median of {cfg.single_runs} runs.",
-        "",
-        "| system | settings |", "|---|---|",
-        *[f"| {r['variant']} | {r['settings']} |" for r in rows],
-        "",
-        "## Results",
-        "",
-        main_table(rows, cfg),
-        "",
-        "### pgfence vs the best peer, per column",
-        "",
-        ratio_table(results["ratios"]),
-        "",
-        "### pgbench baseline",
-        "",
-        pgbench_table(results.get("pgbench")),
-        "",
-        "### pgfence only",
-        "",
-        pgfence_only_table(results.get("pgfence_only"), cfg, results["ratios"]),
-        "",
-        "### Claims over many queues",
-        "",
-        claims_table(results.get("pgfence_only")),
-        "",
-    ]
-    errs = [(r["variant"], e) for r in rows for e in r["errors"]] + [("general", e) for e in results["errors"]]
-    notes = results.get("notes", [])
-    if errs or notes:
-        md += ["## Errors and notes", ""]
-        md += [f"- {n}" for n in notes]
-        md += [f"- {v}: {e}" for v, e in errs]
-        md.append("")
-    return "\n".join(md)
-
-
-def final_line(rows: list[dict[str, Any]]) -> str:
-    mine = [r for r in rows if r["system"] == "pgfence"]
-    others = [r for r in rows if r["system"] != "pgfence"]
-    pr, pv = _best(mine, COLUMNS[2][1])
-    orow, ov = _best(others, COLUMNS[2][1])
-    n = f"{pv:.0f}" if pv is not None else "n/a"
-    m = f"{ov:.0f}" if ov is not None else "n/a"
-    name = orow["variant"] if orow else "none"
-    r = f"{pv / ov:.2f}" if pv is not None and ov else "n/a"
-    return f"drain: pgfence {n} jobs/s, best peer {name} {m} jobs/s, ratio {r}"
-
-
 # ------------------------------------------------------------------- main --
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -736,6 +419,8 @@ def main() -> int:
     for old in LOG_DIR.iterdir():
         old.unlink()
     check_dsn(a.dsn)
+    if not pf.client_available():
+        raise SystemExit("bench: `from pgfence import Client, Worker` fails in this venv; run `make setup`")
     results: dict[str, Any] = {"started": started, "quick": cfg.quick, "config": asdict(cfg), "dsn": a.dsn,
                                "errors": [], "notes": []}
     try:
@@ -752,14 +437,8 @@ def main() -> int:
                 " database for the cleanest numbers")
         pgfence_version = str(scalar(a.dsn, "SELECT pgfence.schema_version()")) \
             if scalar(a.dsn, "SELECT to_regproc('pgfence.schema_version') IS NOT NULL") else "?"
-        impl = "client" if pf.client_available() else "standin"
-        if impl == "standin":
-            results["notes"].append("pgfence drain/latency/depth/recovery used the TEMPORARY STAND-IN worker"
-                                    " (bench/standin_worker.py): `from pgfence import Client, Worker` failed in"
-                                    " the main venv")
         results["versions"] = {
-            "pgfence": f"schema_version {pgfence_version}, worker: "
-                       + ("python_client pgfence.Worker" if impl == "client" else "STAND-IN (bench/standin_worker.py)"),
+            "pgfence": f"schema_version {pgfence_version}, worker: python_client pgfence.Worker",
             **{p.name: p.version for p in peer_list},
             "peer python": "bench/.peers/venv: " + ", ".join(x for x in stamp.get("pip_freeze", [])
                                                              if x.split("==")[0].lower() in
@@ -784,12 +463,12 @@ def main() -> int:
     finally:
         kill_all()
     results["loadavg_end"] = os.getloadavg()[0]
-    results["ratios"] = ratios(results["rows"])
+    results["ratios"] = report.ratios(results["rows"])
     results["elapsed_s"] = time.time() - started
-    results["final_line"] = final_line(results["rows"])
+    results["final_line"] = report.final_line(results["rows"])
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     (RESULTS_DIR / "latest.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
-    md = render(results, cfg)
+    md = report.render(results)
     (REPO / "BENCHMARKS.md").write_text(md)
     print(md.split("## Results", 1)[1].strip() if "## Results" in md else md)
     print()

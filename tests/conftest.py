@@ -8,7 +8,7 @@ and a newcomer's worker use:
    create queues, roles and jobs in it).
 2. ``PGFENCE_TEST_BACKEND=docker``: a throwaway container (below).
 3. A PostgreSQL server is installed here (``make test`` installs one): the tests'
-   own throwaway cluster (tests/clusters.py: ``.pgdata-test``, database
+   own throwaway cluster (tests/support/clusters.py: ``.pgdata-test``, database
    ``pgfence_test``, the first free port from 54349 or ``PGFENCE_TEST_PGPORT``, with
    pg_cron running the sweeper in that database), wiped, started and deployed for the
    session and stopped after it (``PGFENCE_TEST_KEEP=1``: reused and left running).
@@ -21,6 +21,8 @@ and a newcomer's worker use:
 
 Whatever the source, ``sqitch deploy --target db:<dsn>`` runs once per session
 (idempotent; skipped while sqitch.plan has no changes).
+
+The helpers of the suite are in tests/support/ (see its ``__init__``); the fixtures here.
 """
 from __future__ import annotations
 
@@ -36,11 +38,9 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
 
-from clusters import Cluster, test_cluster
-from helpers import connect, sqitch_deploy
+from support.clusters import Cluster, session, test_cluster
+from support.db import Conn, connect, connection, id_floor, scratch_database, set_id_floor, sqitch_deploy
 
 DB_NAME = "pgfence"
 
@@ -145,19 +145,8 @@ def test_db_cluster() -> Iterator[Cluster | None]:
             backend != "local" and not _server_installed() and _docker_available()):
         yield None
         return
-    cluster = test_cluster()
-    keep = os.environ.get("PGFENCE_TEST_KEEP") == "1"
-    cluster.lock()
-    try:
-        if not (keep and cluster.reuse()):
-            cluster.fresh()
+    with session(test_cluster(), keep=os.environ.get("PGFENCE_TEST_KEEP") == "1") as cluster:
         yield cluster
-    finally:
-        try:
-            if not keep:
-                cluster.stop()
-        finally:
-            cluster.unlock()
 
 
 @pytest.fixture(scope="session")
@@ -182,26 +171,40 @@ def dsn(test_db_cluster: Cluster | None) -> Iterator[str]:
 def scratch_dsn(dsn: str) -> Iterator[str]:
     """A new, empty database pgfence_roundtrip_<random> on the test server (nothing
     deployed, no pg_cron); dropped after, with its sessions ended."""
-    name = f"pgfence_roundtrip_{secrets.token_hex(4)}"
-    with connect(dsn) as c:
-        c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield make_conninfo(dsn, dbname=name)
-    finally:
-        with connect(dsn) as c:
-            c.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
-                      (name,))
-            c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    with scratch_database(dsn, "pgfence_roundtrip") as scratch:
+        yield scratch
 
 
 @pytest.fixture
-def conn(dsn: str) -> Iterator[psycopg.Connection[Any]]:
+def conn(dsn: str) -> Iterator[Conn]:
     """A fresh autocommit psycopg 3 connection, closed after the test."""
-    c = connect(dsn)
-    try:
+    with connection(dsn) as c:
         yield c
-    finally:
-        c.close()
+
+
+@pytest.fixture
+def conn2(dsn: str) -> Iterator[Conn]:
+    """A second autocommit connection (another worker, the operator or the sweep)."""
+    with connection(dsn) as c:
+        yield c
+
+
+@pytest.fixture
+def tx_conn(dsn: str) -> Iterator[Conn]:
+    """A connection with autocommit off: every statement runs in an explicit
+    transaction until commit()/rollback(); rolled back and closed after the test."""
+    with connection(dsn, autocommit=False) as c:
+        yield c
+
+
+@pytest.fixture
+def job_id_floor(dsn: str) -> Iterator[None]:
+    """The job-id floor of support.db (queue lookups by primary key range) for this test;
+    a module opts in with ``pytestmark = pytest.mark.usefixtures("job_id_floor")``."""
+    with connection(dsn) as c:
+        set_id_floor(id_floor(c))
+    yield
+    set_id_floor(0)
 
 
 @pytest.fixture
@@ -212,6 +215,15 @@ def client(dsn: str) -> Iterator[Any]:
     try:
         yield c
     finally:
+        c.close()
+
+
+@pytest.fixture
+def workers(dsn: str) -> Iterator[list[Any]]:
+    """Collects worker clients (support.workers.start) to close at teardown."""
+    owned: list[Any] = []
+    yield owned
+    for c in owned:
         c.close()
 
 

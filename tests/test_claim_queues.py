@@ -12,7 +12,6 @@ sees only these jobs.
 """
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any, Optional
@@ -21,27 +20,17 @@ import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
 
-from helpers import connect, sqitch_deploy
-from sqlhelpers import assert_error, sql_error
+from support.db import assert_error, connect, scratch_database, sqitch_deploy, sql_error
 
 Conn = psycopg.Connection[Any]
 
 
 @pytest.fixture(scope="module")
 def own_dsn(dsn: str) -> Iterator[str]:
-    name = f"pgfence_claims_{secrets.token_hex(4)}"
-    with connect(dsn) as c:
-        c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        the_dsn = make_conninfo(dsn, dbname=name)
+    with scratch_database(dsn, "pgfence_claims") as the_dsn:
         sqitch_deploy(the_dsn)
         yield the_dsn
-    finally:
-        with connect(dsn) as c:
-            c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 @pytest.fixture

@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from clienthelpers import LEASE_EXPIRED, TESTS, UNKNOWN_ID, cli_env, run_cli, wait_for, worker_process
-from helpers import connect
-from securityhelpers import login_roles
+from support.db import LEASE_EXPIRED, TESTS, UNKNOWN_ID, connect, scratch_database
+from support.processes import HANDLERS, cli_env, run_cli, worker_process
+from support.roles import login_roles
+from support.workers import wait_for
 from pgfence import Client, JobRecord
 from pgfence.cli import format_age, format_table, main
 
@@ -190,10 +191,10 @@ def test_a_refused_transition_is_one_error_line_with_the_hint(dsn: str, client: 
 
 
 @pytest.mark.parametrize("spec, fragment", [
-    ("workers_for_tests", "expected MODULE:HANDLERS"),
+    ("support.handlers", "expected MODULE:HANDLERS"),
     ("no_such_module_xyz:HANDLERS", "no module named 'no_such_module_xyz'"),
-    ("workers_for_tests:NOPE", "has no attribute 'NOPE'"),
-    ("workers_for_tests:echo", "not a dict"),
+    ("support.handlers:NOPE", "has no attribute 'NOPE'"),
+    ("support.handlers:echo", "not a dict"),
 ])
 def test_a_bad_handler_spec_is_a_usage_error(dsn: str, spec: str, fragment: str) -> None:
     assert_one_error(run_cli(dsn, "worker", spec, "--queue", "never-used", timeout=30), 2, fragment)
@@ -205,15 +206,15 @@ def test_a_bad_handler_spec_is_a_usage_error(dsn: str, spec: str, fragment: str)
     (["show", "abc"], "not an integer"),
     (["enqueue", "k", "--run-at", "tomorrow"], "not an ISO-8601 timestamp"),
     (["enqueue", "k", "--recovery-policy", "sometimes"], "invalid choice"),
-    (["worker", "workers_for_tests:HANDLERS", "--concurrency", "0"], "must be at least 1"),
-    (["worker", "workers_for_tests:HANDLERS", "--lease", "-1"], "more than 0 seconds"),
+    (["worker", HANDLERS, "--concurrency", "0"], "must be at least 1"),
+    (["worker", HANDLERS, "--lease", "-1"], "more than 0 seconds"),
 ])
 def test_bad_arguments_are_usage_errors(dsn: str, args: list[str], fragment: str) -> None:
     lines = assert_one_error(run_cli(dsn, *args), 2, fragment)
     assert len(lines) == 2 and "--help" in lines[1]
 
 
-@pytest.mark.parametrize("args", [["stats"], ["enqueue", "k"], ["worker", "workers_for_tests:HANDLERS"]])
+@pytest.mark.parametrize("args", [["stats"], ["enqueue", "k"], ["worker", HANDLERS]])
 def test_an_unreachable_database_is_one_error_line(dsn: str, args: list[str]) -> None:
     result = run_cli("postgresql://postgres@127.0.0.1:1/pgfence", *args, timeout=30)
     lines = assert_one_error(result, 1, "cannot connect to the database")
@@ -221,15 +222,9 @@ def test_an_unreachable_database_is_one_error_line(dsn: str, args: list[str]) ->
 
 
 def test_a_database_without_the_schema_says_to_deploy(dsn: str) -> None:
-    name = f"pgfence_nodeploy_{secrets.token_hex(4)}"
-    with connect(dsn) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        for args in (["stats"], ["worker", "workers_for_tests:HANDLERS"]):
-            assert_one_error(run_cli(make_conninfo(dsn, dbname=name), *args), 1, "sqitch deploy")
-    finally:
-        with connect(dsn) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with scratch_database(dsn, "pgfence_nodeploy") as undeployed:
+        for args in (["stats"], ["worker", HANDLERS]):
+            assert_one_error(run_cli(undeployed, *args), 1, "sqitch deploy")
 
 
 def test_the_console_script_imports_handlers_from_the_current_directory(dsn: str) -> None:
@@ -238,7 +233,7 @@ def test_the_console_script_imports_handlers_from_the_current_directory(dsn: str
     script = Path(sys.executable).with_name("pgfence")
     assert script.exists(), f"console script not installed next to {sys.executable}"
     env = cli_env("postgresql://postgres@127.0.0.1:1/pgfence")
-    result = subprocess.run([str(script), "worker", "workers_for_tests:HANDLERS"], cwd=TESTS, env=env,
+    result = subprocess.run([str(script), "worker", HANDLERS], cwd=TESTS, env=env,
                             capture_output=True, text=True, timeout=60)
     assert_one_error(result, 1, "cannot connect")  # the handlers imported; only then the connect failed
     result = subprocess.run([str(script), "show", str(UNKNOWN_ID)], cwd=TESTS, env=cli_env(dsn),

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 
 import json
-import secrets
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -18,10 +17,9 @@ from typing import Any, Optional
 
 import psycopg
 import pytest
-from psycopg.conninfo import make_conninfo
 
-from clienthelpers import LEASE_EXPIRED, RELEASED, UNKNOWN_ID, wait_for
-from helpers import connect
+from support.db import LEASE_EXPIRED, RELEASED, UNKNOWN_ID, connect, scratch_database
+from support.workers import wait_for
 from pgfence import (SCHEMA_VERSION, Attempt, Client, Enqueued, InvalidArgument, InvalidTransition, Job,
                      JobNotFound, JobRecord, LeaseLost, Outcome, PgfenceError, QueueStats, RawJson,
                      Reclaimed, Rejection, SchemaMismatch, WrongIsolation)
@@ -653,14 +651,8 @@ def test_a_null_argument_raises_invalid_argument_22004(client: Client, queue: st
 @pytest.fixture
 def undeployed_dsn(dsn: str) -> Iterator[str]:
     """A scratch database without the pgfence schema, dropped afterwards."""
-    name = f"pgfence_nodeploy_{secrets.token_hex(4)}"
-    with connect(dsn) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield make_conninfo(dsn, dbname=name)
-    finally:
-        with connect(dsn) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with scratch_database(dsn, "pgfence_nodeploy") as scratch:
+        yield scratch
 
 
 def test_a_database_without_the_schema_raises_schema_mismatch(undeployed_dsn: str) -> None:

@@ -1,7 +1,7 @@
 """`make demo` is the README's first command: its scenarios must hold on every run.
 
-Runs ``python -m pgfence.demo`` (the same module ``make demo`` runs) against the test
-database with real worker processes, and checks it exits 0 with every invariant OK.
+Runs ``examples/demo.py`` (the script ``make demo`` runs) against the test database with
+real worker processes, and checks it exits 0 with every invariant OK.
 """
 
 from __future__ import annotations
@@ -9,11 +9,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
+
+DEMO = Path(__file__).resolve().parent.parent / "examples" / "demo.py"
 
 
 def test_demo_reproduces_crash_recovery_zombie_fencing_and_manual_review(dsn: str) -> None:
     env = dict(os.environ, PGFENCE_DSN=dsn)
-    proc = subprocess.run([sys.executable, "-m", "pgfence.demo", "--dsn", dsn], env=env,
+    proc = subprocess.run([sys.executable, str(DEMO), "--dsn", dsn], env=env,
                           capture_output=True, text=True, timeout=240)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out

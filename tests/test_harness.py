@@ -5,7 +5,7 @@ from typing import Any
 
 import psycopg
 
-from helpers import connect
+from support.db import connect
 
 
 def test_dsn_connects(dsn: str) -> None:

@@ -14,11 +14,12 @@ import psycopg
 import pytest
 
 from pgfence import Client, LeaseLost
-from securityhelpers import ZERO_TOKEN, connect_as, delete_queues, id_floor, login_roles, set_role
-from sqlhelpers import (LEASE_EXPIRED, RELEASED, UNKNOWN_ID, assert_error, claim_job, claim_short, complete,
-                        enqueue, fail, heartbeat, job, lease_expired_under_lock, one, reclaim_expired,
-                        reclaimed_ids, release, rows, sql_error)
-from sqlhelpers import tx_conn  # noqa: F401  (fixture)
+from support import api
+from support.api import (claim_job, claim_short, complete, enqueue, fail, heartbeat,
+                         lease_expired_under_lock, reclaim_expired, reclaimed_ids, release)
+from support.db import (LEASE_EXPIRED, RELEASED, UNKNOWN_ID, ZERO_TOKEN, assert_error, connection, job, one,
+                        queues_removed_after, rows, sql_error)
+from support.roles import login_roles, set_role
 
 Conn = psycopg.Connection[Any]
 
@@ -37,28 +38,21 @@ def hist_roles(dsn: str) -> Iterator[None]:
 
 @pytest.fixture
 def worker_conn(dsn: str, hist_roles: None) -> Iterator[Conn]:
-    c = connect_as(dsn, WORKER_ROLE)
-    try:
+    with connection(dsn, user=WORKER_ROLE) as c:
         yield c
-    finally:
-        c.close()
 
 
 @pytest.fixture
 def oper_conn(dsn: str, hist_roles: None) -> Iterator[Conn]:
-    c = connect_as(dsn, OPERATOR_ROLE)
-    try:
+    with connection(dsn, user=OPERATOR_ROLE) as c:
         yield c
-    finally:
-        c.close()
 
 
 @pytest.fixture
 def q(conn: Conn, queue: str) -> Iterator[str]:
     """The test's queue; its jobs, history and retention row are removed afterwards."""
-    floor = id_floor(conn)
-    yield queue
-    delete_queues(conn, [queue, queue + "_keep"], floor)
+    with queues_removed_after(conn, queue, queue + "_keep"):
+        yield queue
 
 
 # Short leases that expire during a test: long enough that the row lock which keeps
@@ -67,16 +61,8 @@ SHORT_LEASE = "1 second"
 
 
 def make_stale(conn: Conn, tx: Conn, queue: str) -> tuple[int, uuid.UUID, uuid.UUID]:
-    """A job whose first attempt (worker-A) lost its lease: reclaimed by this test's
-    reclaim_expired, then claimed by worker-B (1 hour lease). Returns (job id, A's
-    stale token, B's current token). (sqlhelpers.make_stale with a longer first lease.)"""
-    job_id, stale = claim_short(conn, queue, "worker-A", lease=SHORT_LEASE)
-    with lease_expired_under_lock(tx, job_id):
-        assert reclaimed_ids(reclaim_expired(tx)).get(job_id) == {"id": job_id, "status": "queued",
-                                                                  "reclaim_count": 1}
-        current = claim_job(tx, queue, job_id, "worker-B", lease="1 hour")
-    assert current != stale
-    return job_id, stale, current
+    """support.api.make_stale with a first lease of SHORT_LEASE."""
+    return api.make_stale(conn, tx, queue, lease=SHORT_LEASE)
 
 
 def attempts_of(conn: Conn, job_id: int) -> list[dict[str, Any]]:

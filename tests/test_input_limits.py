@@ -22,7 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg.types.json import Jsonb
 
-from sqlhelpers import assert_error, claim_job, enqueue, one, queue_count, sql_error
+from support.api import claim_job, enqueue
+from support.db import assert_error, one, queue_count, sql_error
 
 Conn = psycopg.Connection[Any]
 

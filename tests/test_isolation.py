@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from clusters import SHARED_PORT, Cluster
-from helpers import REPO, connect
+from support.clusters import Cluster, SHARED_PORT
+from support.db import REPO, connect
 
 
 def test_the_tests_use_a_cluster_and_a_database_of_their_own(dsn: str, test_db_cluster: Cluster | None) -> None:
@@ -45,7 +45,7 @@ def test_the_test_and_chaos_clusters_start_in_a_clone_the_postgres_user_cannot_t
         script = textwrap.dedent("""
             import sys
             sys.path.insert(0, "tests")
-            from clusters import chaos_cluster, test_cluster
+            from support.clusters import chaos_cluster, test_cluster
             clusters = [test_cluster(), chaos_cluster()]
             try:
                 for c in clusters:

@@ -14,10 +14,10 @@ import psycopg
 import pytest
 from psycopg import IsolationLevel
 
-from helpers import connect
+from support.api import claim_job, enqueue, heartbeat
+from support.db import (UNKNOWN_ID, ZERO_TOKEN, assert_error, connect, one, queues_removed_after, rows,
+                        sql_error)
 from pgfence import Client
-from securityhelpers import ZERO_TOKEN, delete_queues, id_floor, must_fail
-from sqlhelpers import UNKNOWN_ID, assert_error, claim_job, enqueue, heartbeat, one, rows
 
 Conn = psycopg.Connection[Any]
 
@@ -30,9 +30,9 @@ _FLOORS: dict[str, int] = {}  # queue -> id_floor when the test started (find it
 @pytest.fixture
 def q(conn: Conn, queue: str) -> Iterator[str]:
     """The test's queue; its jobs and history are removed afterwards."""
-    _FLOORS[queue] = floor = id_floor(conn)
-    yield queue
-    delete_queues(conn, [queue], floor)
+    with queues_removed_after(conn, queue) as floor:
+        _FLOORS[queue] = floor
+        yield queue
     del _FLOORS[queue]
 
 
@@ -103,7 +103,7 @@ def test_direct_update_in_that_transaction_would_be_a_serialization_failure(conn
                                                                             racing_tx: tuple[Conn, Racing]) -> None:
     """Control: the scenario really is one where a write raises 40001."""
     tx, r = racing_tx
-    err = must_fail(tx, "UPDATE pgfence.jobs SET updated_at = updated_at WHERE id = %s", (r.processing_id,))
+    err = sql_error(tx, "UPDATE pgfence.jobs SET updated_at = updated_at WHERE id = %s", (r.processing_id,))
     assert err.sqlstate == "40001"
 
 
@@ -113,7 +113,7 @@ def test_fenced_call_outside_read_committed_is_refused_with_pf004(conn: Conn, ra
                                                                   call: str) -> None:
     tx, r = racing_tx
     before = queue_state(conn, r.queue)
-    err = must_fail(tx, FENCED_CALLS[call], {"q": r.queue, "id": r.processing_id, "tok": r.token})
+    err = sql_error(tx, FENCED_CALLS[call], {"q": r.queue, "id": r.processing_id, "tok": r.token})
     assert err.sqlstate == "PF004", f"{call}: SQLSTATE {err.sqlstate}: {err}"
     assert "READ COMMITTED" in (err.diag.message_primary or "")
     assert err.diag.message_hint
@@ -135,7 +135,7 @@ def test_reclaim_expired_outside_read_committed_is_refused_with_pf004(dsn: str, 
                    (pid,)) is True  # the snapshot: an expired lease
         heartbeat(holder, pid, tok, "1 hour")  # a late heartbeat renews it (new row version) ...
         holder.commit()                        # ... and lets go of the row
-        err = must_fail(tx, "SELECT * FROM pgfence.reclaim_expired(10000)")
+        err = sql_error(tx, "SELECT * FROM pgfence.reclaim_expired(10000)")
     assert err.sqlstate == "PF004", f"SQLSTATE {err.sqlstate}: {err}"
     assert one(conn, "SELECT status FROM pgfence.jobs WHERE id = %s", (pid,)) == "processing"
 
@@ -262,7 +262,7 @@ def _payload_cases() -> list[Any]:
 def test_bad_batch_or_payload_is_refused_and_changes_nothing(conn: Conn, world: World, query: str, params: Any,
                                                              sqlstate: str, names: str) -> None:
     before = queue_state(conn, world.queue)
-    err = must_fail(conn, query, {"q": world.queue, **params(world)})
+    err = sql_error(conn, query, {"q": world.queue, **params(world)})
     assert_error(err, sqlstate, names)  # SQLSTATE, the argument named, a HINT
     assert queue_state(conn, world.queue) == before
     assert [j["status"] for j in before["jobs"]] == ["processing"]
@@ -287,7 +287,7 @@ def test_the_payload_limit_counts_a_payload_read_from_a_table_uncompressed(conn:
         conn.execute("INSERT INTO staged_payload SELECT jsonb_build_object('blob', repeat('x', 5000000))")
         assert one(conn, "SELECT pg_column_size(p) < 1048576 FROM staged_payload") is True  # stored compressed
         before = queue_state(conn, q)
-        err = must_fail(conn, "SELECT pgfence.enqueue('k', p, queue => %s) FROM staged_payload", (q,))
+        err = sql_error(conn, "SELECT pgfence.enqueue('k', p, queue => %s) FROM staged_payload", (q,))
         assert_error(err, "22023", "payload")
         assert "bytes" in str(err) and queue_state(conn, q) == before
     finally:
@@ -358,7 +358,7 @@ def test_run_sweeper_outside_read_committed_is_refused_up_front(dsn: str) -> Non
     refused up front with PF004, and the session holds no lock afterwards."""
     with connect(dsn) as c:
         c.execute("SET default_transaction_isolation = 'repeatable read'")
-        err = must_fail(c, "CALL pgfence.run_sweeper('10 ms', clock_timestamp() + interval '1 second')")
+        err = sql_error(c, "CALL pgfence.run_sweeper('10 ms', clock_timestamp() + interval '1 second')")
         assert_error(err, "PF004")
         assert one(c, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()") == 0
 
@@ -371,7 +371,7 @@ def test_a_failing_purge_does_not_stop_the_sweeper(conn: Conn, q: str) -> None:
     conn.execute("SELECT pgfence.complete(%s, %s)", (done_id, claim_job(conn, q, done_id, lease="1 hour")))
     conn.execute("UPDATE pgfence.jobs SET finished_at = finished_at - interval '2 days' WHERE id = %s", (done_id,))
     conn.execute("INSERT INTO pgfence.retention VALUES (%s, '10000 years', '10000 years')", (q,))
-    assert must_fail(conn, "SELECT pgfence.purge_finished(1000)").sqlstate == "22008"
+    assert sql_error(conn, "SELECT pgfence.purge_finished(1000)").sqlstate == "22008"
     warnings: list[str] = []
     conn.add_notice_handler(lambda d: warnings.append(f"{d.severity_nonlocalized}: {d.message_primary}"))
     started = one(conn, "SELECT clock_timestamp()")
@@ -401,6 +401,6 @@ def test_a_failing_purge_does_not_stop_the_sweeper(conn: Conn, q: str) -> None:
 def test_note_sweeper_pass_refuses_bad_values(conn: Conn, sweep_paused: Conn, reclaimed: int | None,
                                               purged: int | None, error: str | None, names: str) -> None:
     before = conn.execute("SELECT * FROM pgfence.sweeper_status").fetchall()
-    err = must_fail(conn, "SELECT pgfence.note_sweeper_pass(%s, %s, %s)", (reclaimed, purged, error))
+    err = sql_error(conn, "SELECT pgfence.note_sweeper_pass(%s, %s, %s)", (reclaimed, purged, error))
     assert_error(err, "22023", names)
     assert conn.execute("SELECT * FROM pgfence.sweeper_status").fetchall() == before

@@ -16,8 +16,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from helpers import connect
-from sqlhelpers import assert_error, claim_job, complete, enqueue, one, rows, sql_error
+from support.api import claim_job, complete, enqueue
+from support.db import assert_error, connect, one, rows, sql_error
 
 Conn = psycopg.Connection[Any]
 

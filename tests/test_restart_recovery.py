@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from clusters import Cluster, session
-from helpers import REPO, connect
-from securityhelpers import connect_as
+from support.clusters import Cluster, session
+from support.db import REPO, connect
+from support.roles import connect_as
 from test_sweeper_search_path import plant, pwned, work
 
 

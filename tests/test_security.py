@@ -8,11 +8,8 @@ or calls a private function."""
 from __future__ import annotations
 
 import datetime as dt
-import os
 import re
 import secrets
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,10 +17,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from helpers import REPO, connect, sqitch_target
-from securityhelpers import (ZERO_TOKEN, connect_as, delete_queues, id_floor, login_roles, set_role, sqlstate_of,
-                             sqlstate_rolled_back)
-from sqlhelpers import claim, enqueue, one, rows
+from support.api import claim, enqueue
+from support.db import (REPO, ZERO_TOKEN, connect, connection, one, queues_removed_after, rows, sqitch,
+                        sqitch_target, sqlstate_of, sqlstate_rolled_back)
+from support.roles import connect_as, login_roles, set_role
 
 Conn = psycopg.Connection[Any]
 
@@ -435,14 +432,7 @@ def test_sqitch_verify_privileges_catches_a_planted_object(tx: Conn, plant: str)
 
 
 def test_sqitch_verify_passes(dsn: str) -> None:
-    exe = shutil.which("sqitch")
-    assert exe is not None, "sqitch not on PATH"
-    env = dict(os.environ)
-    env.setdefault("SQITCH_FULLNAME", "pgfence tests")
-    env.setdefault("SQITCH_EMAIL", "pgfence-tests@localhost")
-    env.pop("SQITCH_TARGET", None)
-    r = subprocess.run([exe, "verify", "--target", sqitch_target(dsn)], cwd=REPO, env=env,
-                       capture_output=True, text=True, timeout=300)
+    r = sqitch("verify", target=sqitch_target(dsn))
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
     assert re.search(r"\* privileges (@\S+ )?\.+ ok", out), out
@@ -488,9 +478,8 @@ def sessions(dsn: str, roles: None) -> Iterator[dict[str, Conn]]:
 @pytest.fixture
 def q(conn: Conn, queue: str) -> Iterator[str]:
     """The test's queue; its jobs, history and retention row are removed afterwards."""
-    floor = id_floor(conn)
-    yield queue
-    delete_queues(conn, [queue], floor)
+    with queues_removed_after(conn, queue):
+        yield queue
 
 
 # Every entry point; dummy arguments are enough where privileges are checked before
@@ -604,11 +593,8 @@ def _params(q: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def su(dsn: str) -> Iterator[Conn]:
     """A superuser connection for the module (the SET ROLE side of the matrix)."""
-    c = connect(dsn)
-    try:
+    with connection(dsn) as c:
         yield c
-    finally:
-        c.close()
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from sqlhelpers import claim_job, enqueue, fail, job, one
+from support.api import claim_job, enqueue, fail
+from support.db import job, one
 
 Conn = psycopg.Connection[Any]
 SEC = dt.timedelta(seconds=1)

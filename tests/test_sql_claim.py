@@ -10,14 +10,14 @@ from typing import Any, Callable
 import psycopg
 import pytest
 
-from helpers import connect
-from securityhelpers import grantless_login
-from clienthelpers import wait_for
-from sqlhelpers import (
-    assert_error, claim, claim_job, complete, enqueue, job, lease_expired_under_lock, now, one, queue_count,
-    queue_jobs, reclaim_expired, reclaimed_ids, release, rows, sql_error, wait_lease_expired,
-)
-from sqlhelpers import _job_id_floor, tx_conn  # noqa: F401 - fixtures
+from support.api import (claim, claim_job, complete, enqueue, lease_expired_under_lock, reclaim_expired,
+                         reclaimed_ids, release, wait_lease_expired)
+from support.db import assert_error, connect, job, now, one, queue_count, queue_jobs, rows, sql_error
+from support.roles import grantless_login
+from support.workers import start_and_join, wait_for
+
+# Queue lookups scan only this test's jobs (by primary key range): see support.db.
+pytestmark = pytest.mark.usefixtures("job_id_floor")
 
 
 Conn = psycopg.Connection[Any]
@@ -231,11 +231,7 @@ def test_concurrent_claimers_never_claim_a_job_twice(dsn: str, conn: Conn, queue
             results[n] = calls
 
     threads = [threading.Thread(target=claimer, args=(n, m)) for n, m in enumerate(MAX_JOBS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not any(t.is_alive() for t in threads)
+    start_and_join(threads, 120)
     assert errors == []
     for n, max_jobs in enumerate(MAX_JOBS):
         assert all(len(call) <= max_jobs for call in results[n]), f"claimer {n} got more than {max_jobs}"

@@ -15,11 +15,9 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from sqlhelpers import (
-    LEASE_EXPIRED, assert_error, claim, claim_job, claim_short, enqueue, job, lease_expired_under_lock,
-    make_stale, one, reclaim_expired, reclaimed_ids, rows, sql_error, start_blocked,
-)
-from sqlhelpers import conn2, tx_conn  # noqa: F401 - fixtures
+from support.api import (claim, claim_job, claim_short, enqueue, lease_expired_under_lock, make_stale,
+                         reclaim_expired, reclaimed_ids, start_blocked)
+from support.db import LEASE_EXPIRED, assert_error, job, one, rows, sql_error
 
 
 Conn = psycopg.Connection[Any]

@@ -14,16 +14,15 @@ import re
 import shutil
 import subprocess
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import conninfo_to_dict
 
-from clusters import pg_bindir
-from helpers import REPO, connect, sqitch_target
+from support.clusters import pg_bindir
+from support.db import REPO, connect, scratch_database, sqitch_target
 
 
 def plan_changes(plan: Path) -> tuple[list[str], dict[str, set[str]], list[str]]:
@@ -76,7 +75,7 @@ def deploy_flattened(top: Path, dsn: str) -> None:
         psql_file(dsn, top / "db" / "deploy" / f"{change}.sql")
 
 
-def sqitch(top: Path, dsn: str, *args: str) -> None:
+def sqitch_in(top: Path, dsn: str, *args: str) -> None:
     env = dict(os.environ, SQITCH_FULLNAME="pgfence tests", SQITCH_EMAIL="pgfence-tests@localhost")
     env.pop("SQITCH_TARGET", None)
     r = subprocess.run(["sqitch", *args, "--target", sqitch_target(dsn)], cwd=top, env=env,
@@ -108,22 +107,8 @@ def differences(a: list[str], b: list[str]) -> list[str]:
 @pytest.fixture
 def databases(dsn: str) -> Iterator[Any]:
     """make(n): n new empty databases on the test server, dropped after the test."""
-    made: list[str] = []
-
-    def make(n: int) -> list[str]:
-        out = []
-        with connect(dsn) as c:
-            for _ in range(n):
-                name = f"pgfence_flat_{os.urandom(4).hex()}"
-                c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-                made.append(name)
-                out.append(make_conninfo(dsn, dbname=name))
-        return out
-
-    yield make
-    with connect(dsn) as c:
-        for name in made:
-            c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    with ExitStack() as stack:
+        yield lambda n: [stack.enter_context(scratch_database(dsn, "pgfence_flat")) for _ in range(n)]
 
 
 def test_flattened_order_puts_every_change_after_what_it_requires() -> None:
@@ -139,10 +124,10 @@ def test_flattened_order_puts_every_change_after_what_it_requires() -> None:
 def test_the_newest_scripts_alone_build_the_schema_the_plan_builds(databases: Any) -> None:
     flat, replay, upgraded = databases(3)
     deploy_flattened(REPO, flat)
-    sqitch(REPO, replay, "deploy")
+    sqitch_in(REPO, replay, "deploy")
     oldest = plan_changes(REPO / "sqitch.plan")[2][0]
-    sqitch(REPO, upgraded, "deploy", "--to", oldest)
-    sqitch(REPO, upgraded, "deploy")
+    sqitch_in(REPO, upgraded, "deploy", "--to", oldest)
+    sqitch_in(REPO, upgraded, "deploy")
     want = schema_of(flat)
     assert any("FUNCTION pgfence.claim(" in ln for ln in want) and any(ln.startswith("GRANT ") for ln in want)
     assert differences(want, schema_of(replay)) == []
@@ -154,7 +139,7 @@ def test_the_newest_routine_scripts_run_again_and_change_nothing(databases: Any)
     re-run, and sqitch never re-runs a deployed change) can be run again, as a
     revert that includes it would."""
     [db] = databases(1)
-    sqitch(REPO, db, "deploy")
+    sqitch_in(REPO, db, "deploy")
     before = schema_of(db)
     for change in flattened_order(REPO / "sqitch.plan"):
         if not change.startswith("tables/"):
@@ -182,7 +167,7 @@ def test_comparison_sees_a_rework_that_forgets_a_grant(databases: Any, db_copy: 
     script.write_text(text.replace("GRANT SELECT ON pgfence.attempts, ", "GRANT SELECT ON "))
     flat, replay = databases(2)
     deploy_flattened(db_copy, flat)
-    sqitch(db_copy, replay, "deploy")
+    sqitch_in(db_copy, replay, "deploy")
     diff = differences(schema_of(flat), schema_of(replay))
     assert diff == ["+GRANT SELECT ON TABLE pgfence.attempts TO pgfence_operator;"], diff
 
@@ -197,7 +182,7 @@ def test_comparison_sees_a_rework_that_states_a_rule_row_differently(databases: 
                                    "('stats', '{}')\nON CONFLICT (routine) DO NOTHING;"))
     flat, replay = databases(2)
     deploy_flattened(db_copy, flat)
-    sqitch(db_copy, replay, "deploy")
+    sqitch_in(db_copy, replay, "deploy")
     diff = differences(schema_of(flat), schema_of(replay))
     assert "+GRANT ALL ON FUNCTION pgfence.stats() TO pgfence_operator;" in diff \
         or "+GRANT EXECUTE ON FUNCTION pgfence.stats() TO pgfence_operator;" in diff, diff

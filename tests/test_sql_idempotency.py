@@ -9,12 +9,12 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from helpers import connect
-from sqlhelpers import (
-    assert_error, claim_job, complete, enqueue, fail, in_queue_sql, job, one, queue_count, queue_jobs,
-    release, rows, start_blocked,
-)
-from sqlhelpers import _job_id_floor, tx_conn  # noqa: F401 - fixtures
+from support.api import claim_job, complete, enqueue, fail, release, start_blocked
+from support.db import assert_error, connect, in_queue_sql, job, one, queue_count, queue_jobs, rows
+from support.workers import start_and_join
+
+# Queue lookups scan only this test's jobs (by primary key range): see support.db.
+pytestmark = pytest.mark.usefixtures("job_id_floor")
 
 
 Conn = psycopg.Connection[Any]
@@ -61,11 +61,7 @@ def test_concurrent_same_key_enqueues_create_one_job(dsn: str, conn: Conn, queue
             barrier.abort()
 
     threads = [threading.Thread(target=enqueuer, args=(n,)) for n in range(n_threads)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not any(t.is_alive() for t in threads)
+    start_and_join(threads, 120)
     assert errors == []  # in particular no 23505 unique_violation
     for k in keys:
         assert len(got[k]) == n_threads
@@ -285,11 +281,7 @@ def test_concurrent_enqueue_many_with_overlapping_keys_create_one_job_per_key(
             errors.append(e)
 
     threads = [threading.Thread(target=producer, args=(n,)) for n in range(n_threads)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not any(t.is_alive() for t in threads)
+    start_and_join(threads, 120)
     assert errors == []
     for k in shared:
         ids = {got[n][k] for n in range(n_threads)}

@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from helpers import connect
+from support.db import connect
 
 FAILING_LEVELS = ("error", "warning")
 

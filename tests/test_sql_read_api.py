@@ -13,8 +13,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from securityhelpers import connect_as, delete_queues, id_floor, login_roles, set_role
-from sqlhelpers import assert_error, claim_one, complete, enqueue, sql_error
+from support.api import claim_one, complete
+from support.db import assert_error, delete_queues, id_floor, sql_error
+from support.roles import connect_as, login_roles, set_role
 
 Conn = psycopg.Connection[Any]
 SUFFIX = secrets.token_hex(3)

@@ -3,8 +3,6 @@ deploy -> verify -> revert -y -> deploy round-trips on a scratch database
 (without pg_cron, where cron/reclaim deploys with a NOTICE)."""
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import uuid
 from typing import Any
@@ -13,20 +11,9 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from helpers import REPO, connect, sqitch_target
+from support.db import connect, sqitch, sqitch_target
 
 Conn = psycopg.Connection[Any]
-
-
-def _sqitch(*args: str, target: str) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("sqitch")
-    assert exe is not None, "sqitch not on PATH"
-    env = dict(os.environ)
-    env.setdefault("SQITCH_FULLNAME", "pgfence tests")
-    env.setdefault("SQITCH_EMAIL", "pgfence-tests@localhost")
-    env.pop("SQITCH_TARGET", None)
-    return subprocess.run([exe, *args, "--target", target], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
 
 
 def _ok(r: subprocess.CompletedProcess[str], what: str) -> str:
@@ -36,7 +23,7 @@ def _ok(r: subprocess.CompletedProcess[str], what: str) -> str:
 
 
 def test_sqitch_verify_passes_on_the_test_database(dsn: str) -> None:
-    out = _ok(_sqitch("verify", target=sqitch_target(dsn)), "verify")
+    out = _ok(sqitch("verify", target=sqitch_target(dsn)), "verify")
     assert "Verify successful" in out
 
 
@@ -51,22 +38,22 @@ def test_sqitch_deploy_verify_revert_deploy_round_trips(scratch_dsn: str) -> Non
     with connect(scratch_dsn) as c:
         assert c.execute("SELECT count(*) FROM pg_extension WHERE extname = 'pg_cron'").fetchone() == (0,)
 
-    out = _ok(_sqitch("deploy", target=target), "deploy")
+    out = _ok(sqitch("deploy", target=target), "deploy")
     notice = f"NOTICE:  pgfence: pg_cron is not installed in database {dbname}, so no sweep is scheduled"
     assert notice in out, out
     assert _has_jobs_table(scratch_dsn)
 
-    out = _ok(_sqitch("verify", target=target), "verify")
+    out = _ok(sqitch("verify", target=target), "verify")
     assert "Verify successful" in out
 
-    _ok(_sqitch("revert", "-y", target=target), "revert -y")
+    _ok(sqitch("revert", "-y", target=target), "revert -y")
     with connect(scratch_dsn) as c:
         assert c.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'pgfence'").fetchone() == (0,)
 
-    out = _ok(_sqitch("deploy", target=target), "deploy (again)")
+    out = _ok(sqitch("deploy", target=target), "deploy (again)")
     assert notice in out, out
     assert _has_jobs_table(scratch_dsn)
-    _ok(_sqitch("verify", target=target), "verify (again)")
+    _ok(sqitch("verify", target=target), "verify (again)")
     # the redeployed schema works
     with connect(scratch_dsn) as c:
         [job_id] = c.execute("SELECT pgfence.enqueue('k', queue => 'roundtrip')").fetchall()[0]
@@ -87,7 +74,7 @@ def test_sqitch_upgrades_a_database_deployed_at_v0_1_0_and_reverts_to_it(scratch
     `sqitch deploy` in place, its jobs kept, and `sqitch revert --to @v0.1.0` takes it back,
     each side passing `sqitch verify` and keeping the roles' privileges."""
     target = sqitch_target(scratch_dsn)
-    _ok(_sqitch("deploy", "--to", "@v0.1.0", target=target), "deploy --to @v0.1.0")
+    _ok(sqitch("deploy", "--to", "@v0.1.0", target=target), "deploy --to @v0.1.0")
 
     with connect(scratch_dsn) as c:
         assert c.execute("SELECT pgfence.schema_version()").fetchone() == (1,)
@@ -95,9 +82,9 @@ def test_sqitch_upgrades_a_database_deployed_at_v0_1_0_and_reverts_to_it(scratch
         [token] = c.execute("SELECT attempt_token FROM pgfence.claim('w', ARRAY['upgrade'])").fetchall()[0]
         [waiting] = c.execute("SELECT pgfence.enqueue('k', queue => 'upgrade')").fetchall()[0]
 
-    out = _ok(_sqitch("deploy", target=target), "deploy (upgrade)")
+    out = _ok(sqitch("deploy", target=target), "deploy (upgrade)")
     assert "+ functions/claim" in out and "+ functions/sweep" in out, out
-    _ok(_sqitch("verify", target=target), "verify (upgraded)")
+    _ok(sqitch("verify", target=target), "verify (upgraded)")
     with connect(scratch_dsn) as c:
         assert c.execute("SELECT pgfence.schema_version()").fetchone() == (3,)
         assert worker_may(c, "pgfence.claim(text, text[], interval, integer, uuid)")
@@ -110,8 +97,8 @@ def test_sqitch_upgrades_a_database_deployed_at_v0_1_0_and_reverts_to_it(scratch
         assert c.execute("SELECT attempt_token FROM pgfence.claimed('w', ARRAY[%s]::uuid[])",
                          (request,)).fetchall() == [(new_token,)]
 
-    _ok(_sqitch("revert", "-y", "--to", "@v0.1.0", target=target), "revert --to @v0.1.0")
-    _ok(_sqitch("verify", target=target), "verify (reverted)")
+    _ok(sqitch("revert", "-y", "--to", "@v0.1.0", target=target), "revert --to @v0.1.0")
+    _ok(sqitch("verify", target=target), "verify (reverted)")
     with connect(scratch_dsn) as c:
         assert c.execute("SELECT pgfence.schema_version()").fetchone() == (1,)
         assert c.execute("SELECT to_regprocedure('pgfence.claimed(text, uuid[], interval)')").fetchone() == (None,)
@@ -124,7 +111,7 @@ def test_sqitch_upgrades_a_database_deployed_at_v0_2_0_and_reverts_to_it(scratch
     """The claim rework after @v0.2.0 (CREATE OR REPLACE) keeps claim's owner, grants,
     SECURITY DEFINER and search_path both ways, and a lease taken before it still fences."""
     target = sqitch_target(scratch_dsn)
-    _ok(_sqitch("deploy", "--to", "@v0.2.0", target=target), "deploy --to @v0.2.0")
+    _ok(sqitch("deploy", "--to", "@v0.2.0", target=target), "deploy --to @v0.2.0")
     claim = "pgfence.claim(text, text[], interval, integer, uuid)"
     probe = "%IF EXISTS (SELECT FROM pgfence.jobs j WHERE j.status = 'processing'%"
 
@@ -140,9 +127,9 @@ def test_sqitch_upgrades_a_database_deployed_at_v0_2_0_and_reverts_to_it(scratch
         [held] = c.execute("SELECT pgfence.enqueue('k', queue => 'upgrade')").fetchall()[0]
         [token] = c.execute("SELECT attempt_token FROM pgfence.claim('w', ARRAY['upgrade'])").fetchall()[0]
 
-    out = _ok(_sqitch("deploy", "--to", "@v0.3.0", target=target), "deploy --to @v0.3.0 (upgrade)")
+    out = _ok(sqitch("deploy", "--to", "@v0.3.0", target=target), "deploy --to @v0.3.0 (upgrade)")
     assert "+ functions/claim" in out, out
-    _ok(_sqitch("verify", target=target), "verify (upgraded)")
+    _ok(sqitch("verify", target=target), "verify (upgraded)")
     with connect(scratch_dsn) as c:
         assert claim_state(c)[:3] == before[:3] and claim_state(c)[3] is True
         assert worker_may(c, claim)
@@ -156,8 +143,8 @@ def test_sqitch_upgrades_a_database_deployed_at_v0_2_0_and_reverts_to_it(scratch
             c.execute("SELECT pgfence.complete(%s, %s)", (held, token))  # the attempt from before the upgrade
         assert refused.value.sqlstate == "PF001"
 
-    _ok(_sqitch("revert", "-y", "--to", "@v0.2.0", target=target), "revert --to @v0.2.0")
-    _ok(_sqitch("verify", target=target), "verify (reverted)")
+    _ok(sqitch("revert", "-y", "--to", "@v0.2.0", target=target), "revert --to @v0.2.0")
+    _ok(sqitch("verify", target=target), "verify (reverted)")
     with connect(scratch_dsn) as c:
         assert claim_state(c) == before
         assert worker_may(c, claim)
@@ -172,7 +159,7 @@ def test_sqitch_upgrades_a_database_deployed_at_v0_3_0_and_reverts_to_it(scratch
     to new calls; `sqitch revert --to @v0.3.0` restores claim exactly, with its owner,
     grants and settings, and the jobs stay."""
     target = sqitch_target(scratch_dsn)
-    _ok(_sqitch("deploy", "--to", "@v0.3.0", target=target), "deploy --to @v0.3.0")
+    _ok(sqitch("deploy", "--to", "@v0.3.0", target=target), "deploy --to @v0.3.0")
     claim = "pgfence.claim(text, text[], interval, integer, uuid)"
 
     def state(c: Conn, routine: str) -> tuple[Any, ...]:
@@ -193,9 +180,9 @@ def test_sqitch_upgrades_a_database_deployed_at_v0_3_0_and_reverts_to_it(scratch
         assert held == legacy_deep
         c.execute("SELECT pgfence.report_rejection(%s, gen_random_uuid(), 'complete')", (held,))  # forged, accepted
 
-    out = _ok(_sqitch("deploy", target=target), "deploy (upgrade)")
+    out = _ok(sqitch("deploy", target=target), "deploy (upgrade)")
     assert "+ functions/sweep" in out and "+ functions/claim" in out, out
-    _ok(_sqitch("verify", target=target), "verify (upgraded)")
+    _ok(sqitch("verify", target=target), "verify (upgraded)")
     with connect(scratch_dsn) as c:
         assert c.execute("SELECT pgfence.schema_version()").fetchone() == (3,)
         assert worker_may(c, claim)
@@ -220,8 +207,8 @@ def test_sqitch_upgrades_a_database_deployed_at_v0_3_0_and_reverts_to_it(scratch
                 c.execute(call, params)
             assert refused.value.sqlstate == "22023", call
 
-    _ok(_sqitch("revert", "-y", "--to", "@v0.3.0", target=target), "revert --to @v0.3.0")
-    _ok(_sqitch("verify", target=target), "verify (reverted)")
+    _ok(sqitch("revert", "-y", "--to", "@v0.3.0", target=target), "revert --to @v0.3.0")
+    _ok(sqitch("verify", target=target), "verify (reverted)")
     with connect(scratch_dsn) as c:
         assert c.execute("SELECT pgfence.schema_version()").fetchone() == (2,)
         assert {r: state(c, r) for r in before} == before
@@ -239,7 +226,7 @@ def test_sqitch_upgrades_a_database_deployed_at_v0_4_0_and_reverts_to_it(scratch
     reworked routine exactly (body, owner, grants, settings), the additions go, and the
     jobs stay."""
     target = sqitch_target(scratch_dsn)
-    _ok(_sqitch("deploy", "--to", "@v0.4.0", target=target), "deploy --to @v0.4.0")
+    _ok(sqitch("deploy", "--to", "@v0.4.0", target=target), "deploy --to @v0.4.0")
     reworked = ["pgfence.claim(text, text[], interval, integer, uuid)", "pgfence.claimed(text, uuid[], interval)",
                 "pgfence.fail_many(bigint[], uuid[], text[], interval[], boolean[])",
                 "pgfence.fail(bigint, uuid, text, interval, boolean)",
@@ -268,9 +255,9 @@ def test_sqitch_upgrades_a_database_deployed_at_v0_4_0_and_reverts_to_it(scratch
                                     " '1 hour', 5, %s)", (request,)).fetchall()
         assert held == job_id
 
-    out = _ok(_sqitch("deploy", target=target), "deploy (upgrade)")
+    out = _ok(sqitch("deploy", target=target), "deploy (upgrade)")
     assert "+ functions/claim" in out and "+ functions/read_api" in out, out
-    _ok(_sqitch("verify", target=target), "verify (upgraded)")
+    _ok(sqitch("verify", target=target), "verify (upgraded)")
     with connect(scratch_dsn) as c:
         assert c.execute("SELECT pgfence.schema_version()").fetchone() == (3,)
         for name in ("claim_results", "claimed"):
@@ -282,8 +269,8 @@ def test_sqitch_upgrades_a_database_deployed_at_v0_4_0_and_reverts_to_it(scratch
         c.execute("SELECT pgfence.complete(%s, %s)", (held, token))
         assert c.execute("SELECT outcome FROM pgfence.attempts_of(%s)", (held,)).fetchall() == [("done",)]
 
-    _ok(_sqitch("revert", "-y", "--to", "@v0.4.0", target=target), "revert --to @v0.4.0")
-    _ok(_sqitch("verify", target=target), "verify (reverted)")
+    _ok(sqitch("revert", "-y", "--to", "@v0.4.0", target=target), "revert --to @v0.4.0")
+    _ok(sqitch("verify", target=target), "verify (reverted)")
     with connect(scratch_dsn) as c:
         assert state(c) == before
         assert c.execute("SELECT to_regprocedure('pgfence.claim_results(text, uuid[], interval)'),"

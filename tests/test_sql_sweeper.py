@@ -9,7 +9,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from sqlhelpers import LEASE_EXPIRED, claim_job, enqueue, job, one
+from support.api import claim_job, enqueue
+from support.db import LEASE_EXPIRED, job, one
 
 Conn = psycopg.Connection[Any]
 

@@ -13,12 +13,13 @@ from typing import Any
 import psycopg
 import pytest
 
-from sqlhelpers import (
-    LEASE_EXPIRED, RELEASED, UNKNOWN_ID, assert_error, claim, claim_job, claim_one, claim_short, complete,
-    enqueue, fail, heartbeat, job, lease_expired_under_lock, now, one, queue_count, reclaim_expired,
-    reclaimed_ids, release, sql_error,
-)
-from sqlhelpers import _job_id_floor, tx_conn  # noqa: F401 - fixtures
+from support.api import (claim, claim_job, claim_one, claim_short, complete, enqueue, fail, heartbeat,
+                         lease_expired_under_lock, reclaim_expired, reclaimed_ids, release)
+from support.db import (LEASE_EXPIRED, RELEASED, UNKNOWN_ID, assert_error, job, now, one, queue_count,
+                        sql_error)
+
+# Queue lookups scan only this test's jobs (by primary key range): see support.db.
+pytestmark = pytest.mark.usefixtures("job_id_floor")
 
 
 Conn = psycopg.Connection[Any]

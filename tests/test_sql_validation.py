@@ -11,10 +11,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from sqlhelpers import (
-    assert_error, claim_job, enqueue, one, queue_jobs, rows, sql_error,
-)
-from sqlhelpers import _job_id_floor  # noqa: F401 - fixtures
+from support.api import claim_job, enqueue
+from support.db import assert_error, one, queue_jobs, rows, sql_error
+
+# Queue lookups scan only this test's jobs (by primary key range): see support.db.
+pytestmark = pytest.mark.usefixtures("job_id_floor")
 
 Conn = psycopg.Connection[Any]
 

@@ -15,9 +15,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from helpers import connect
-from securityhelpers import grantless_login
-from sqlhelpers import assert_error, claim_short, conn2, job, one, sql_error, start_blocked, tx_conn  # noqa: F401
+from support.api import claim_short, start_blocked
+from support.db import assert_error, connect, job, one, sql_error
+from support.roles import grantless_login
 
 Conn = psycopg.Connection[Any]
 

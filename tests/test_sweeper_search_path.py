@@ -30,8 +30,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from helpers import connect, sqitch_deploy
-from securityhelpers import connect_as, login_roles
+from support.db import connect, sqitch_deploy
+from support.roles import connect_as, login_roles
 
 Conn = psycopg.Connection[Any]
 

@@ -20,10 +20,10 @@ import pytest
 from psycopg import sql
 
 import pgfence.worker as worker_module
-from clienthelpers import running, wait_for
-from helpers import connect
+from support.db import connect
+from support.roles import connect_as, grantless_login, login_roles
+from support.workers import running, wait_for
 from pgfence import Client, Job, Worker
-from securityhelpers import connect_as, grantless_login, login_roles
 
 Conn = psycopg.Connection[Any]
 

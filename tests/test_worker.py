@@ -1,8 +1,8 @@
 """The Worker runtime end to end, against the real database.
 
-In-process workers run on a thread (``clienthelpers.running``) and are stopped
+In-process workers run on a thread (``support.workers.running``) and are stopped
 with ``worker.stop()``; crash, freeze and signal scenarios run the real CLI
-worker (``python -m pgfence worker workers_for_tests:HANDLERS``) as a child
+worker (``python -m pgfence worker support.handlers:HANDLERS``) as a child
 process. Every worker claims only from the test's own queue. Waits are polls
 with deadlines; the background pg_cron sweeper is left running unless a test
 pauses it.
@@ -13,51 +13,18 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import psycopg
 import pytest
 
-from clienthelpers import (LEASE_EXPIRED, RELEASED, app_dsn, backends, running, terminate_backends,
-                           unique_name, wait_for, worker_process)
-from pgfence import Client, Interrupted, Job, JobRecord, PermanentFailure, RetryAfter, Worker
-
-
-def make_worker(dsn: str, queue: str, handlers: dict[str, Any], *, app: Optional[str] = None,
-                **options: Any) -> tuple[Worker, Client]:
-    """A Worker on its own pool (closed by the caller), claiming only from ``queue``."""
-    wclient = Client.connect(app_dsn(dsn, app) if app else dsn, max_size=8)
-    options.setdefault("poll_interval", 0.2)
-    options.setdefault("run_sweeper", False)
-    return Worker(wclient, handlers, queues=[queue], **options), wclient
-
-
-@pytest.fixture
-def workers(dsn: str) -> Iterator[list[Client]]:
-    """Collects worker clients to close at teardown."""
-    owned: list[Client] = []
-    yield owned
-    for c in owned:
-        c.close()
-
-
-def start(dsn: str, queue: str, handlers: dict[str, Any], owned: list[Client], **options: Any) -> Worker:
-    worker, wclient = make_worker(dsn, queue, handlers, **options)
-    owned.append(wclient)
-    return worker
-
-
-def job_in(client: Client, job_id: int, *statuses: str) -> Optional[JobRecord]:
-    row = client.get_job(job_id)
-    return row if row.status in statuses else None
-
-
-def wait_status(client: Client, job_id: int, *statuses: str, timeout: float = 15.0) -> JobRecord:
-    return wait_for(lambda: job_in(client, job_id, *statuses), timeout,
-                    f"job {job_id} to be {'/'.join(statuses)}")
+from support.db import LEASE_EXPIRED, RELEASED, backends, terminate_backends, unique_name
+from support.handlers import until_stopped
+from support.processes import worker_process
+from support.workers import job_in, running, start, wait_for, wait_status
+from pgfence import Client, Interrupted, Job, PermanentFailure, RetryAfter
 
 
 # ----------------------------------------------------------- handlers ----
@@ -193,9 +160,7 @@ def test_a_lost_lease_stops_the_handler_and_its_result_is_never_reported(
 
     def long(job: Job) -> Any:
         started.set()
-        deadline = time.monotonic() + 15
-        while not job.should_stop() and time.monotonic() < deadline:
-            time.sleep(0.02)
+        until_stopped(job)
         seen.update(lease_lost=job.lease_lost, should_stop=job.should_stop())
         return {"late": "must not be stored"}
 
@@ -312,9 +277,7 @@ def test_stop_lets_a_handler_that_winds_down_within_the_grace_complete(
 
     def polite(job: Job) -> Any:
         started.set()
-        deadline = time.monotonic() + 15
-        while not job.should_stop() and time.monotonic() < deadline:
-            time.sleep(0.02)
+        until_stopped(job)
         return {"stopped": job.should_stop(), "lease_lost": job.lease_lost}
 
     job_id = client.enqueue("polite", queue=queue)
@@ -586,9 +549,7 @@ def test_a_handler_that_raises_interrupted_on_stop_gives_its_job_back(
 
     def interruptible(job: Job) -> Any:
         started.set()
-        deadline = time.monotonic() + 15
-        while not job.should_stop() and time.monotonic() < deadline:
-            time.sleep(0.02)
+        until_stopped(job)
         raise Interrupted()
 
     job_id = client.enqueue("interruptible", queue=queue)

@@ -20,17 +20,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from clienthelpers import WorkerThread, backends, unique_name, wait_for, worker_process
-from helpers import sqitch_deploy
+from support.db import backends, sqitch_deploy, unique_name
+from support.processes import worker_process
+from support.workers import WorkerThread, start, wait_for, wait_status
 from pgfence import Client, Job, RawJson, RetryAfter, Worker
-from test_worker import start, wait_status, workers  # noqa: F401  (workers is a fixture)
 
 #: How long ``worker.stop()`` may take to make ``run()`` return once nothing runs.
 STOP_TIMEOUT = 10.0
@@ -38,7 +38,7 @@ STOP_TIMEOUT = 10.0
 
 @contextmanager
 def running_bounded(worker: Worker, stop_timeout: float = STOP_TIMEOUT) -> Iterator[WorkerThread]:
-    """Like ``clienthelpers.running``, but a wedged worker does not cost 30 s nor hide the
+    """Like ``support.workers.running``, but a wedged worker does not cost 30 s nor hide the
     test's own failure: when the block failed, the worker is asked to stop and waited for
     briefly, and the block's error is what the test reports. When the block passed,
     ``run()`` must return within ``stop_timeout`` after ``stop()``."""

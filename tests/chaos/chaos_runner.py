@@ -34,7 +34,8 @@ from typing import Any, Callable, Iterator, Optional
 
 import psycopg
 
-from clusters import Cluster
+from support import processes
+from support.clusters import Cluster
 from pgfence import Client, PgfenceError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -126,7 +127,7 @@ class Config:
 
 # =================================================================== cluster ==
 # The chaos cluster itself (its own data directory and port, crash-restarted) is
-# tests/clusters.py's Cluster; this module only reaps the worker processes a crashed
+# tests/support/clusters.py's Cluster; this module only reaps the worker processes a crashed
 # earlier session left behind.
 
 
@@ -175,6 +176,15 @@ def reap_orphans(cluster: Cluster) -> list[int]:
     return killed
 
 
+def _close_quietly(conn: Optional[psycopg.Connection[Any]]) -> None:
+    """Close conn if there is one; a connection a fault broke may raise on close."""
+    if conn is not None:
+        try:
+            conn.close()
+        except Exception:
+            pass
+
+
 class Db:
     """One autocommit connection for the test's own queries; reconnects after a
     fault, retrying for at most ``retry_for`` seconds. Shared by threads (one
@@ -211,12 +221,8 @@ class Db:
 
     def close(self) -> None:
         with self.lock:
-            if self.conn is not None:
-                try:
-                    self.conn.close()
-                except Exception:
-                    pass
-                self.conn = None
+            _close_quietly(self.conn)
+            self.conn = None
 
 
 # =================================================================== workers ==
@@ -272,9 +278,7 @@ class Workers:
                    "--shutdown-grace", "1", "--sweep" if slot == 0 else "--no-sweep", "--worker-id", worker_id]
             env = dict(os.environ, CHAOS_RECORD_DIR=str(self.record_dir), PYTHONUNBUFFERED="1")
             env.pop("PGFENCE_DSN", None)
-            with open(log, "ab") as fh:
-                popen = subprocess.Popen(cmd, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=fh,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+            popen = processes.spawn(cmd, log_path=log, env=env, cwd=REPO, append=True)
             with open(_pidfile(self.cluster), "a") as pf:
                 pf.write(f"{popen.pid} {_start_time(popen.pid)}\n")
             proc = Proc(slot, gen, worker_id, popen, log, time.time())
@@ -304,10 +308,7 @@ class Workers:
             return [p for p in self.current.values() if p.popen.poll() is None]
 
     def signal(self, proc: Proc, sig: int) -> None:
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            pass
+        processes.signal_group(proc.popen, sig)
 
     def kill(self, proc: Proc) -> None:
         with self.lock:
@@ -338,29 +339,16 @@ class Workers:
         """Stop respawning; SIGCONT + SIGTERM every worker (graceful), SIGKILL what remains."""
         with self.lock:
             self.respawn = False
-            procs = [p for p in self.history if p.popen.poll() is None]
-            for p in procs:
-                p.intentional = True
-                self.signal(p, signal.SIGCONT)
-                self.signal(p, signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        for p in procs:
-            try:
-                p.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-        for p in self.history:
-            if p.popen.poll() is None:
-                self.signal(p, signal.SIGKILL)
+            for p in self.history:
+                if p.popen.poll() is None:
+                    p.intentional = True
+            history = list(self.history)
+        killed = processes.stop([p.popen for p in history], grace=10)
+        for p in history:
+            if p.popen in killed:
                 p.killed_at = p.killed_at or time.time()
-                try:
-                    p.popen.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    pass
             if p.exited_at is None:
                 p.exited_at = p.killed_at or time.time()
-            # kill leftovers of the group too (a worker has no children, but be sure)
-            self.signal(p, signal.SIGKILL)
         if all(p.popen.poll() is not None for p in self.history):
             _pidfile(self.cluster).unlink(missing_ok=True)
 
@@ -433,11 +421,7 @@ class Producer(threading.Thread):
             return False
 
     def _drop(self) -> None:
-        if self.conn is not None:
-            try:
-                self.conn.close()
-            except Exception:
-                pass
+        _close_quietly(self.conn)
         self.conn = None
         self.client = None
 

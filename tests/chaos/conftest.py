@@ -3,7 +3,7 @@
 The suite crash-restarts PostgreSQL, so it never uses the developer's cluster nor
 the tests' one: ``chaos_cluster`` wipes and starts ``<repo>/.pgdata-chaos`` on the
 first free port from 54339 (``PGFENCE_CHAOS_PGDATA`` / ``PGFENCE_CHAOS_PGPORT``
-override; see tests/clusters.py), deploys with sqitch, and stops it at the end of
+override; see tests/support/clusters.py), deploys with sqitch, and stops it at the end of
 the session. ``chaos_report``
 runs the scenario once (short form by default, ``--chaos-full`` for the long
 one); every test asserts one invariant of it, and the terminal summary prints
@@ -17,7 +17,7 @@ import pytest
 
 import chaos_runner
 from chaos_runner import Report
-from clusters import Cluster, chaos_cluster as make_chaos_cluster, session
+from support.clusters import Cluster, chaos_cluster as make_chaos_cluster, session
 
 
 @pytest.fixture(scope="session")

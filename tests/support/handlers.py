@@ -1,5 +1,6 @@
 """Handlers for the worker processes the tests start with
-``python -m pgfence worker workers_for_tests:HANDLERS`` (cwd = tests/).
+``python -m pgfence worker support.handlers:HANDLERS`` (cwd = tests/; see
+:class:`support.processes.WorkerProcess`).
 
 Payload keys:
 
@@ -21,6 +22,13 @@ from typing import Any
 from pgfence import Job
 
 MAX_HOLD_SECONDS = 60.0
+
+
+def until_stopped(job: Job, timeout: float = 15.0) -> None:
+    """Return once ``job.should_stop()`` (the worker stops or lost the lease), or after timeout s."""
+    deadline = time.monotonic() + timeout
+    while not job.should_stop() and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def _started(job: Job) -> None:

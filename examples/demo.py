@@ -1,53 +1,45 @@
-"""``python -m pgfence.demo``: seed 001 reproduced with real worker processes.
+"""pgfence demo: what happens to a job when its worker dies, freezes or must not be retried.
 
-Seed 001 ("does IN_PROGRESS survive a dead AI worker?") measured a 3-second lease:
-worker A claims 10 of 20 jobs and dies; a poller reclaims them 3.095 s after the
-claim; worker B finishes all 20, every job completed exactly once. This demo runs
-that experiment, and two more failure modes, against a real database with every
-worker in its own OS process (``python -m pgfence._demo_worker``), each using
-:class:`pgfence.Client`:
+Run it from a checkout with the pgfence package installed: ``python examples/demo.py``
+(``make demo`` starts the local PostgreSQL cluster, deploys the schema, then runs it).
+Every worker is an OS process of its own (``examples/demo_worker.py``) that talks to
+the database through :class:`pgfence.Client`; the demo kills and freezes them with real
+signals, then checks in the database that nothing was lost, done twice or overwritten:
 
-1. crash recovery: 20 jobs; A claims 10 with a 3 s lease in one ``claim`` and is
-   SIGKILLed; B polls ``claim`` every 0.1 s (lease 3 s), completes its 10 and,
-   once A's leases are reclaimed, A's 10 too. Checks 20/20 done, at most one
-   completion per job, 0 duplicates, every result recorded by the current token.
-2. the zombie: C claims one job (lease 2 s) and is frozen with SIGSTOP past its
-   lease; the job is reclaimed and D claims and completes it ({"by": "D"}); C is
-   resumed with SIGCONT and its ``heartbeat`` and ``complete`` must both raise
-   LeaseLost (PF001); the job's result stays D's.
-3. a ``manual`` job: E claims it (lease 2 s) and is SIGKILLed; after the lease it
-   must land in ``manual_review`` (not back in the queue) and a worker F polling
-   that queue must not get it.
+1. a worker dies: 20 jobs; worker A claims 10 with a 3-second lease and is killed
+   (SIGKILL) before it finishes any. Worker B polls ``claim`` every 0.1 s. Once A's
+   leases have expired, A's jobs are reclaimed and B finishes all 20: every job is
+   completed exactly once, and every result is stored by the attempt that owns the job.
+2. a frozen worker comes back (a "zombie"): C claims a job (lease 2 s) and is frozen
+   (SIGSTOP) past its lease; the job is reclaimed and D completes it. C is then resumed
+   (SIGCONT): its ``heartbeat`` and ``complete`` must both be refused with LeaseLost
+   (SQLSTATE PF001), and the job's result stays D's.
+3. a job marked ``recovery_policy => 'manual'`` (not safe to run twice): E claims it
+   and is killed. After the lease the job must wait in ``manual_review`` for a human,
+   not go back to the queue: worker F, polling that queue, must not get it.
 
-Timing is read from the database clock only. The reclaim time of a job is the
-``clock_timestamp()`` of the reclaim statement itself: ``pgfence._recover`` writes
-it to ``updated_at`` and (for a job sent back to the queue) to ``available_at``;
-claim and complete later overwrite ``updated_at`` but never ``available_at``, so
-``available_at`` still holds it after B or D finished the job (for the manual job,
-``updated_at``, which nothing touches afterwards). A 20 ms observer thread also
-records when each state change first became visible to another session.
+Who reclaims an expired lease? Two things do: the background sweeper that pg_cron runs
+(``pgfence.run_sweeper``, a pass every 0.5 s once pg_cron has started it, within a
+minute of the server's start), and every ``claim`` call, which first reclaims a batch
+of expired leases in any queue. The demo tells them apart from the database clock: the
+polling worker reads ``clock_timestamp()`` before and after each claim call, the
+observer thread (a query every 20 ms) sees each sweeper pass in
+``pgfence.sweeper_status``, and the reclaim statement's own ``clock_timestamp()`` is
+kept in the job's ``available_at`` (``updated_at`` for the manual job).
 
-Who reclaimed? Expired leases are reclaimed by the pg_cron sweeper
-(``pgfence.run_sweeper``, a pass every 0.5 s) and by every ``claim`` call, which
-first reclaims a batch of expired leases in any queue (on-claim recovery). The
-demo tells them apart with: the DB-clock window around each claim call of the
-polling worker (the worker reads ``clock_timestamp()`` before and after it), the
-sweeper passes seen by the observer (``pgfence.sweeper_status``: when, how many)
-with ``total_reclaimed`` before/after, and whether the reclaimed job was ever
-visible as ``queued`` (a reclaim inside B's claim hands the job straight to B).
+When the schema keeps history, it is checked too: ``pgfence.attempts`` must show each
+ended attempt (A reclaimed -> B done, C reclaimed -> D done, E reclaimed), and
+``pgfence.rejections`` C's two refused calls.
 
-When the schema keeps history, it is checked too: ``pgfence.attempts`` must show
-each ended attempt (A reclaimed -> B done, C reclaimed -> D done, E reclaimed) with
-the reclaim time, and ``pgfence.rejections`` must show C's two refused calls (the
-schema documents that the Python client reports every LeaseLost there).
+The jobs of a run go in three new queues ``demo-<run>-crash|zombie|manual``; they are
+deleted when every check passes (``--keep`` keeps them), else kept for inspection
+(``--cleanup <run>`` deletes them later). Everything printed that comes from the
+database (names, payloads, results, error texts) is escaped: anyone who may call the
+SQL API can write those strings.
 
-Jobs of a run go in three fresh queues ``demo-<run>-crash|zombie|manual``; they are
-deleted after a run whose checks all pass (``--keep`` keeps them), else kept for
-inspection (``--cleanup <run>`` deletes them later).
-
-DSN: ``--dsn``, else ``$PGFENCE_DSN``, else ``scripts/pg.sh dsn`` when run inside
-the pgfence repository, else libpq defaults. Exit status 0 when every check
-passes, 1 when one fails, 2 when the database is not usable.
+DSN: ``--dsn``, else ``$PGFENCE_DSN``, else ``scripts/pg.sh dsn`` when run inside the
+pgfence repository, else libpq defaults. Exit status 0 when every check passes, 1 when
+one fails, 2 when the database is not usable.
 """
 
 from __future__ import annotations
@@ -67,13 +59,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import FrameType
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from .client import Client
+from pgfence import Client
+from pgfence._text import printable
 
+HERE = Path(__file__).resolve().parent
+WORKER = HERE / "demo_worker.py"
 RECLAIM_ERROR = "lease expired before completion"
 OBSERVE_INTERVAL = 0.02
 
@@ -124,7 +119,7 @@ class Check:
 # -------------------------------------------------------------------- DSN --
 
 def _find_pg_sh() -> Optional[Path]:
-    starts = [Path.cwd(), Path(__file__).resolve().parent]
+    starts = [Path.cwd(), HERE]
     for start in starts:
         for d in (start, *start.parents):
             cand = d / "scripts" / "pg.sh"
@@ -331,7 +326,7 @@ class Proc:
         self._stderr = open(self.stderr_path, "wb")
         self._stdout_copy = open(self.stdout_path, "w", encoding="utf-8")
         self.popen = subprocess.Popen(
-            [sys.executable, "-m", "pgfence._demo_worker", *argv], stdin=subprocess.DEVNULL,
+            [sys.executable, str(WORKER), *argv], stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=self._stderr, env=env, start_new_session=True)
         self.pid = self.popen.pid
         self.events: list[dict[str, Any]] = []
@@ -373,7 +368,8 @@ class Proc:
                     if e.get("event") == event:
                         return e
                     if e.get("event") == "error":
-                        raise DemoError(f"worker {self.name} failed: {e.get('exception')}: {e.get('message')}"
+                        raise DemoError(f"worker {self.name} failed: {printable(e.get('exception'))}:"
+                                        f" {printable(e.get('message'))}"
                                         f"{self.tail()}")
                 if self._eof:
                     rc = self.popen.wait(timeout=5)
@@ -411,7 +407,8 @@ class Proc:
             lines = self.stderr_path.read_text(errors="replace").splitlines()[-n:]
         except OSError:
             return ""
-        return ("\n      stderr of " + self.name + ":\n        " + "\n        ".join(lines)) if lines else ""
+        return ("\n      stderr of " + self.name + ":\n        " + "\n        ".join(map(printable, lines))
+                if lines else "")
 
     def kill(self) -> None:
         """SIGKILL the process group if still running, reap it (bounded), close files."""
@@ -464,8 +461,6 @@ def child_env(dsn: str) -> dict[str, str]:
     env = dict(os.environ)
     env["PGFENCE_DSN"] = dsn
     env["PYTHONUNBUFFERED"] = "1"
-    pkg_parent = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = pkg_parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     # PGOPTIONS (statement_timeout) is inherited from main().
     return env
 
@@ -480,9 +475,10 @@ def reclaim_attribution(ctx: Ctx, t_r: datetime, n_jobs: int, claimers: Sequence
     if in_claim and not passes:
         name, e = in_claim[0]
         t0, t1 = datetime.fromisoformat(e["t_before"]), datetime.fromisoformat(e["t_after"])
-        return (f"{name}'s claim() (on-claim recovery)",
-                f"the reclaim statement ran inside {name}'s claim call #{e['n']} "
-                f"[{hms(t0)} .. {hms(t1)}], and no sweeper pass reported reclaiming {n_jobs} job(s) then")
+        return (f"{name}'s claim()",
+                f"a claim first reclaims expired leases (in any queue); this reclaim ran inside {name}'s claim"
+                f" call #{e['n']} [{hms(t0)} .. {hms(t1)}], and no sweeper pass reported reclaiming {n_jobs}"
+                " job(s) then")
     if passes and not in_claim:
         p = passes[0]
         return ("pg_cron sweeper",
@@ -493,7 +489,7 @@ def reclaim_attribution(ctx: Ctx, t_r: datetime, n_jobs: int, claimers: Sequence
         return ("ambiguous", f"inside {in_claim[0][0]}'s claim call and a sweeper pass reclaimed "
                 f"{passes[0].reclaimed} at the same moment")
     return ("another session", "neither the demo's claimers nor a sweeper pass account for it: another "
-            "client's claim() (on-claim recovery reclaims expired leases in every queue) or a manual sweep")
+            "client's claim() (a claim reclaims expired leases in every queue first) or a manual sweep")
 
 
 def first_change(ctx: Ctx, job_id: int, start: State) -> Optional[tuple[datetime, State]]:
@@ -539,7 +535,7 @@ def check_history(ctx: Ctx, scenario: str, expect: dict[int, list[tuple[str, str
                        f" != reclaim time {hms(reclaim_at.get(r['job_id']))}")
     seqs: dict[str, int] = {}
     for j in expect:
-        key = " -> ".join(f"{w} {o}" for w, o in got[j]) or "none"
+        key = " -> ".join(f"{printable(w)} {printable(o)}" for w, o in got[j]) or "none"
         seqs[key] = seqs.get(key, 0) + 1
     summary = "; ".join(f"{n}x {k}" for k, n in seqs.items())
     ok = got == expect and not bad
@@ -557,9 +553,10 @@ def scenario_crash(ctx: Ctx) -> None:
     lease = 3.0
     q = ctx.queues["crash"]
     wa, wb = ctx.worker_id("A"), ctx.worker_id("B")
-    say(f"\n[1] crash recovery (seed 001): 20 jobs in {q}; A claims 10 with a {lease:g} s lease and is"
-        f" SIGKILLed; B polls claim every 0.1 s")
-    ids = [e.id for e in ctx.client.enqueue_many(["demo.seed001"] * 20, [{"n": i + 1} for i in range(20)],
+    say(f"\n[1] A worker dies mid-job. 20 jobs in queue {q}; worker A claims 10 of them with a {lease:g} s"
+        f" lease and is killed (SIGKILL) before finishing any; worker B asks for work every 0.1 s.")
+    say("    Expected: A's jobs come back when their lease runs out, B finishes all 20, none twice.")
+    ids = [e.id for e in ctx.client.enqueue_many(["demo.crash"] * 20, [{"n": i + 1} for i in range(20)],
                                                   queue=q)]
     ctx.observer.watch(ids)
     A = ctx.spawn("A", "hold", q, lease, max_jobs=10, max_seconds=60)
@@ -574,7 +571,7 @@ def scenario_crash(ctx: Ctx) -> None:
                       for j in claimed["jobs"] if int(j["id"]) in rows_a)
     say(f"  A pid {A.pid}: one claim(max_jobs=10) got jobs {id_ranges(a_ids)}; reserved_at {hms(claim_at)}"
         f" (A read it back from the database), lease until {hms(lease_exp)}; SIGKILL -> exit status {rc_a}")
-    ctx.check(S, "A claimed 10 of 20 in one claim, lease 3 s",
+    ctx.check(S, f"A claimed 10 of 20 in one claim, lease {lease:g} s",
               f"{len(a_ids)} claimed ({id_ranges(a_ids)}), {len(rows_a)} processing by A in the DB",
               len(a_ids) == 10 and len(rows_a) == 10 and set(a_ids) == set(ids[:10]))
     ctx.check(S, "A killed by SIGKILL, nothing completed", f"exit status {rc_a}", rc_a == -signal.SIGKILL)
@@ -609,7 +606,8 @@ def scenario_crash(ctx: Ctx) -> None:
             f" kept in pgfence.jobs.available_at); lease expired {secs(lease_exp - claim_at)} after the claim")
     if observed:
         od = sorted(at - claim_at for at, _ in observed.values())
-        how = sorted({("queued" if st[0] == "queued" else f"{st[0]} by {st[1]}") for _, st in observed.values()})
+        how = sorted({("queued" if st[0] == "queued" else f"{printable(st[0])} by {printable(st[1])}")
+                      for _, st in observed.values()})
         say(f"  20 ms observer first saw them reclaimed {secs(od[0])} .. {secs(od[-1])} after the claim, as: "
             + ", ".join(how))
     after = sweeper_after(ctx, max(t_rs.values())) if t_rs else None
@@ -628,7 +626,8 @@ def scenario_crash(ctx: Ctx) -> None:
     say(f"  sweeper: {n_passes} pass(es) between A's claim and the reclaim; total_reclaimed "
         f"{sweep_before[2]} -> {after.total if after else '?'}"
         + (f" (+{sweep_delta}, all queues)" if sweep_delta is not None else
-           " (no sweeper pass within 1.5 s after the reclaim: sweeper not running or paused)"))
+           " (no sweeper pass in the 1.5 s after the reclaim: pg_cron has not started the sweeper yet, or it"
+           " is paused; the workers' claim() calls reclaim expired leases meanwhile)"))
 
     # Completions as B recorded them, one JSON line per accepted complete().
     lines = [json.loads(x) for x in completions.read_text().splitlines() if x.strip()] if completions.exists() else []
@@ -644,15 +643,16 @@ def scenario_crash(ctx: Ctx) -> None:
 
     if delays:
         d0, d1 = delays[0], delays[-1]
-        ctx.check(S, "reclaim time after A's claim (seed: 3.095 s)",
+        ctx.check(S, f"A's jobs reclaimed at most {lease + 1.5:g} s after A's claim",
                   secs(d0) if d0 == d1 else f"{secs(d0)} .. {secs(d1)}",
                   d1 <= timedelta(seconds=lease + 1.5))
     else:
-        ctx.check(S, "reclaim time after A's claim (seed: 3.095 s)", "A's jobs were never reclaimed", False)
+        ctx.check(S, f"A's jobs reclaimed at most {lease + 1.5:g} s after A's claim",
+                  "A's jobs were not reclaimed", False)
     ctx.check(S, "reclaimed only after the lease expired",
               f"all {len(t_rs)} reclaims after lease_expires_at {hms(lease_exp)}",
               len(t_rs) == 10 and all(t > lease_exp for t in t_rs.values()))
-    ctx.check(S, "reclaimed by (info)", "; ".join(attributions) or "-", None)
+    ctx.check(S, "who reclaimed the lease", "; ".join(attributions) or "-", None)
     ctx.check(S, "jobs done", f"{len(done)}/20", len(done) == 20 and len(rows) == 20)
     ctx.check(S, "completion events / distinct jobs", f"{len(lines)} / {len(per_job)}",
               len(lines) == 20 and len(per_job) == 20)
@@ -681,9 +681,10 @@ def scenario_zombie(ctx: Ctx) -> None:
     S = "2 zombie"
     lease = 2.0
     q = ctx.queues["zombie"]
-    wc, wd = ctx.worker_id("C"), ctx.worker_id("D")
-    say(f"\n[2] the zombie: C claims a job (lease {lease:g} s), is frozen with SIGSTOP past its lease,"
-        f" D takes the job over; then C is resumed")
+    wd = ctx.worker_id("D")
+    say(f"\n[2] A frozen worker comes back (a zombie). Worker C claims a job (lease {lease:g} s) and is frozen"
+        f" (SIGSTOP) past its lease; worker D takes the job over and completes it; then C is resumed (SIGCONT).")
+    say("    Expected: C's late heartbeat and complete are refused with LeaseLost, and the result stays D's.")
     jid = ctx.client.enqueue("demo.zombie", {"scenario": "zombie"}, queue=q)
     ctx.observer.watch([jid])
     go = ctx.rundir / "C.go"
@@ -727,7 +728,7 @@ def scenario_zombie(ctx: Ctx) -> None:
         say(f"  C's lease reclaimed at {hms(t_r)}, {secs(t_r - claim_at)} after C's claim: {short}: {detail}")
         ctx.check(S, "reclaim time after C's claim (lease 2 s)", secs(t_r - claim_at),
                   lease_exp < t_r <= lease_exp + timedelta(seconds=1.5))
-        ctx.check(S, "reclaimed by (info)", short, None)
+        ctx.check(S, "who reclaimed the lease", short, None)
     else:
         ctx.check(S, "C's lease reclaimed", "never reclaimed", False)
     say(f"  C resumed with SIGCONT at {hms(cont_at)} (state before: {st_cont}); exit status {rc_c}")
@@ -737,7 +738,7 @@ def scenario_zombie(ctx: Ctx) -> None:
             ctx.check(S, f"C's late {op} rejected with LeaseLost", "no outcome reported", False)
             continue
         desc = ("ACCEPTED (the stale worker got through the fence)" if o["accepted"] else
-                f"{o['exception']} {o['sqlstate']}: {o['detail']}")
+                f"{printable(o['exception'])} {printable(o['sqlstate'])}: {printable(o['detail'])}")
         say(f"  C {op}: {desc}")
         ctx.check(S, f"C's late {op} rejected with LeaseLost", desc,
                   not o["accepted"] and o["exception"] == "LeaseLost" and o["sqlstate"] == "PF001")
@@ -748,8 +749,8 @@ def scenario_zombie(ctx: Ctx) -> None:
     d_token = d_done[0]["token"] if d_done else None
     ctx.check(S, "D completed the job", f"{len(d_done)} completion(s), exit status {rc_d}",
               len(d_done) == 1 and rc_d == 0 and d_done[0]["job_id"] == jid)
-    ctx.check(S, "final result is D's", f"{final['status']} {json.dumps(final['result'])} by "
-              f"{'D' if final['reserved_by'] == wd else final['reserved_by']}",
+    ctx.check(S, "final result is D's", f"{printable(final['status'])} {printable(json.dumps(final['result']))} by "
+              f"{'D' if final['reserved_by'] == wd else printable(final['reserved_by'])}",
               final["status"] == "done" and final["result"] == {"by": "D"} and final["reserved_by"] == wd
               and final["attempt_token"] == d_token and final["attempts"] == 2 and final["reclaim_count"] == 1)
     check_history(ctx, S, {jid: [("C", "reclaimed"), ("D", "done")]}, {jid: token_c},
@@ -760,7 +761,7 @@ def scenario_zombie(ctx: Ctx) -> None:
                   " AND to_regprocedure('pgfence.report_rejection(bigint, uuid, text)') IS NOT NULL")[0]:
         rej = ctx.db.all("SELECT operation FROM pgfence.rejections WHERE job_id = %s AND attempt_token = %s::uuid"
                          " ORDER BY rejected_at", (jid, token_c))
-        ops = [r[0] for r in rej]
+        ops = [printable(r[0]) for r in rej]
         ok = sorted(ops) == ["complete", "heartbeat"]
         if not ok:
             say(f"  BUG? pgfence.rejections holds {ops or 'nothing'} for C's refused heartbeat and complete: the"
@@ -776,8 +777,9 @@ def scenario_manual(ctx: Ctx) -> None:
     lease = 2.0
     q = ctx.queues["manual"]
     we = ctx.worker_id("E")
-    say(f"\n[3] a manual job (recovery_policy => 'manual'): E claims it (lease {lease:g} s) and is SIGKILLed;"
-        f" F polls the queue")
+    say(f"\n[3] A job that must not run twice (recovery_policy => 'manual'). Worker E claims it (lease {lease:g} s)"
+        f" and is killed; worker F asks that queue for work every 0.1 s.")
+    say("    Expected: after the lease the job waits in manual_review for a human; F never gets it.")
     jid = ctx.client.enqueue("demo.manual", {"scenario": "manual"}, queue=q, recovery_policy="manual")
     ctx.observer.watch([jid])
     E = ctx.spawn("E", "hold", q, lease, max_jobs=1, max_seconds=60)
@@ -816,12 +818,13 @@ def scenario_manual(ctx: Ctx) -> None:
                   f"{final['status']} after {secs(t_r - claim_at)}, reclaim_count {final['reclaim_count']}",
                   final["reclaim_count"] == 1 and final["last_error"] == RECLAIM_ERROR
                   and lease_exp < t_r <= lease_exp + timedelta(seconds=1.5))
-        ctx.check(S, "reclaimed by (info)", short, None)
+        ctx.check(S, "who reclaimed the lease", short, None)
     else:
         ctx.check(S, "after the lease: manual_review", f"status {final['status']}", False)
     check_history(ctx, S, {jid: [("E", "reclaimed")]}, {jid: str(claimed["jobs"][0]["token"]) if claimed["jobs"] else ""},
                   {jid: t_r} if t_r is not None else {})
-    seq = " -> ".join(f"{st[0]}" + (f"({'E' if st[1] == we else st[1]})" if st[1] else "") for st in after_claim)
+    seq = " -> ".join(printable(st[0]) + (f"({'E' if st[1] == we else printable(st[1])})" if st[1] else "")
+                      for st in after_claim)
     ctx.check(S, "never back in the queue, never re-claimed", seq or "-",
               not requeued and final["attempts"] == 1 and final["status"] == "manual_review")
     late = [e for e in polls if t_r is not None and datetime.fromisoformat(e["t_before"]) > t_r]
@@ -837,7 +840,9 @@ def scenario_manual(ctx: Ctx) -> None:
 
 def print_table(checks: list[Check]) -> None:
     head = ("scenario", "check", "observed", "result")
-    rows = [(c.scenario, c.what, c.observed, c.verdict) for c in checks]
+    # Every cell is one line: escaping it (again) costs nothing and keeps a database string
+    # that slipped through from forging a row or recolouring the terminal.
+    rows = [(printable(c.scenario), printable(c.what), printable(c.observed), c.verdict) for c in checks]
     w = [max(len(head[k]), *(len(r[k]) for r in rows)) if rows else len(head[k]) for k in range(3)]
     w[2] = min(w[2], 70)
 
@@ -848,6 +853,8 @@ def print_table(checks: list[Check]) -> None:
     say("  " + "-" * (sum(w) + 6 + 6))
     for r in rows:
         say(line(r))
+    legend = "  OK: the guarantee held.  INFO: what was seen, not a check."
+    say(legend + ("  FAIL: the guarantee did not hold." if any(c.ok is False for c in checks) else ""))
 
 
 def delete_run_jobs(db: Db, queues: list[str]) -> int:
@@ -884,8 +891,38 @@ def cleanup_run(dsn_arg: Optional[str], run: str) -> int:
     return 0
 
 
+def sweeper_state(db: Db) -> tuple[str, Optional[str]]:
+    """(a line on the background sweeper for the header, a note for the table or None when
+    it runs). The sweeper is not needed for the scenarios: claim() reclaims expired leases too."""
+    cron: Optional[bool] = None
+    if db.one("SELECT to_regclass('cron.job') IS NOT NULL")[0]:
+        r = db.one("SELECT bool_or(active) FROM cron.job WHERE jobname = 'pgfence-reclaim'")
+        cron = None if r is None else r[0]
+    last_pass, _, _ = db.sweeper()
+    paused = db.one("SELECT paused_at IS NOT NULL FROM pgfence.sweeper_status")
+    age = (db.now() - last_pass).total_seconds() if last_pass else None
+    meanwhile = "until then, the workers' claim() calls reclaim expired leases (the demo works either way)"
+    if cron is None:
+        return ("pg_cron or its job pgfence-reclaim is missing here, so no background sweeper runs; expired"
+                " leases are reclaimed by claim() calls (the demo works without it)",
+                "no pg_cron job: claim() reclaims")
+    if cron is False:
+        return ("the pg_cron job pgfence-reclaim is inactive; expired leases are reclaimed by claim() calls"
+                " (the demo works without it)", "pg_cron job inactive: claim() reclaims")
+    if paused is not None and paused[0]:
+        return ("paused (pgfence.pause_sweeper()); SELECT pgfence.resume_sweeper() resumes it; " + meanwhile,
+                "paused: claim() reclaims")
+    if age is None:
+        return ("the pg_cron sweeper has not run yet (pg_cron starts it within a minute of the server's start); "
+                + meanwhile, "not started yet: claim() reclaims")
+    if age > 2.0:
+        return (f"the pg_cron sweeper's last pass was {age:.0f} s ago (pg_cron starts it again within a"
+                f" minute); {meanwhile}", f"last pass {age:.0f} s ago: claim() reclaims")
+    return f"the pg_cron sweeper runs (last pass {age:.2f} s ago)", None
+
+
 def main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pgfence.demo", description=__doc__.split("\n\n")[0],
+    ap = argparse.ArgumentParser(prog="python examples/demo.py", description=__doc__.split("\n\n")[0],
                                  epilog="Exit status: 0 all checks OK, 1 a check failed, 2 database unusable.")
     ap.add_argument("--dsn", help="libpq DSN (default: $PGFENCE_DSN, else scripts/pg.sh dsn, else libpq defaults)")
     ap.add_argument("--keep", action="store_true",
@@ -900,12 +937,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     dsn, source = resolve_dsn(args.dsn)
     # Bound every statement of this process too (libpq applies PGOPTIONS unless the DSN sets options).
     os.environ["PGOPTIONS"] = (os.environ.get("PGOPTIONS", "") + " -c statement_timeout=10000").strip()
-    say("pgfence demo: seed 001 (a 3 s lease against a dead worker), with real worker processes")
+    say("pgfence demo: three ways a worker can fail, each played with real worker processes and real signals")
     try:
         db = Db(dsn)
         db.one("SELECT 1")
     except psycopg.Error as exc:
-        say(f"  cannot connect to {masked(dsn)} (from {source}): {str(exc).strip()}")
+        say(f"  cannot connect to {printable(masked(dsn))} (from {source}): {printable(str(exc).strip())}")
         say("  start the local cluster and deploy the schema with `make deploy`, or pass --dsn")
         return 2
     others = db.one("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
@@ -913,25 +950,20 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         client = Client.connect(dsn, min_size=1, max_size=2)
     except Exception as exc:
-        say(f"  {type(exc).__name__}: {exc}")
+        say(f"  {type(exc).__name__}: {printable(exc)}")
         db.close()
         return 2
 
     version = db.one("SHOW server_version")[0]
-    cron = None
-    if db.one("SELECT to_regclass('cron.job') IS NOT NULL")[0]:
-        r = db.one("SELECT bool_or(active) FROM cron.job WHERE jobname = 'pgfence-reclaim'")
-        cron = None if r is None else r[0]
-    last_pass, _, _ = db.sweeper()
-    age = (db.now() - last_pass).total_seconds() if last_pass else None
+    sweeper_line, sweeper_note = sweeper_state(db)
     run = time.strftime("%H%M%S", time.gmtime()) + "-" + os.urandom(2).hex()
     queues = {k: f"demo-{run}-{k}" for k in ("crash", "zombie", "manual")}
     rundir = Path(tempfile.mkdtemp(prefix=f"pgfence-demo-{run}-"))
-    say(f"  database  {masked(dsn)} (from {source}); PostgreSQL {version}, pgfence schema {client.check_schema()}")
-    say("  sweeper   pg_cron job pgfence-reclaim " + {True: "active", False: "INACTIVE", None: "MISSING"}[cron]
-        + (f"; last sweeper pass {age:.2f} s ago" if age is not None else "; no sweeper pass recorded yet"))
-    say(f"  others    {others} other client connection(s) to this database right now (their claim() calls"
-        " also reclaim expired leases, in every queue)")
+    say(f"  database  {printable(masked(dsn))} (from {source}); PostgreSQL {printable(version)},"
+        f" pgfence schema {printable(client.check_schema())}")
+    say(f"  sweeper   {sweeper_line}")
+    say(f"  others    {others} other client connection(s) to this database right now (a claim() of theirs"
+        " may also reclaim the demo's expired leases: claim reclaims in every queue)")
     say(f"  run       {run}: queues {', '.join(queues.values())}")
     say(f"  logs      {rundir}")
 
@@ -942,9 +974,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     observer.start()
     ctx = Ctx(dsn=dsn, db=db, client=client, observer=observer, run=run, rundir=rundir, queues=queues,
               env=child_env(dsn))
-    if cron is not True or age is None or age > 2.0:
-        ctx.check("0 setup", "pg_cron sweeper running", "job " + ("active" if cron else "missing/inactive")
-                  + (f", last pass {age:.1f} s ago" if age is not None else ", never ran"), None)
+    if sweeper_note is not None:
+        ctx.check("0 setup", "background sweeper (pg_cron)", sweeper_note, None)
     t0 = time.monotonic()
     interrupted = False
     try:
@@ -956,8 +987,11 @@ def main(argv: Optional[list[str]] = None) -> int:
                 say(f"  ERROR: {exc}")
                 ctx.check(name, "scenario ran to the end", str(exc).splitlines()[0], False)
             except (psycopg.Error, OSError, ValueError, KeyError, TypeError) as exc:
-                traceback.print_exc()
-                ctx.check(name, "scenario ran to the end", f"{type(exc).__name__}: {exc}".splitlines()[0], False)
+                trace = rundir / "demo-traceback.txt"
+                with open(trace, "a", encoding="utf-8") as fh:
+                    fh.write(traceback.format_exc())
+                say(f"  ERROR: {type(exc).__name__}: {printable(exc)} (traceback in {trace})")
+                ctx.check(name, "scenario ran to the end", f"{type(exc).__name__}: {printable(exc)}", False)
             finally:
                 for p in ctx.procs:
                     p.kill()
@@ -982,7 +1016,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         say(f"  cleaned up: deleted this run's {n} jobs (and their attempt history) and the worker logs")
     else:
         say(f"  kept for inspection: jobs in queues {', '.join(queues.values())}; worker logs in {rundir}")
-        say(f"    remove with: python -m pgfence.demo --cleanup {run}")
+        say(f"    remove with: python examples/demo.py --cleanup {run}")
     say("RESULT: " + ("OK" if ok else "INTERRUPTED" if interrupted and not failed
                       else f"FAIL: {len(failed)} check(s) failed" + (" (interrupted)" if interrupted else "")))
     client.close()

@@ -29,8 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Optional
 
-REPO = Path(__file__).resolve().parent.parent
-PG_SH = REPO / "scripts" / "pg.sh"
+from .db import PG_SH, REPO, sqitch
 SHARED_PORT = 54329  # the developer's cluster (make db): never touched by the tests
 
 
@@ -166,11 +165,7 @@ class Cluster:
         self.start()
 
     def deploy(self) -> None:
-        sqitch = shutil.which("sqitch")
-        if sqitch is None:
-            raise RuntimeError("sqitch not found on PATH (run scripts/setup.sh)")
-        r = subprocess.run([sqitch, "deploy", "--target", f"db:pg://postgres@127.0.0.1:{self.port}/{self.db}"],
-                           cwd=REPO, env=self.env(), capture_output=True, text=True, timeout=300)
+        r = sqitch("deploy", target=f"db:pg://postgres@127.0.0.1:{self.port}/{self.db}", env=self.env())
         if r.returncode != 0:
             raise RuntimeError(f"sqitch deploy to the {self.name} cluster failed:\n{r.stdout}{r.stderr}")
 
@@ -204,18 +199,22 @@ class Cluster:
 
 
 @contextmanager
-def session(cluster: Cluster, before_fresh: Optional[Callable[[Cluster], Any]] = None) -> Iterator[Cluster]:
+def session(cluster: Cluster, before_fresh: Optional[Callable[[Cluster], Any]] = None,
+            keep: bool = False) -> Iterator[Cluster]:
     """The cluster for one session: locked for it, made fresh (``before_fresh`` first, if
-    given), stopped and unlocked after."""
+    given), stopped and unlocked after. keep: reuse the server already running on its data
+    directory (fresh when none runs), and leave it running after."""
     cluster.lock()
     try:
-        if before_fresh is not None:
-            before_fresh(cluster)
-        cluster.fresh()
+        if not (keep and cluster.reuse()):
+            if before_fresh is not None:
+                before_fresh(cluster)
+            cluster.fresh()
         yield cluster
     finally:
         try:
-            cluster.stop()
+            if not keep:
+                cluster.stop()
         finally:
             cluster.unlock()
 

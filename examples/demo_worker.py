@@ -1,4 +1,4 @@
-"""Worker processes for ``python -m pgfence.demo`` (private; not a public API).
+"""The worker processes of ``examples/demo.py`` (run by the demo, not by hand).
 
 Each mode is one OS process that talks to the database only through
 :class:`pgfence.Client` (plus, in ``poll`` mode, one extra connection that reads
@@ -41,8 +41,7 @@ from typing import Any, Optional
 
 import psycopg
 
-from .client import Client
-from .errors import PgfenceError
+from pgfence import Client, PgfenceError
 
 
 def _emit(event: str, **fields: Any) -> None:
@@ -179,7 +178,7 @@ def _poll(a: argparse.Namespace) -> int:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pgfence._demo_worker", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python examples/demo_worker.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("mode", choices=["hold", "zombie", "poll"])
     ap.add_argument("--queue", required=True)
