@@ -45,6 +45,7 @@ from psycopg_pool import PoolTimeout
 from ._text import escaped_logger
 from .client import Client, RawJson
 from .errors import PgfenceError
+from .limits import Limits
 from .models import Job, Outcome
 
 log = escaped_logger("pgfence.worker")
@@ -71,8 +72,9 @@ NOTIFY_FLOOD_PAUSE = 5.0
 #: that wake-ups arriving together (a burst of enqueues, or a NOTIFY flood) cost one claim;
 #: a claim after a quiet moment is never delayed.
 CLAIM_HOLDOFF = 0.005
-#: retry_in bounds the database accepts (pgfence.fail).
-_MAX_RETRY_IN = timedelta(days=365)
+#: Outcomes per complete_many/fail_many call at most (a worker's choice, within the
+#: database's Limits.batch).
+MAX_REPORT_BATCH = 1000
 # A NUL character escaped in JSON text (an odd number of backslashes before u0000):
 # jsonb cannot store it.
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
@@ -197,6 +199,7 @@ class Worker:
     * ``flush_interval`` [5 ms] and ``flush_batch`` [500]: outcomes are reported when
       ``flush_batch`` are waiting or the oldest has waited ``flush_interval``.
     * ``worker_id`` [host:pid:random]: recorded as ``reserved_by``.
+    * ``limits`` [``Limits()``, today's]: the database's limits (claim size, batch size).
     """
 
     def __init__(self, client: Client, handlers: Mapping[str, Handler], *,
@@ -204,7 +207,7 @@ class Worker:
                  lease: timedelta = timedelta(seconds=30), poll_interval: float = 1.0,
                  shutdown_grace: float = 30.0, run_sweeper: Optional[bool] = None,
                  sweep_interval: float = 1.0, flush_interval: float = 0.005, flush_batch: int = 500,
-                 worker_id: Optional[str] = None, listen: bool = True) -> None:
+                 worker_id: Optional[str] = None, listen: bool = True, limits: Limits = Limits()) -> None:
         if client.pool is None:
             raise TypeError("Worker needs a Client with its own pool: Client.connect(dsn)")
         if concurrency < 1 or prefetch < 0:
@@ -222,6 +225,7 @@ class Worker:
         self.flush_interval = flush_interval
         self.flush_batch = flush_batch
         self.listen = listen
+        self.limits = limits
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{random.getrandbits(24):06x}"
 
         self._lock = threading.Lock()
@@ -330,9 +334,10 @@ class Worker:
                 continue
             if free > 0 and (free >= threshold or idle_threads):
                 request_id = uuid.uuid4()
+                want = min(free, self.limits.max_jobs)
                 try:
                     jobs = self.client.claim(self.worker_id, self.queues, lease=self.lease,
-                                             max_jobs=min(free, 1000), request_id=request_id)
+                                             max_jobs=want, request_id=request_id)
                     backoff = 0.1
                 except _RETRYABLE as exc:
                     if not isinstance(exc, PoolTimeout):  # (no connection: the claim was never sent)
@@ -344,7 +349,7 @@ class Worker:
                     backoff = min(backoff * 2, 5.0)
                     continue
                 self._dispatch(jobs)
-                if len(jobs) == min(free, 1000):
+                if len(jobs) == want:
                     continue
                 drained = True
             # Nothing to claim, or no room: sleep until a slot frees, a NOTIFY, or the poll.
@@ -471,11 +476,11 @@ class Worker:
             return _Result(job, False, _error_text(exc), permanent=True)
         except RetryAfter as exc:
             delay = exc.delay
-            if isinstance(delay, timedelta) and timedelta(0) <= delay <= _MAX_RETRY_IN:
+            if isinstance(delay, timedelta) and timedelta(0) <= delay <= self.limits.max_retry_in:
                 return _Result(job, False, _error_text(exc), retry_in=delay)
             return _Result(job, False, _storable_text(
-                f"RetryAfter with delay {delay!r} outside 0..365 days, failed with the default backoff instead\n"
-                + _error_text(exc)))
+                f"RetryAfter with delay {delay!r} outside 0..{self.limits.retry_in_max_days} days, failed with the "
+                "default backoff instead\n" + _error_text(exc)))
         except BaseException as exc:  # noqa: B036 - SystemExit from a handler too: it ends the attempt
             return _Result(job, False, _error_text(exc))
         if value is None:
@@ -490,6 +495,7 @@ class Worker:
 
     def _flush_loop(self) -> None:
         results = self._results
+        max_batch = min(MAX_REPORT_BATCH, self.limits.batch)
         pending_since: Optional[float] = None
         while True:
             if not results:
@@ -516,7 +522,7 @@ class Worker:
             # which refuse duplicate ids.
             batch: list[_Result] = []
             ids: set[int] = set()
-            while results and len(batch) < 1000 and results[0].job.id not in ids:
+            while results and len(batch) < max_batch and results[0].job.id not in ids:
                 r = results.popleft()
                 ids.add(r.job.id)
                 batch.append(r)
@@ -677,8 +683,9 @@ class Worker:
         while not self._done.wait(interval):
             with self._lock:
                 jobs = list(self._inflight.values())
-            for start in range(0, len(jobs), 10_000):
-                chunk = jobs[start:start + 10_000]
+            batch = self.limits.batch
+            for start in range(0, len(jobs), batch):
+                chunk = jobs[start:start + batch]
                 try:
                     outcomes = self.client.heartbeat_many([j.id for j in chunk], [j.attempt_token for j in chunk],
                                                           lease=self.lease)
