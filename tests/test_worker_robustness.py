@@ -582,7 +582,7 @@ def test_a_worker_sweeps_only_while_no_background_sweeper_is_seen(
     at start, so a pg_cron sweeper that stopped later was never stood in for. (A
     database of its own, where pg_cron runs no sweeper: sweeper_status changes only here.)"""
     sqitch_deploy(scratch_dsn)
-    monkeypatch.setattr("pgfence.worker.SWEEPER_LOOK_INTERVAL", 0.1)
+    monkeypatch.setattr("pgfence.sweeper.SWEEPER_LOOK_INTERVAL", 0.1)
     caplog.set_level("INFO", logger="pgfence.worker")
     with psycopg.connect(scratch_dsn, autocommit=True) as c:
         c.execute("UPDATE pgfence.sweeper_status SET last_pass_at = clock_timestamp()")

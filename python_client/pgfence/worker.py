@@ -12,10 +12,13 @@ Threads, each with its own pooled connection:
 * the heartbeat thread extends every in-flight lease in one ``heartbeat_many``
   call every ``lease / 3``; a refused heartbeat sets ``job.lease_lost`` and the
   attempt's result is never reported;
-* the listener wakes the claimer on ``NOTIFY pgfence_enqueue`` carrying one of its
-  queues' tags (a hint only; any role may notify, so wake-ups are coalesced and a
-  flood makes it poll instead for a while);
-* optionally a sweeper calls ``CALL pgfence.sweep()`` when pg_cron does not.
+* the listener (:mod:`pgfence.listener`) wakes the claimer on ``NOTIFY pgfence_enqueue``
+  carrying one of its queues' tags;
+* optionally a sweeper (:mod:`pgfence.sweeper`) calls ``CALL pgfence.sweep()`` when
+  pg_cron does not.
+
+SIGTERM/SIGINT and the stop state are :mod:`pgfence.stopping`'s; which errors are
+retried, :mod:`pgfence.retries`'.
 
 Every decision (retry or dead letter, backoff, fencing) is made by the database.
 """
@@ -27,7 +30,6 @@ import logging
 import os
 import random
 import re
-import signal
 import socket
 import threading
 import time
@@ -36,17 +38,18 @@ import uuid
 from collections import deque
 from dataclasses import dataclass
 from datetime import timedelta
-from types import FrameType
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-import psycopg
 from psycopg_pool import PoolTimeout
 
+from . import sweeper
 from ._text import escaped_logger
 from .client import Client, RawJson
-from .errors import PgfenceError
 from .limits import Limits
+from .listener import Listener
 from .models import Job, Outcome
+from .retries import RETRYABLE, is_data_error, retryable
+from .stopping import Stop, install_signals
 
 log = escaped_logger("pgfence.worker")
 
@@ -54,20 +57,8 @@ Handler = Callable[[Job], Any]
 
 #: Error texts are truncated to this many characters (the end of a traceback is kept).
 MAX_ERROR_CHARS = 50_000
-#: Errors after which the same call is tried again: the connection or the server's state
-#: (a lost connection, a restart, a cancel, a deadlock, a server briefly read-only during
-#: a switchover), never the data. (psycopg files serialization failures and deadlocks,
-#: class 40, and cancels, 57014, under OperationalError.)
-_RETRYABLE = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout,
-              psycopg.errors.ReadOnlySqlTransaction)
 #: How long a shutdown waits for a connection to look up a claim whose reply was lost.
 SHUTDOWN_LOOKUP_WAIT = 5.0
-#: How often a worker with run_sweeper=None looks whether the background sweeper runs.
-SWEEPER_LOOK_INTERVAL = 60.0
-#: Notifications within one second beyond which the listener stops listening for a while
-#: (any role may NOTIFY pgfence_enqueue), and for how long (seconds).
-NOTIFY_FLOOD = 2000
-NOTIFY_FLOOD_PAUSE = 5.0
 #: After a claim that found nothing, the next one waits at least this long (seconds), so
 #: that wake-ups arriving together (a burst of enqueues, or a NOTIFY flood) cost one claim;
 #: a claim after a quiet moment is never delayed.
@@ -159,24 +150,6 @@ def _result_json(value: Any) -> str:
     return text
 
 
-def _ignore_signal(signum: int, frame: Optional[FrameType]) -> None:
-    """Installed for SIGTERM/SIGINT while a worker runs: the work is done by the watcher
-    thread that set_wakeup_fd wakes (see Worker._install_signals)."""
-
-
-def _is_data_error(exc: BaseException) -> bool:
-    """The database (or the encoding on the way) refused the values of a call, not the
-    connection: retrying the same call cannot help. Class 54 (program limit exceeded,
-    e.g. 54001 for a JSON result nested too deep) comes as an OperationalError."""
-    return (isinstance(exc, (psycopg.DataError, UnicodeError))
-            or (isinstance(exc, PgfenceError) and exc.sqlstate in ("22023", "22004"))
-            or (isinstance(exc, psycopg.Error) and (exc.sqlstate or "").startswith("54")))
-
-
-def _retryable(exc: BaseException) -> bool:
-    return isinstance(exc, _RETRYABLE) and not _is_data_error(exc)
-
-
 class Worker:
     """Runs handlers for claimed jobs until stopped.
 
@@ -242,11 +215,8 @@ class Worker:
         self._results: deque[_Result] = deque()  # handler outcomes waiting for the flusher
         self._outcome = threading.Event()        # set when an outcome was added to _results
         self._wake = threading.Event()
-        self._stopping = threading.Event()
-        self._hurry = threading.Event()         # a second signal: stop waiting for the database
-        self._done = threading.Event()          # background threads: exit now
+        self._stop = Stop()                     # stopping, hurry (a second signal), done (threads: exit)
         self._threads: list[threading.Thread] = []
-        self._signals = 0
         # The request id of a claim that raised after it may have reached the database (the
         # connection failed): if it committed, it holds jobs this worker does not know of.
         # Looked up with claimed() before the next claim, and run (or given back at shutdown),
@@ -261,13 +231,13 @@ class Worker:
     def stop(self) -> None:
         """Begin a graceful shutdown (what SIGTERM/SIGINT do): stop claiming, let running
         handlers finish within ``shutdown_grace``, give the rest back."""
-        self._stopping.set()
+        self._stop.stopping.set()
         self._wake.set()
         self._work.set()
 
     def run(self) -> None:
         """Run until :meth:`stop` (or SIGTERM/SIGINT when called from the main thread)."""
-        restore = self._install_signals()
+        restore = install_signals(self._on_signal)
         try:
             self._start_threads()
             log.info("worker %s started: queues=%s concurrency=%s prefetch=%s lease=%s",
@@ -277,13 +247,13 @@ class Worker:
                 self._claim_loop()
             except BaseException:
                 log.exception("worker %s: claiming failed; shutting down", self.worker_id)
-                self._stopping.set()
+                self._stop.stopping.set()
                 self._work.set()
                 self._shutdown()
                 raise
             self._shutdown()
         finally:
-            self._done.set()
+            self._stop.done.set()
             self._outcome.set()  # wake an idle flusher to see _done
             for t in self._threads:
                 if t.name.startswith("pgfence-flusher") or t.name.startswith("pgfence-heartbeat"):
@@ -298,7 +268,9 @@ class Worker:
             ("pgfence-flusher", self._flush_loop), ("pgfence-heartbeat", self._heartbeat_loop)]
         specs += [(f"pgfence-handler-{i}", self._handler_loop) for i in range(self.concurrency)]
         if self.listen:
-            specs.append(("pgfence-listener", self._listen_loop))
+            listener = Listener(self.client, self.queues, worker_id=self.worker_id, wake=self._wake.set,
+                                done=self._stop.done)
+            specs.append(("pgfence-listener", listener.run))
         if self.run_sweeper is not False:
             specs.append(("pgfence-sweeper", self._sweep_loop))
         for name, target in specs:
@@ -309,7 +281,7 @@ class Worker:
     def _claim_loop(self) -> None:
         backoff = 0.1
         threshold = max(1, self.capacity // 2)
-        while not self._stopping.is_set():
+        while not self._stop.stopping.is_set():
             self._wake.clear()
             with self._lock:
                 # Jobs whose handler has returned are only waiting for the flusher: they
@@ -326,10 +298,10 @@ class Worker:
                 try:
                     self._recover_unanswered()
                     backoff = 0.1
-                except _RETRYABLE as exc:
+                except RETRYABLE as exc:
                     log.warning("worker %s: looking up a claim whose reply was lost failed (%s); retrying in %.1fs",
                                 self.worker_id, str(exc).strip(), backoff)
-                    self._stopping.wait(backoff)
+                    self._stop.stopping.wait(backoff)
                     backoff = min(backoff * 2, 5.0)
                 continue
             if free > 0 and (free >= threshold or idle_threads):
@@ -339,13 +311,13 @@ class Worker:
                     jobs = self.client.claim(self.worker_id, self.queues, lease=self.lease,
                                              max_jobs=want, request_id=request_id)
                     backoff = 0.1
-                except _RETRYABLE as exc:
+                except RETRYABLE as exc:
                     if not isinstance(exc, PoolTimeout):  # (no connection: the claim was never sent)
                         self._unanswered = request_id
                         self._unanswered_until = time.monotonic() + self.lease.total_seconds()
                     log.warning("worker %s: claim failed (%s); retrying in %.1fs", self.worker_id,
                                 str(exc).strip(), backoff)
-                    self._stopping.wait(backoff)
+                    self._stop.stopping.wait(backoff)
                     backoff = min(backoff * 2, 5.0)
                     continue
                 self._dispatch(jobs)
@@ -361,7 +333,7 @@ class Worker:
             if drained:  # see CLAIM_HOLDOFF
                 rest = CLAIM_HOLDOFF - (time.monotonic() - waited_from)
                 if rest > 0:
-                    self._stopping.wait(rest)
+                    self._stop.stopping.wait(rest)
 
     def _recover_unanswered(self, wait: Optional[float] = None) -> None:
         """Take over the jobs the unanswered claim took, if it committed: they are leased to
@@ -378,7 +350,7 @@ class Worker:
                 with self.client.pool.connection(timeout=wait) as conn:
                     jobs = Client(conn, check_schema=False).claimed(self.worker_id, [self._unanswered],
                                                                     lease=self.lease)
-        except _RETRYABLE:
+        except RETRYABLE:
             raise
         except Exception:
             log.exception("worker %s: could not look up the claim whose reply was lost (request %s); its jobs, "
@@ -395,7 +367,7 @@ class Worker:
             return
         with self._lock:
             for job in jobs:
-                object.__setattr__(job, "_stopping", self._stopping)
+                object.__setattr__(job, "_stopping", self._stop.stopping)
                 old = self._inflight.get(job.id)
                 if old is not None:
                     # The database handed this job out again: the job's in-flight state is
@@ -423,11 +395,11 @@ class Worker:
 
     def _handler_loop(self) -> None:
         ready, work, lock, outcome = self._ready, self._work, self._lock, self._outcome
-        while not self._done.is_set():
+        while not self._stop.done.is_set():
             # Taking a job and marking it running is one step under the lock, so the
             # shutdown sees every job as either running or still waiting (to release).
             with lock:
-                if self._stopping.is_set():
+                if self._stop.stopping.is_set():
                     return
                 job = ready.popleft() if ready else None
                 if job is not None:
@@ -499,7 +471,7 @@ class Worker:
         pending_since: Optional[float] = None
         while True:
             if not results:
-                if self._done.is_set():
+                if self._stop.done.is_set():
                     return
                 pending_since = None
                 # Idle: sleep until a handler reports an outcome (no polling while idle).
@@ -513,7 +485,7 @@ class Worker:
             if pending_since is None:
                 pending_since = now
             if (len(results) < self.flush_batch and now - pending_since < self.flush_interval
-                    and not self._stopping.is_set()):
+                    and not self._stop.stopping.is_set()):
                 time.sleep(min(self.flush_interval / 4, pending_since + self.flush_interval - now))
                 continue
             pending_since = None
@@ -582,7 +554,7 @@ class Worker:
         except _GiveUp:
             self._abandon(results)
         except Exception as exc:
-            if not _is_data_error(exc):
+            if not is_data_error(exc):
                 raise
             if len(results) > 1:
                 for r in results:
@@ -667,20 +639,20 @@ class Worker:
             try:
                 return call()
             except Exception as exc:
-                if not _retryable(exc):
+                if not retryable(exc):
                     raise
                 # (A call already waiting for a pool connection when the second signal
                 # comes still waits out the pool's timeout, 30 s by default.)
-                if self._hurry.is_set():
+                if self._stop.hurry.is_set():
                     raise _GiveUp() from exc
                 log.warning("worker %s: reporting outcomes failed (%s); retrying in %.2fs", self.worker_id,
                             str(exc).strip(), backoff)
-                self._hurry.wait(backoff)
+                self._stop.hurry.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
 
     def _heartbeat_loop(self) -> None:
         interval = max(self.lease.total_seconds() / 3.0, 0.01)
-        while not self._done.wait(interval):
+        while not self._stop.done.wait(interval):
             with self._lock:
                 jobs = list(self._inflight.values())
             batch = self.limits.batch
@@ -689,7 +661,7 @@ class Worker:
                 try:
                     outcomes = self.client.heartbeat_many([j.id for j in chunk], [j.attempt_token for j in chunk],
                                                           lease=self.lease)
-                except _RETRYABLE as exc:
+                except RETRYABLE as exc:
                     log.warning("worker %s: heartbeat failed (%s); next try in %.1fs", self.worker_id,
                                 str(exc).strip(), interval)
                     break
@@ -709,116 +681,6 @@ class Worker:
                         if self._running.get(job.id) is not job and self._inflight.get(job.id) is job:
                             del self._inflight[job.id]  # never started: drop it here
 
-    def _listen_loop(self) -> None:
-        backoff = 0.1
-        while not self._done.is_set():
-            try:
-                with psycopg.connect(self._conninfo(), **self._connect_kwargs()) as conn:
-                    # The channel carries a tag per queue, not its name: ask the database
-                    # which tags are ours (None: every notification is ours).
-                    tags = None if self.queues is None else self._wakeup_tags(conn)
-                    conn.execute("LISTEN pgfence_enqueue")
-                    backoff = 0.1
-                    self._wake.set()  # anything sent while we were not listening
-                    self._listen(conn, tags)
-            except psycopg.Error as exc:
-                if self._done.is_set():
-                    return
-                log.warning("worker %s: listener connection lost (%s); reconnecting in %.1fs",
-                            self.worker_id, str(exc).strip(), backoff)
-                self._done.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
-
-    def _wakeup_tags(self, conn: psycopg.Connection[Any]) -> Optional[set[str]]:
-        """The NOTIFY payloads of this worker's queues; None (wake on every notification)
-        when the database refuses to say (a role without pgfence_worker's grants, say)."""
-        try:
-            return set(Client(conn, check_schema=False).wakeup_tags(self.queues or []).values())
-        except psycopg.OperationalError:
-            raise  # the connection: the listener reconnects
-        except (PgfenceError, psycopg.Error) as exc:
-            log.warning("worker %s: cannot read the wake-up tags of its queues (%s); every notification wakes it",
-                        self.worker_id, str(exc).strip())
-            return None
-
-    def _listen(self, conn: psycopg.Connection[Any], tags: Optional[set[str]]) -> None:
-        """Wake the claimer on each notification that carries one of ``tags``. Any role may
-        NOTIFY on the channel: more than NOTIFY_FLOOD notifications within a second make the
-        listener stop listening for NOTIFY_FLOOD_PAUSE seconds (the claimer polls meanwhile),
-        so a flood costs this process a bounded share of a core, and the server holds no
-        notification queue for it."""
-        window_start, seen = time.monotonic(), 0
-        while not self._done.is_set():
-            for note in conn.notifies(timeout=0.5):
-                if tags is None or note.payload in tags:
-                    self._wake.set()
-                seen += 1
-                if seen > NOTIFY_FLOOD:
-                    now = time.monotonic()
-                    if now - window_start < 1.0:
-                        break
-                    window_start, seen = now, 0
-            else:
-                continue
-            conn.execute("UNLISTEN pgfence_enqueue")
-            log.warning("worker %s: more than %s notifications on pgfence_enqueue within a second; not listening for "
-                        "%ss (claiming every poll_interval meanwhile)", self.worker_id, NOTIFY_FLOOD, NOTIFY_FLOOD_PAUSE)
-            if self._done.wait(NOTIFY_FLOOD_PAUSE):
-                return
-            conn.execute("LISTEN pgfence_enqueue")
-            self._wake.set()
-            window_start, seen = time.monotonic(), 0
-
-    def _sweep_loop(self) -> None:
-        # run_sweeper None: sweep while the database says no background sweeper runs
-        # (pgfence.sweeper_health(): stopped or never ran; not while an operator paused
-        # it), looked at once a minute (pg_cron may stop, or come back, while we run).
-        auto = self.run_sweeper is None
-        sweeping = not auto
-        next_look = time.monotonic()
-        if not auto:
-            log.info("worker %s runs the reclaim sweep every %ss", self.worker_id, self.sweep_interval)
-        while True:
-            if auto and time.monotonic() >= next_look:
-                next_look = time.monotonic() + SWEEPER_LOOK_INTERVAL
-                try:
-                    state = self.client.sweeper_health().state
-                except (PgfenceError, psycopg.Error):
-                    state = "unknown"
-                wanted = state in ("stopped", "never_ran", "unknown")
-                if sweeping != wanted:
-                    sweeping = wanted
-                    log.info("worker %s %s the reclaim sweep (background sweeper: %s)", self.worker_id,
-                             "runs" if sweeping else "stops", state)
-            if self._done.wait(self.sweep_interval):
-                return
-            if not sweeping:
-                continue
-            try:
-                n = self.client.sweep()
-                if n:
-                    log.info("worker %s: sweep reclaimed %s expired leases", self.worker_id, n)
-            except psycopg.errors.InsufficientPrivilege as exc:
-                log.warning("worker %s: cannot sweep (%s); grant pgfence_operator to this role or rely on "
-                            "claim's on-claim recovery and pg_cron", self.worker_id, str(exc).strip())
-                return
-            except (PgfenceError, psycopg.Error) as exc:
-                log.warning("worker %s: sweep failed (%s)", self.worker_id, str(exc).strip())
-
-    def _conninfo(self) -> str:
-        assert self.client.pool is not None
-        info = self.client.pool.conninfo
-        return info() if callable(info) else info
-
-    def _connect_kwargs(self) -> dict[str, Any]:
-        """The pool's connection arguments (host, user, ... given to Client.connect as
-        keywords), for the listener's own connection."""
-        assert self.client.pool is not None
-        given = self.client.pool.kwargs
-        kwargs = dict((given() if callable(given) else given) or {})
-        kwargs["autocommit"] = True
-        return kwargs
-
     # -- shutdown ---------------------------------------------------------
 
     def _shutdown(self) -> None:
@@ -830,10 +692,10 @@ class Worker:
         # (One try, waiting SHUTDOWN_LOOKUP_WAIT at most for a connection, none after a
         # second signal: the database may be unreachable, and then those jobs wait for
         # their leases, as after a crash.)
-        if self._unanswered is not None and not self._hurry.is_set():
+        if self._unanswered is not None and not self._stop.hurry.is_set():
             try:
                 self._recover_unanswered(wait=SHUTDOWN_LOOKUP_WAIT)
-            except _RETRYABLE as exc:
+            except RETRYABLE as exc:
                 log.warning("worker %s: could not look up a claim whose reply was lost (%s); its jobs, if any, "
                             "wait for their leases to expire", self.worker_id, str(exc).strip())
         self._unanswered = None
@@ -888,57 +750,13 @@ class Worker:
         self._settle(jobs)
 
     def _on_signal(self, signum: int) -> None:
-        self._signals += 1
-        if self._signals > 1:
-            log.warning("worker %s: second signal, giving running jobs back now (and not waiting for an "
-                        "unreachable database)", self.worker_id)
+        if self._stop.signal(signum, self.worker_id):
             self.shutdown_grace = 0
-            self._hurry.set()
-        else:
-            log.info("worker %s: %s received, shutting down", self.worker_id, signal.Signals(signum).name)
         self.stop()
 
-    def _install_signals(self) -> Callable[[], None]:
-        """SIGTERM/SIGINT start the shutdown. Python runs a signal handler in the main
-        thread between two bytecodes, possibly while that thread holds the lock of an
-        Event that stop() sets: a handler calling stop() deadlocked (about 3% of SIGTERMs
-        under load). So the handler does nothing; the signal number reaches a watcher
-        thread through signal.set_wakeup_fd, and the watcher calls stop()."""
-        if threading.current_thread() is not threading.main_thread():
-            return lambda: None
-        ours = (signal.SIGTERM, signal.SIGINT)
-        reader, writer = socket.socketpair()
-        writer.setblocking(False)
-        old_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
-        old = {s: signal.signal(s, _ignore_signal) for s in ours}
-
-        def watch() -> None:
-            while True:
-                try:
-                    data = reader.recv(64)
-                except OSError:
-                    return
-                for signum in data:
-                    if signum == 0:  # restore() is done with us
-                        return
-                    if signum in ours:
-                        self._on_signal(signum)
-
-        watcher = threading.Thread(target=watch, name="pgfence-signals", daemon=True)
-        watcher.start()
-
-        def restore() -> None:
-            signal.set_wakeup_fd(old_fd)
-            for s, h in old.items():
-                signal.signal(s, h)
-            try:
-                writer.send(b"\0")
-            except OSError:
-                pass
-            watcher.join(timeout=5)
-            reader.close()
-            writer.close()
-        return restore
+    def _sweep_loop(self) -> None:
+        sweeper.run(self.client, self.run_sweeper, sweep_interval=self.sweep_interval, worker_id=self.worker_id,
+                    done=self._stop.done)
 
 
 __all__ = ["Worker", "Interrupted", "PermanentFailure", "RetryAfter", "Handler"]
