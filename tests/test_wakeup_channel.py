@@ -19,8 +19,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
+import pgfence.claimer as claimer_module
 import pgfence.listener as listener_module
-import pgfence.worker as worker_module
 from clienthelpers import running, wait_for
 from helpers import connect
 from pgfence import Client, Job, Worker
@@ -147,7 +147,7 @@ def test_a_notify_flood_costs_the_worker_a_bounded_number_of_claims(
             time.sleep(0.3)
             during = len(claims) - before
             # one claim per CLAIM_HOLDOFF at most (plus polls and the flood's first second)
-            bound = flood_took / worker_module.CLAIM_HOLDOFF + 20
+            bound = flood_took / claimer_module.CLAIM_HOLDOFF + 20
             assert during <= bound, f"{during} claims during a {flood_took:.2f}s flood (bound {bound:.0f})"
             if 6000 / flood_took > listener_module.NOTIFY_FLOOD:
                 assert "not listening for" in caplog.text

@@ -238,7 +238,7 @@ def test_two_attempts_of_one_job_finishing_in_one_flush_do_not_break_the_flusher
 
 def test_a_stale_attempt_is_told_to_stop_when_the_same_worker_claims_its_job_again(
         dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
-    # Regression (audit finding 4): once _inflight pointed at attempt 2, the heartbeat
+    # Regression (audit finding 4): once the ledger held attempt 2, the heartbeat
     # counted attempt 1's refusals as "settling" and never set its lease_lost, so
     # attempt 1's should_stop() stayed False while it kept running.
     job_id, worker, gates, started, jobs = _two_attempts(client, queue, dsn, workers,
