@@ -19,7 +19,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-import pgfence.worker as worker_module
+import pgfence.claimer as claimer_module
+import pgfence.listener as listener_module
 from support.db import connect
 from support.roles import connect_as, grantless_login, login_roles
 from support.workers import running, wait_for
@@ -146,9 +147,9 @@ def test_a_notify_flood_costs_the_worker_a_bounded_number_of_claims(
             time.sleep(0.3)
             during = len(claims) - before
             # one claim per CLAIM_HOLDOFF at most (plus polls and the flood's first second)
-            bound = flood_took / worker_module.CLAIM_HOLDOFF + 20
+            bound = flood_took / claimer_module.CLAIM_HOLDOFF + 20
             assert during <= bound, f"{during} claims during a {flood_took:.2f}s flood (bound {bound:.0f})"
-            if 6000 / flood_took > worker_module.NOTIFY_FLOOD:
+            if 6000 / flood_took > listener_module.NOTIFY_FLOOD:
                 assert "not listening for" in caplog.text
             # and real work still gets done
             job_id = conn.execute("SELECT pgfence.enqueue('k', queue => %s)", (queue,)).fetchone()[0]  # type: ignore[index]

@@ -229,7 +229,7 @@ def test_a_prefetched_job_that_loses_its_lease_does_not_stop_the_handler_threads
         wait_status(client, prefetched, "processing")  # claimed, waiting for the busy thread
         client.cancel(prefetched)
         wait_for(lambda: worker.counters["lease_lost"] == 1, 15, "the heartbeat to find the lost lease")
-        wait_for(lambda: prefetched not in worker._inflight, 5, "the worker to drop the prefetched job")
+        wait_for(lambda: prefetched not in worker._ledger.held, 5, "the worker to drop the prefetched job")
         go.set()
         assert wait_status(client, first, "done").result == {"blocked": True}
         later = client.enqueue("echo", queue=queue)

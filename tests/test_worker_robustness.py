@@ -238,7 +238,7 @@ def test_two_attempts_of_one_job_finishing_in_one_flush_do_not_break_the_flusher
 
 def test_a_stale_attempt_is_told_to_stop_when_the_same_worker_claims_its_job_again(
         dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
-    # Regression (audit finding 4): once _inflight pointed at attempt 2, the heartbeat
+    # Regression (audit finding 4): once the ledger held attempt 2, the heartbeat
     # counted attempt 1's refusals as "settling" and never set its lease_lost, so
     # attempt 1's should_stop() stayed False while it kept running.
     job_id, worker, gates, started, jobs = _two_attempts(client, queue, dsn, workers,
@@ -582,7 +582,7 @@ def test_a_worker_sweeps_only_while_no_background_sweeper_is_seen(
     at start, so a pg_cron sweeper that stopped later was never stood in for. (A
     database of its own, where pg_cron runs no sweeper: sweeper_status changes only here.)"""
     sqitch_deploy(scratch_dsn)
-    monkeypatch.setattr("pgfence.worker.SWEEPER_LOOK_INTERVAL", 0.1)
+    monkeypatch.setattr("pgfence.sweeper.SWEEPER_LOOK_INTERVAL", 0.1)
     caplog.set_level("INFO", logger="pgfence.worker")
     with psycopg.connect(scratch_dsn, autocommit=True) as c:
         c.execute("UPDATE pgfence.sweeper_status SET last_pass_at = clock_timestamp()")

@@ -7,6 +7,7 @@ The queue logic is PL/pgSQL in schema ``pgfence``; this package is a thin client
 from .client import SCHEMA_VERSION, Client, RawJson
 from .errors import (InvalidArgument, InvalidTransition, JobNotFound, LeaseLost, PgfenceError,
                      SchemaMismatch, WrongIsolation)
+from .limits import Limits
 from .models import Attempt, Enqueued, Job, JobRecord, Outcome, QueueStats, Reclaimed, Rejection
 from .worker import Interrupted, PermanentFailure, RetryAfter, Worker
 
@@ -15,5 +16,5 @@ __version__ = "0.1.0"
 __all__ = [
     "Client", "Worker", "Job", "JobRecord", "Attempt", "Rejection", "Enqueued", "Outcome", "QueueStats", "Reclaimed", "RawJson",
     "PgfenceError", "LeaseLost", "JobNotFound", "InvalidTransition", "InvalidArgument", "WrongIsolation",
-    "SchemaMismatch", "Interrupted", "PermanentFailure", "RetryAfter", "SCHEMA_VERSION",
+    "SchemaMismatch", "Limits", "Interrupted", "PermanentFailure", "RetryAfter", "SCHEMA_VERSION",
 ]

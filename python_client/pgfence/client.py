@@ -21,6 +21,7 @@ from psycopg_pool import ConnectionPool
 
 from ._text import escaped_logger
 from .errors import JobNotFound, LeaseLost, PgfenceError, SchemaMismatch, translate
+from .limits import Limits
 from .models import Attempt, Enqueued, Job, JobRecord, Outcome, QueueStats, Reclaimed, Rejection, SweeperHealth
 
 log = escaped_logger("pgfence.client")
@@ -154,7 +155,12 @@ class Client:
     def check_schema(self) -> int:
         """Check that ``pgfence.schema_version()`` is the one this client speaks; return it."""
         try:
-            version = self._scalar("SELECT pgfence.schema_version()")
+            with self._call() as conn:
+                row = conn.execute("SELECT pgfence.schema_version(),"
+                                   " to_regprocedure('pgfence.claim_results(text, uuid[], interval)') IS NOT NULL"
+                                   ).fetchone()
+            assert row is not None
+            version, additions = row
         except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName) as exc:
             raise SchemaMismatch(
                 "pgfence is not deployed in this database: run `sqitch deploy` "
@@ -163,6 +169,12 @@ class Client:
             raise SchemaMismatch(
                 f"the database has pgfence schema version {version}, this client speaks "
                 f"{SCHEMA_VERSION}: run `sqitch deploy` with the matching pgfence release")
+        if not additions:
+            # (functions added after @v0.4.0 without a new version: claim_results, the
+            # read API, limits())
+            raise SchemaMismatch(
+                f"the database has pgfence schema version {version} as of @v0.4.0, without the functions "
+                "added since (claim_results, job, limits, ...) that this client calls: run `sqitch deploy`")
         return int(version)
 
     # -- producer ---------------------------------------------------------
@@ -434,12 +446,12 @@ class Client:
                                 (since,)).fetchall()
         return {str(outcome): int(n) for outcome, n in rows}
 
-    def limits(self) -> dict[str, int]:
-        """``pgfence.limits()``: {name: value} of the limits the SQL functions enforce
-        (``max_jobs``, ``batch``, ``queues``, ``payload_bytes`` ...)."""
+    def limits(self) -> Limits:
+        """``pgfence.limits()``: the limits the SQL functions enforce (``max_jobs``,
+        ``batch``, ``queues``, ``payload_bytes`` ...), as :class:`~pgfence.limits.Limits`."""
         with self._call() as conn:
-            rows = conn.execute("SELECT name, value FROM pgfence.limits()").fetchall()
-        return {str(name): int(value) for name, value in rows}
+            rows = conn.execute("SELECT name, value, description FROM pgfence.limits()").fetchall()
+        return Limits.from_rows(rows)
 
     # Kept for callers of the first release: the sweep counts as scheduled when it runs.
     def sweep_scheduled(self) -> bool:

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
-import threading
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Optional
+from typing import Any, Optional, Protocol
+
+
+class AttemptState(Protocol):
+    """What a job can ask of the worker that holds it: the worker's ledger entry for
+    the attempt (:class:`pgfence.ledger.Entry`)."""
+
+    @property
+    def lost(self) -> bool: ...
+
+    def should_stop(self) -> bool: ...
 
 
 @dataclass(frozen=True)
 class Job:
-    """A claimed job: what ``pgfence.claim`` returns, plus the worker's stop flags.
+    """A claimed job: what ``pgfence.claim`` returns.
 
     ``attempt_token`` is the fence: pass it back to heartbeat/complete/fail.
     A handler that runs long should poll :meth:`should_stop`.
@@ -30,25 +39,23 @@ class Job:
     #: limit, say, stored before the 64-level limit existed). A :class:`~pgfence.Worker`
     #: fails such a job permanently without running a handler; the rest of its batch runs.
     payload_error: Optional[str] = None
-    # Set by the worker: a flag (one bool, cheap to create per job) and the worker's
-    # shared shutdown event. Reads and writes of a list element are atomic.
-    _lost: list[bool] = field(default_factory=lambda: [False], repr=False, compare=False)
-    _stopping: Optional[threading.Event] = field(default=None, repr=False, compare=False)
+    # Set by a worker's ledger when it takes the job in: the entry that holds this
+    # attempt's stop flags (a job no worker holds never stops).
+    _attempt: Optional[AttemptState] = field(default=None, repr=False, compare=False)
 
     @property
     def lease_lost(self) -> bool:
         """True once a heartbeat or report was refused, or the worker's shutdown gave the job back
         while it ran: this attempt's result will not be recorded."""
-        return self._lost[0]
+        attempt = self._attempt
+        return attempt is not None and attempt.lost
 
     def should_stop(self) -> bool:
         """True when the handler should wind down: the lease is lost or the worker is shutting
         down. A handler that stops early raises :class:`pgfence.Interrupted` (the job is given
         back); returning normally completes the job with the returned result."""
-        return self._lost[0] or (self._stopping is not None and self._stopping.is_set())
-
-    def _mark_lease_lost(self) -> None:
-        self._lost[0] = True
+        attempt = self._attempt
+        return attempt is not None and attempt.should_stop()
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,483 @@
+"""The worker's parts alone: the in-flight ledger, the reporter, the heartbeats, stopping.
+
+The end-to-end tests (tests/test_worker.py, tests/test_worker_robustness.py) run whole
+workers against the database. These call one part at a time, with no thread, so each
+decision the client makes itself (not the database) is pinned: which attempt counts,
+which outcomes go together in one call, what an accepted, refused or failed call means
+for the ledger. Most give the part a stand-in for its database calls (``FakeCalls``),
+which answers as the SQL functions do and records what was sent; the last tests give the
+reporter and the heartbeats the real Client.
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import uuid
+from collections import deque
+from datetime import datetime, timedelta, timezone
+from typing import Any, Optional, Sequence
+
+import psycopg
+import pytest
+
+from pgfence import Client, Interrupted, Job, Limits, Outcome, PermanentFailure, RawJson, RetryAfter
+from pgfence.handlers import run_handler
+from pgfence.heartbeats import Heartbeats, chunks, interval
+from pgfence.ledger import Entry, Ledger, LockedLedger, Result
+from pgfence.reporter import MAX_REPORT_BATCH, Reporter, due, split, take_batch
+from pgfence.stopping import Stop, install_signals
+
+W = "parts-test-worker"
+LEASE = datetime(2030, 1, 1, tzinfo=timezone.utc)
+
+
+def job(job_id: int, attempt: int = 1, kind: str = "k") -> Job:
+    return Job(job_id, "q", kind, {}, attempt, 3, uuid.uuid4(), LEASE)
+
+
+def counters() -> dict[str, int]:
+    return {"claimed": 0, "completed": 0, "failed": 0, "lease_lost": 0, "released": 0}
+
+
+# ------------------------------------------------------------- the ledger ----
+def test_admitted_jobs_wait_in_claim_order_and_count_against_the_capacity() -> None:
+    ledger = Ledger()
+    entries, displaced = ledger.admit([job(1), job(2), job(3)])
+    assert displaced == [] and [e.id for e in entries] == [1, 2, 3]
+    assert [e.id for e in ledger.ready] == [1, 2, 3] and ledger.free(5) == 2
+    assert all(e.job._attempt is e for e in entries)
+    first = ledger.take()
+    assert first is entries[0] and ledger.running == {1: first} and [e.id for e in ledger.ready] == [2, 3]
+    assert ledger.free(5) == 2  # running still holds its slot
+
+
+def test_a_returned_handler_frees_its_slot_but_its_job_stays_held_until_settled() -> None:
+    ledger = Ledger()
+    [entry], _ = ledger.admit([job(1)])
+    assert ledger.take() is entry
+    result = Result(entry, True)
+    ledger.finish(result)
+    assert ledger.running == {} and ledger.finishing == {1} and list(ledger.results) == [result]
+    assert ledger.free(1) == 1 and ledger.held_entries() == [entry] and ledger.unreported()
+    ledger.results.popleft()
+    ledger.settle([entry])
+    assert ledger.held == {} and ledger.finishing == set() and not ledger.unreported()
+
+
+def test_a_job_claimed_again_makes_its_running_attempt_lose_its_lease() -> None:
+    ledger = Ledger()
+    [old], _ = ledger.admit([job(7, attempt=1)])
+    assert ledger.take() is old
+    [new], displaced = ledger.admit([job(7, attempt=2)])
+    assert displaced == [(old, new)]
+    assert old.lost and old.job.lease_lost and old.job.should_stop()
+    assert not new.lost and not new.job.lease_lost and ledger.held == {7: new}
+    # The stale attempt returns: its outcome is void, and the newer attempt keeps the job.
+    ledger.finish(Result(old, True))
+    assert ledger.finishing == set() and ledger.held == {7: new}
+    ledger.settle([old])
+    assert ledger.held == {7: new}
+
+
+def test_a_job_claimed_again_after_its_handler_returned_loses_nothing() -> None:
+    # The outcome of the old attempt is on its way; the database says whether it counted.
+    ledger = Ledger()
+    [old], _ = ledger.admit([job(7, attempt=1)])
+    assert ledger.take() is old
+    ledger.finish(Result(old, False, "error"))
+    [new], displaced = ledger.admit([job(7, attempt=2)])
+    assert displaced == [] and not old.lost
+    assert ledger.held == {7: new} and ledger.finishing == set()
+
+
+def test_a_revoked_attempt_that_waited_never_starts_and_a_running_one_stays_held() -> None:
+    ledger = Ledger()
+    waiting, running, finishing = ledger.admit([job(1), job(2), job(3)])[0]
+    ledger.ready.rotate(-1)  # (take 2 and 3 first)
+    assert ledger.take() is running and ledger.take() is finishing
+    ledger.finish(Result(finishing, True))
+    assert ledger.revoke(waiting) and waiting.lost and 1 not in ledger.held
+    assert ledger.revoke(running) and running.lost and ledger.held[2] is running
+    assert not ledger.revoke(finishing) and not finishing.lost  # being reported: the database decides
+    assert ledger.take() is None  # the revoked attempt left in ready is dropped
+    assert not ledger.revoke(waiting)  # no longer held
+
+
+def test_nothing_starts_once_the_worker_is_stopping_and_should_stop_says_so() -> None:
+    stopping = threading.Event()
+    ledger = Ledger(stopping.is_set)
+    [entry], _ = ledger.admit([job(1)])
+    assert not entry.job.should_stop()
+    stopping.set()
+    assert entry.job.should_stop() and not entry.job.lease_lost
+    assert ledger.take() is None and [e.id for e in ledger.ready] == [1]
+
+
+def test_the_shutdown_takes_the_unstarted_and_gives_back_the_running() -> None:
+    ledger = Ledger()
+    a, b, c, d = ledger.admit([job(1), job(2), job(3), job(4)])[0]
+    assert ledger.take() is a and ledger.take() is b
+    b.lost = True  # its heartbeat was refused while it ran
+    assert ledger.any_running()
+    assert ledger.unstarted() == [c, d] and not ledger.ready
+    assert ledger.give_back_running() == [a, b]
+    assert (a.lost, a.given_back) == (True, True)
+    assert (b.lost, b.given_back) == (True, False)  # stays reported as a lost lease
+
+
+def test_a_job_no_worker_holds_never_stops() -> None:
+    j = job(1)
+    assert not j.lease_lost and not j.should_stop()
+
+
+def test_the_locked_ledger_runs_each_method_under_its_lock() -> None:
+    class CountingLock:
+        def __init__(self) -> None:
+            self.entered = 0
+            self.held = False
+
+        def __enter__(self) -> None:
+            assert not self.held, "re-entered"
+            self.held = True
+            self.entered += 1
+
+        def __exit__(self, *exc: Any) -> None:
+            self.held = False
+
+    lock = CountingLock()
+    ledger = LockedLedger(lock)
+    [entry], _ = ledger.admit([job(1)])
+    ledger.take()
+    ledger.finish(Result(entry, True))
+    ledger.free(1)
+    ledger.settle([entry])
+    assert lock.entered == 5 and not lock.held
+
+
+# ---------------------------------------------------------- the reporter ----
+def results_for(ledger: Ledger, *specs: tuple[int, bool]) -> list[Result]:
+    """Admit, run and finish one attempt per (job id, ok); returns their results."""
+    entries, _ = ledger.admit([job(i) for i, _ in specs])
+    out = []
+    for entry, (_, ok) in zip(entries, specs):
+        assert ledger.take() is entry
+        result = Result(entry, ok, RawJson('{"ok": true}') if ok else f"Boom: job {entry.id}")
+        ledger.finish(result)
+        out.append(result)
+    ledger.results.clear()
+    return out
+
+
+def test_a_batch_takes_at_most_the_limit_and_stops_before_a_second_attempt_of_a_job() -> None:
+    ledger = Ledger()
+    entries, _ = ledger.admit([job(i) for i in range(1, 6)])
+    results = deque(Result(e, True) for e in entries)
+    assert [r.entry.id for r in take_batch(results, 2)] == [1, 2]
+    [again], _ = ledger.admit([job(3, attempt=2)])
+    results.insert(1, Result(again, True))  # 3, 3 (attempt 2), 4, 5
+    assert [r.entry.id for r in take_batch(results, 10)] == [3]
+    assert [r.entry.id for r in take_batch(results, 10)] == [3, 4, 5] and not results
+
+
+def test_outcomes_are_reported_when_a_batch_is_full_the_oldest_waited_or_the_worker_stops() -> None:
+    assert not due(499, 0.004, flush_batch=500, flush_interval=0.005, stopping=False)
+    assert due(500, 0.0, flush_batch=500, flush_interval=0.005, stopping=False)
+    assert due(1, 0.005, flush_batch=500, flush_interval=0.005, stopping=False)
+    assert due(1, 0.0, flush_batch=500, flush_interval=0.005, stopping=True)
+
+
+def test_a_batch_splits_into_void_released_completed_and_failed() -> None:
+    ledger = Ledger()
+    a, b, c, d = ledger.admit([job(1), job(2), job(3), job(4)])[0]
+    a.lost = True
+    batch = [Result(a, True), Result(b, False, interrupted=True), Result(c, True), Result(d, False, "x")]
+    s = split(batch)
+    assert [[r.entry.id for r in part] for part in (s.void, s.interrupted, s.done, s.failed)] == [[1], [2], [3], [4]]
+
+
+class FakeCalls:
+    """complete_many/fail_many/release_many as the SQL answers them: a token in ``stale``
+    is refused (accepted false), a result or error text in ``bad`` makes the whole call
+    raise 22023 (refused for its values); ``errors`` are raised first, one per call."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, list[int], list[Any]]] = []
+        self.stale: set[int] = set()
+        self.bad: set[str] = set()
+        self.errors: list[BaseException] = []
+
+    def _call(self, name: str, ids: Sequence[int], values: Sequence[Any]) -> None:
+        self.sent.append((name, list(ids), list(values)))
+        if self.errors:
+            raise self.errors.pop(0)
+        if any(str(v) in self.bad for v in values):
+            raise psycopg.errors.InvalidParameterValue("refused for its values (test)")
+
+    def complete_many(self, job_ids: Sequence[int], attempt_tokens: Sequence[uuid.UUID],
+                      results: Optional[Sequence[Any]] = None, *, refused_only: bool = False) -> list[Outcome]:
+        assert refused_only
+        self._call("complete", job_ids, list(results or []))
+        return [Outcome(i, False, "cancelled", "the job was cancelled") for i in job_ids if i in self.stale]
+
+    def fail_many(self, job_ids: Sequence[int], attempt_tokens: Sequence[uuid.UUID], errors: Sequence[str], *,
+                  retry_ins: Optional[Sequence[Optional[timedelta]]] = None,
+                  permanents: Optional[Sequence[bool]] = None) -> list[Outcome]:
+        self._call("fail", job_ids, list(errors))
+        return [Outcome(i, i not in self.stale, None if i in self.stale else "queued",
+                        "the job was cancelled" if i in self.stale else None) for i in job_ids]
+
+    def release_many(self, job_ids: Sequence[int], attempt_tokens: Sequence[uuid.UUID], *,
+                     started: bool = True) -> list[Outcome]:
+        self._call("release" if started else "release unstarted", job_ids, [])
+        return [Outcome(i, i not in self.stale, None if i in self.stale else "queued", None) for i in job_ids]
+
+
+def reporter(calls: FakeCalls, ledger: Ledger, *, hurried: bool = False,
+             limits: Limits = Limits()) -> tuple[Reporter, dict[str, int], list[float]]:
+    waits: list[float] = []
+    c = counters()
+    return Reporter(calls, ledger, worker_id=W, counters=c, hurried=lambda: hurried, wait=waits.append,
+                    limits=limits), c, waits
+
+
+def test_accepted_outcomes_are_counted_and_settled_in_one_call_each() -> None:
+    ledger, calls = Ledger(), FakeCalls()
+    batch = results_for(ledger, (1, True), (2, False), (3, True))
+    rep, c, _ = reporter(calls, ledger)
+    rep.report(batch)
+    assert [(name, ids) for name, ids, _ in calls.sent] == [("complete", [1, 3]), ("fail", [2])]
+    assert (c["completed"], c["failed"], c["lease_lost"]) == (2, 1, 0)
+    assert ledger.held == {} and ledger.finishing == set()
+
+
+def test_a_refused_outcome_marks_its_lease_lost_and_settles() -> None:
+    ledger, calls = Ledger(), FakeCalls()
+    batch = results_for(ledger, (1, True), (2, True), (3, False))
+    calls.stale = {2, 3}
+    rep, c, _ = reporter(calls, ledger)
+    rep.report(batch)
+    assert (c["completed"], c["failed"], c["lease_lost"]) == (1, 0, 2)
+    assert [r.entry.lost for r in batch] == [False, True, True]
+    assert batch[1].job.lease_lost and ledger.held == {}
+
+
+def test_a_void_outcome_is_never_sent_and_an_interrupted_one_is_released() -> None:
+    ledger, calls = Ledger(), FakeCalls()
+    lost, interrupted = results_for(ledger, (1, True), (2, False))
+    lost.entry.lost = True
+    interrupted.interrupted = True
+    rep, c, _ = reporter(calls, ledger)
+    rep.report([lost, interrupted])
+    assert [(name, ids) for name, ids, _ in calls.sent] == [("release", [2])]
+    assert (c["completed"], c["released"]) == (0, 1) and ledger.held == {}
+
+
+def test_a_result_the_database_refuses_is_found_alone_and_fails_the_attempt_instead() -> None:
+    ledger, calls = Ledger(), FakeCalls()
+    good, bad = results_for(ledger, (1, True), (2, True))
+    bad.value = RawJson("not json")
+    calls.bad = {"not json"}
+    rep, c, _ = reporter(calls, ledger)
+    rep.report([good, bad])
+    assert [(name, ids) for name, ids, _ in calls.sent] == [
+        ("complete", [1, 2]), ("complete", [1]), ("complete", [2]), ("fail", [2])]
+    assert calls.sent[-1][2][0].startswith("ResultNotStorable: the database refused the handler's result")
+    assert (c["completed"], c["failed"]) == (1, 1) and ledger.held == {}
+
+
+def test_a_failure_refused_twice_is_left_to_its_lease() -> None:
+    ledger, calls = Ledger(), FakeCalls()
+    [failed] = results_for(ledger, (1, False))
+    calls.errors = [psycopg.errors.InvalidParameterValue("first (test)"),
+                    psycopg.errors.InvalidParameterValue("second (test)")]
+    rep, c, _ = reporter(calls, ledger)
+    rep.report([failed])
+    assert [name for name, _, _ in calls.sent] == ["fail", "fail"]
+    assert calls.sent[1][2][0].startswith("FailureNotStorable:")
+    assert c["failed"] == 0 and ledger.held == {}
+
+
+def test_a_lost_connection_is_retried_and_a_second_signal_gives_up() -> None:
+    ledger, calls = Ledger(), FakeCalls()
+    batch = results_for(ledger, (1, True))
+    calls.errors = [psycopg.OperationalError("connection lost (test)")]
+    rep, c, waits = reporter(calls, ledger)
+    rep.report(batch)
+    assert len(calls.sent) == 2 and waits == [0.05] and c["completed"] == 1
+
+    ledger, calls = Ledger(), FakeCalls()
+    batch = results_for(ledger, (1, True))
+    calls.errors = [psycopg.OperationalError("connection lost (test)")]
+    rep, c, waits = reporter(calls, ledger, hurried=True)
+    rep.report(batch)
+    assert len(calls.sent) == 1 and waits == [] and c["completed"] == 0 and ledger.held == {}
+
+
+def test_an_unexpected_error_drops_the_batch_without_killing_the_flusher(caplog: pytest.LogCaptureFixture) -> None:
+    ledger, calls = Ledger(), FakeCalls()
+    batch = results_for(ledger, (1, True), (2, True))
+    calls.errors = [RuntimeError("boom (test)")]
+    rep, c, _ = reporter(calls, ledger)
+    with caplog.at_level(logging.ERROR, logger="pgfence.worker"):
+        rep.report(batch)  # does not raise
+    assert "reporting 2 outcomes failed" in caplog.text and ledger.held == {} and c["completed"] == 0
+
+
+def test_a_report_call_carries_at_most_the_smaller_of_1000_and_the_batch_limit() -> None:
+    assert reporter(FakeCalls(), Ledger())[0].max_batch == MAX_REPORT_BATCH == 1000
+    assert reporter(FakeCalls(), Ledger(), limits=Limits(batch=300))[0].max_batch == 300
+
+
+def test_a_refused_release_is_not_reported_as_given_back() -> None:
+    ledger, calls = Ledger(), FakeCalls()
+    a, b = ledger.admit([job(1), job(2)])[0]
+    ledger.take(), ledger.take()
+    ledger.give_back_running()
+    calls.stale = {2}
+    rep, c, _ = reporter(calls, ledger)
+    rep.release([a, b], started=True)
+    assert (a.given_back, b.given_back) == (True, False) and c["released"] == 1 and ledger.held == {}
+
+
+# -------------------------------------------------------- the heartbeats ----
+class FakeRenews:
+    def __init__(self, refused: set[int], fail_after: Optional[int] = None) -> None:
+        self.refused = refused
+        self.calls: list[list[int]] = []
+        self.fail_after = fail_after
+
+    def heartbeat_many(self, job_ids: Sequence[int], attempt_tokens: Sequence[uuid.UUID], *,
+                       lease: timedelta = timedelta(seconds=30)) -> list[Outcome]:
+        if self.fail_after is not None and len(self.calls) >= self.fail_after:
+            raise psycopg.OperationalError("connection lost (test)")
+        self.calls.append(list(job_ids))
+        return [Outcome(i, i not in self.refused, None, "lease expired" if i in self.refused else None)
+                for i in job_ids]
+
+
+def test_heartbeats_renew_every_held_attempt_in_calls_of_the_batch_limit() -> None:
+    ledger = Ledger()
+    ledger.admit([job(i) for i in range(1, 6)])
+    calls = FakeRenews(set())
+    Heartbeats(calls, ledger, worker_id=W, lease=timedelta(seconds=3), counters=counters(),
+               limits=Limits(batch=2)).beat()
+    assert calls.calls == [[1, 2], [3, 4], [5]]
+    assert [len(c) for c in chunks(ledger.held_entries(), 10_000)] == [5]
+    assert interval(timedelta(seconds=30)) == 10.0 and interval(timedelta(milliseconds=3)) == 0.01
+
+
+def test_a_refused_heartbeat_revokes_what_is_not_being_reported() -> None:
+    ledger = Ledger()
+    waiting, running, finishing, fine = ledger.admit([job(1), job(2), job(3), job(4)])[0]
+    ledger.ready.rotate(-1)
+    assert ledger.take() is running and ledger.take() is finishing
+    ledger.finish(Result(finishing, True))
+    c = counters()
+    Heartbeats(FakeRenews({1, 2, 3}), ledger, worker_id=W, lease=timedelta(seconds=3), counters=c).beat()
+    assert (waiting.lost, running.lost, finishing.lost, fine.lost) == (True, True, False, False)
+    assert c["lease_lost"] == 2 and set(ledger.held) == {2, 3, 4}
+
+
+def test_a_heartbeat_round_that_loses_its_connection_ends_quietly() -> None:
+    ledger = Ledger()
+    ledger.admit([job(i) for i in range(1, 6)])
+    calls = FakeRenews({1}, fail_after=1)
+    c = counters()
+    Heartbeats(calls, ledger, worker_id=W, lease=timedelta(seconds=3), counters=c, limits=Limits(batch=2)).beat()
+    assert calls.calls == [[1, 2]] and c["lease_lost"] == 1 and set(ledger.held) == {2, 3, 4, 5}
+
+
+# ------------------------------------------------------------- stopping ----
+def test_the_first_signal_stops_and_the_second_hurries() -> None:
+    stop = Stop()
+    assert stop.signal(signal.SIGTERM, W) is False and not stop.hurry.is_set()
+    assert stop.signal(signal.SIGINT, W) is True and stop.hurry.is_set()
+    assert not stop.stopping.is_set()  # the worker's stop() sets it
+
+
+def test_installed_signals_reach_the_callback_on_a_watcher_thread_and_are_restored() -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    got: list[tuple[int, str]] = []
+    arrived = threading.Event()
+
+    def on_signal(signum: int) -> None:
+        got.append((signum, threading.current_thread().name))
+        arrived.set()
+
+    restore = install_signals(on_signal)
+    try:
+        signal.raise_signal(signal.SIGTERM)
+        assert arrived.wait(5)
+    finally:
+        restore()
+    assert got == [(signal.SIGTERM, "pgfence-signals")]
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+# ---------------------------------------------------- limits and handlers ----
+def test_limits_from_rows_take_the_names_they_know_and_keep_the_rest() -> None:
+    rows = [("max_jobs", 500, "jobs per claim"), ("batch", 2000, "elements per batch call"),
+            ("some_future_limit", 7, "unknown here"), ("json_depth", None, "no value")]
+    limits = Limits.from_rows(rows + [{"name": "error_chars", "value": 99, "description": ""}])
+    assert (limits.max_jobs, limits.batch, limits.error_chars, limits.json_depth) == (500, 2000, 99, 64)
+    assert Limits.from_rows([]) == Limits()
+    assert (Limits().max_jobs, Limits().batch, Limits().queues, Limits().payload_bytes) == (1000, 10_000, 10_000, 1_048_576)
+    with pytest.raises(AttributeError):
+        Limits().batch = 1  # type: ignore[misc]
+
+
+def test_a_handler_outcome_names_the_retry_bound_of_the_limits() -> None:
+    def later(j: Job) -> Any:
+        raise RetryAfter(timedelta(days=2))
+
+    entry = Entry(job(1, kind="later"))
+    assert run_handler(entry, {"later": later}, W).retry_in == timedelta(days=2)
+    short = run_handler(entry, {"later": later}, W, Limits(retry_in_max_s=86400))
+    assert short.retry_in is None and short.value is not None
+    assert short.value.startswith("RetryAfter with delay datetime.timedelta(days=2) outside 0..1 days")
+
+
+def test_a_handler_outcome_says_what_the_handler_did() -> None:
+    def stop(j: Job) -> Any:
+        raise Interrupted()
+
+    def dead(j: Job) -> Any:
+        raise PermanentFailure("no")
+
+    handlers = {"stop": stop, "dead": dead, "ok": lambda j: {"n": 1}}
+    assert run_handler(Entry(job(1, kind="stop")), handlers, W).interrupted
+    assert run_handler(Entry(job(1, kind="dead")), handlers, W).permanent
+    ok = run_handler(Entry(job(1, kind="ok")), handlers, W)
+    assert (ok.ok, ok.value) == (True, '{"n": 1}')
+    unknown = run_handler(Entry(job(1, kind="nope")), handlers, W)
+    assert unknown.permanent and (unknown.value or "").startswith("UnknownKind: no handler for kind 'nope'")
+
+
+# ------------------------------------------------ against the database ----
+def test_the_reporter_and_the_heartbeats_against_the_database(client: Client, queue: str) -> None:
+    ids = [client.enqueue("k", {"n": n}, queue=queue) for n in range(4)]
+    ledger = Ledger()
+    entries, _ = ledger.admit(client.claim(W, [queue], lease=timedelta(seconds=30), max_jobs=4))
+    by_id = {e.id: e for e in entries}
+    assert sorted(by_id) == sorted(ids)
+    client.cancel(ids[3])  # its token is no longer current
+    c = counters()
+    Heartbeats(client, ledger, worker_id=W, lease=timedelta(seconds=30), counters=c).beat()
+    assert by_id[ids[3]].lost and ids[3] not in ledger.held and c["lease_lost"] == 1  # never started: dropped
+    batch = []
+    for _ in range(3):
+        entry = ledger.take()
+        assert entry is not None
+        n = entry.job.payload["n"]  # 0: done, 1: failed, 2: interrupted
+        batch.append(Result(entry, n == 0, RawJson('{"done": true}') if n == 0 else "Boom" if n == 1 else None,
+                            interrupted=n == 2))
+        ledger.finish(batch[-1])
+    client.cancel(ids[0])  # refused at report time
+    Reporter(client, ledger, worker_id=W, counters=c, hurried=lambda: False, wait=lambda s: None).report(
+        take_batch(ledger.results, 1000))
+    rows = {i: client.get_job(i) for i in ids}
+    assert [(rows[i].status, rows[i].result) for i in ids] == [
+        ("cancelled", None), ("queued", None), ("queued", None), ("cancelled", None)]
+    assert (c["completed"], c["failed"], c["released"], c["lease_lost"]) == (0, 1, 1, 2)
+    assert rows[ids[1]].last_error == "Boom" and ledger.held == {} and not ledger.unreported()
