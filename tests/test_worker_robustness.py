@@ -289,7 +289,7 @@ def test_jobs_of_a_claim_whose_reply_was_lost_run_at_once_with_their_attempt(
     ids = [client.enqueue("echo", {"n": n}, queue=queue) for n in range(5)]
     worker = start(dsn, queue, {"echo": echo}, workers, lease=timedelta(seconds=60), concurrency=2)
     lost_claims = _lose_replies(worker, "claim", 1)
-    lost_lookups = _lose_replies(worker, "claimed", 1)  # and the first look-up fails too
+    lost_lookups = _lose_replies(worker, "claim_results", 1)  # and the first look-up fails too
     with running_bounded(worker):
         wait_all(client, ids, "done", timeout=15)
     assert len(lost_claims) == 1 and len(lost_lookups) == 1
@@ -315,7 +315,7 @@ def test_a_shutdown_gives_back_the_jobs_of_a_claim_whose_reply_was_lost(
 
 def test_a_lookup_the_database_refuses_is_logged_and_the_worker_carries_on(
         dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
-    # Review finding: a non-retryable error from claimed() (here: a role without EXECUTE
+    # Review finding: a non-retryable error from claim_results() (here: a role without EXECUTE
     # on it) escaped the claim loop, and the shutdown then raised on the same lookup
     # before giving anything back.
     first = [client.enqueue("echo", {"n": n}, queue=queue) for n in range(2)]
@@ -323,8 +323,8 @@ def test_a_lookup_the_database_refuses_is_logged_and_the_worker_carries_on(
     lost_claims = _lose_replies(worker, "claim", 1)
 
     def refused(*args: Any, **kwargs: Any) -> Any:
-        raise psycopg.errors.InsufficientPrivilege("permission denied for function claimed (test)")
-    worker.client.claimed = refused  # type: ignore[method-assign]
+        raise psycopg.errors.InsufficientPrivilege("permission denied for function claim_results (test)")
+    worker.client.claim_results = refused  # type: ignore[method-assign]
     with running_bounded(worker):
         wait_for(lambda: lost_claims, 15, "the first claim")
         later = [client.enqueue("echo", {"n": n}, queue=queue) for n in range(2, 4)]
@@ -346,7 +346,7 @@ def test_a_worker_stops_looking_up_a_lost_claim_after_its_lease_and_claims_again
     def stuck(*args: Any, **kwargs: Any) -> Any:
         lookups.append(1)
         raise psycopg.errors.LockNotAvailable("canceling statement due to lock timeout (test)")
-    worker.client.claimed = stuck  # type: ignore[method-assign]
+    worker.client.claim_results = stuck  # type: ignore[method-assign]
     with running_bounded(worker):
         wait_for(lambda: lost_claims, 15, "the first claim")
         later = [client.enqueue("echo", {"n": n}, queue=queue) for n in range(2, 4)]
