@@ -340,6 +340,17 @@ def test_a_refused_release_is_not_reported_as_given_back() -> None:
     assert (a.given_back, b.given_back) == (True, False) and c["released"] == 1 and ledger.held == {}
 
 
+def test_a_release_of_more_jobs_than_a_call_takes_is_split() -> None:
+    """At shutdown every unstarted job goes back: more than the batch limit (a prefetch
+    above 10,000) used to go in one release_many, which the database refuses (22023)."""
+    ledger, calls = Ledger(), FakeCalls()
+    entries = ledger.admit([job(i) for i in range(1, 6)])[0]
+    rep, c, _ = reporter(calls, ledger, limits=Limits(batch=2))
+    rep.release(entries, started=False)
+    assert [ids for _, ids, _ in calls.sent] == [[1, 2], [3, 4], [5]]
+    assert c["released"] == 5 and ledger.held == {}
+
+
 # -------------------------------------------------------- the heartbeats ----
 class FakeRenews:
     def __init__(self, refused: set[int], fail_after: Optional[int] = None) -> None:

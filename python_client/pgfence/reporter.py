@@ -224,9 +224,14 @@ class Reporter:
                 backoff = min(backoff * 2, 5.0)
 
     def release(self, entries: list[Entry], *, started: bool) -> None:
-        """Give these attempts back with one fenced ``release_many`` (``started``: the
-        attempt counts; else the job returns as if never claimed), and settle them."""
+        """Give these attempts back with fenced ``release_many`` calls of at most
+        ``max_batch`` each (``started``: the attempt counts; else the job returns as if
+        never claimed), and settle them."""
         if not entries:
+            return
+        if len(entries) > self.max_batch:  # (a shutdown with more unstarted jobs than one call takes)
+            for start in range(0, len(entries), self.max_batch):
+                self.release(entries[start:start + self.max_batch], started=started)
             return
         jobs = [e.job for e in entries]
         try:
