@@ -1,0 +1,117 @@
+"""Drain and latency of pgfence versions side by side, taking turns (make db first).
+
+    .venv/bin/python bench/ab_versions.py [--rounds 5] NAME=TAG@COMMIT ... [head]
+
+Each NAME=TAG@COMMIT is a version: its SQL deployed `sqitch deploy --to @TAG` into a
+database of its own (ab_<NAME>, recreated), its Python client from COMMIT (a git
+worktree under a temporary directory, removed after); `head` is this checkout's plan
+and client. Every round runs, per version (the order rotates each round): a drain of
+100,000 jobs (2 worker processes x 8, prefetch 500) and the latency step (idle
+workers, 100 jobs at 20/s). Jobs are enqueued with SQL (enqueue_many), the same for
+every version; each version's workers run its own client (PYTHONPATH). Prints the
+medians with min-max and every ratio to the first version, round by round. Example
+(the security and structure issues):
+
+    .venv/bin/python bench/ab_versions.py v030=v0.3.0@cc65a1d v040=v0.4.0@2d8d773 head
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import pgfence_bench as pf  # noqa: E402
+from common import connect, dsn_for_db, log, recreate_database  # noqa: E402
+from run import default_dsn  # noqa: E402
+
+REPO = HERE.parent
+
+
+def sql_batch_enqueue(dsn: str, queue: str, n: int, batch: int = 1000, kind: str = "noop") -> tuple[float, list[int]]:
+    """pf.batch_enqueue through SQL: no client, so every version is filled the same way."""
+    ids: list[int] = []
+    with connect(dsn) as c:
+        t0 = time.perf_counter()
+        for start in range(0, n, batch):
+            k = min(batch, n - start)
+            ids += [r[0] for r in c.execute(
+                "SELECT id FROM pgfence.enqueue_many(%s::text[], %s::jsonb[], %s)",
+                ([kind] * k, [json.dumps({"i": start + j}) for j in range(k)], queue))]
+        return time.perf_counter() - t0, ids
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--jobs", type=int, default=100_000)
+    ap.add_argument("versions", nargs="+", help="NAME=TAG@COMMIT, or head")
+    a = ap.parse_args()
+    pf.batch_enqueue = sql_batch_enqueue  # type: ignore[assignment]
+    admin = dsn_for_db(default_dsn(), "postgres")
+    tmp = Path(tempfile.mkdtemp(prefix="pgfence-ab-"))
+    variants: dict[str, tuple[Optional[str], Path]] = {}
+    worktrees: list[Path] = []
+    try:
+        for spec in a.versions:
+            if spec == "head":
+                variants["head"] = (None, REPO / "python_client")
+                continue
+            name, _, rest = spec.partition("=")
+            tag, _, commit = rest.partition("@")
+            if not (name and tag and commit):
+                ap.error(f"{spec!r}: expected NAME=TAG@COMMIT or head")
+            wt = tmp / name
+            subprocess.run(["git", "-C", str(REPO), "worktree", "add", "-q", "--detach", str(wt), commit], check=True)
+            worktrees.append(wt)
+            variants[name] = (f"@{tag}", wt / "python_client")
+        dsns = {}
+        for name, (to, _) in variants.items():
+            recreate_database(admin, f"ab_{name}")
+            dsns[name] = dsn_for_db(admin, f"ab_{name}")
+            pf._deploy(dsns[name], to)
+        names = list(variants)
+        res: dict[str, dict[str, list[float]]] = {n: {"drain": [], "p50": [], "p95": []} for n in names}
+        for r in range(a.rounds):
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                os.environ["PYTHONPATH"] = str(variants[name][1])
+                shape = pf.WorkerShape(procs=2, concurrency=8, prefetch=500)
+                d: dict[str, Any] = pf.batch_then_drain(dsns[name], a.jobs, shape, 60, f"ab{name}{r}")
+                rate = d["drain"].get("rate") or d["drain"]["finished"] / d["drain"]["seconds"]
+                lat = pf.latency(dsns[name], pf.WorkerShape(procs=2, concurrency=8, prefetch=72), 100, 20.0,
+                                 tag=f"ab{name}{r}")
+                res[name]["drain"].append(rate)
+                res[name]["p50"].append(lat["p50_ms"])
+                res[name]["p95"].append(lat["p95_ms"])
+                log(f"round {r} {name}: drain {rate:,.0f} jobs/s, latency p50 {lat['p50_ms']:.2f} "
+                    f"p95 {lat['p95_ms']:.2f} ms")
+        for name in names:
+            for k, v in res[name].items():
+                print(f"{name} {k}: median {statistics.median(v):.2f} (min {min(v):.2f}, max {max(v):.2f})")
+        base = names[0]
+        for name in names[1:]:
+            for k in ("drain", "p50", "p95"):
+                ratio = statistics.median(res[name][k]) / statistics.median(res[base][k])
+                print(f"{k} {name}/{base}: median ratio {ratio:.3f}, per round",
+                      [round(x / y, 3) for x, y in zip(res[name][k], res[base][k])])
+        with connect(admin) as c:
+            for name in names:
+                c.execute(f'DROP DATABASE IF EXISTS "ab_{name}" WITH (FORCE)')
+    finally:
+        os.environ.pop("PYTHONPATH", None)
+        for wt in worktrees:
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(wt)], check=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
