@@ -62,11 +62,13 @@ def flattened_order(plan: Path) -> list[str]:
     return order
 
 
-def psql_file(dsn: str, path: Path) -> None:
+def psql_file(dsn: str, path: Path, options: str = "") -> None:
+    """psql -f path (ON_ERROR_STOP); options: server settings for the session (PGOPTIONS)."""
     p = conninfo_to_dict(dsn)
     r = subprocess.run([str(pg_bindir() / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1",
                         "-h", str(p["host"]), "-p", str(p["port"]), "-U", str(p["user"]), "-d", str(p["dbname"]),
-                        "-f", str(path)], capture_output=True, text=True, timeout=120, cwd=path.parent)
+                        "-f", str(path)], capture_output=True, text=True, timeout=120, cwd=path.parent,
+                       env=dict(os.environ, PGOPTIONS=options))
     assert r.returncode == 0, f"psql -f {path} failed:\n{r.stderr}"
 
 
@@ -145,6 +147,24 @@ def test_the_newest_routine_scripts_run_again_and_change_nothing(databases: Any)
         if not change.startswith("tables/"):
             psql_file(db, REPO / "db" / "deploy" / f"{change}.sql")
     assert differences(before, schema_of(db)) == []
+
+
+def test_the_privileges_script_runs_again_beside_open_transactions_on_the_jobs(databases: Any,
+                                                                                tmp_path: Path) -> None:
+    """Re-run on a live queue (a redeploy, a revert that includes it), the privileges
+    script takes no lock that waits for a transaction writing jobs (ALTER TABLE and
+    CREATE/DROP POLICY take ACCESS EXCLUSIVE, and every claim would queue behind them):
+    with lock_timeout 2 s it completes beside an open enqueue; an ALTER TABLE does not."""
+    [db] = databases(1)
+    sqitch_in(REPO, db, "deploy")
+    with connect(db, autocommit=False) as held:
+        held.execute("SELECT pgfence.enqueue('k', queue => 'held')")  # ROW EXCLUSIVE on jobs, open
+        psql_file(db, REPO / "db" / "deploy" / "privileges.sql", "-c lock_timeout=2s")
+        locking = tmp_path / "locking.sql"
+        locking.write_text("ALTER TABLE pgfence.jobs OWNER TO pgfence_owner;\n")
+        with pytest.raises(AssertionError, match="lock timeout"):
+            psql_file(db, locking, "-c lock_timeout=2s")
+        held.rollback()
 
 
 @pytest.fixture
