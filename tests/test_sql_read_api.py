@@ -184,3 +184,14 @@ def test_sweeper_health_says_stopped_after_sweeper_stale_s(dsn: str) -> None:
                 c.execute("UPDATE pgfence.sweeper_status SET last_pass_at = clock_timestamp() - make_interval(secs => %s),"
                           " paused_at = NULL, paused_by = NULL", (age,))
                 assert c.execute("SELECT state FROM pgfence.sweeper_health()").fetchone() == (state,), age
+
+
+def test_a_bypassrls_producer_reads_through_the_functions_what_it_reads_in_the_table(
+        dsn: str, conn: Conn, history: dict[str, Any]) -> None:
+    """Row-level security does not apply to a BYPASSRLS role: the functions agree."""
+    name = f"t_ra_bypass_{SUFFIX}"
+    with login_roles(dsn, {name: "pgfence_producer"}):
+        conn.execute(f'ALTER ROLE "{name}" BYPASSRLS')
+        with connect_as(dsn, name) as c:
+            assert _visible(c, history["mine"]) == (1, 2, 1, 1)
+            assert _visible(c, history["theirs"]) == (1, 0, 0, 1)

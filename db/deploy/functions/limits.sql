@@ -1,8 +1,11 @@
 -- Deploy pgfence:functions/limits to pg
 -- requires: schema
 --
--- The limits the functions enforce, as data a caller in any language can read
--- instead of copying numbers (a client sizes its batches from them). The checks
+-- The limits a caller sizes its work by (batch and claim sizes, name, payload, result
+-- and error sizes, leases, delays), as data a caller in any language can read instead
+-- of copying numbers. The other argument ranges (history_summary's since,
+-- run_sweeper's pass_interval, set_retention's intervals) are in each function's
+-- COMMENT and error hint. The checks
 -- themselves keep their literals (they sit in hot paths, where a literal costs
 -- nothing); tests/test_sql_limits.py holds each row against the behaviour, at the
 -- limit and one past it.
@@ -32,7 +35,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     ) AS l(name, value, description)
 $$;
 COMMENT ON FUNCTION pgfence.limits() IS
-$$The limits pgfence's functions enforce (name, value, description): max_jobs, batch, queues, name_chars,
+$$The limits a caller sizes its work by (name, value, description): max_jobs, batch, queues, name_chars,
 key_chars, payload_bytes, result_bytes, json_depth, error_chars, max_attempts, lease_min_ms, lease_max_ms,
 retry_in_max_s, rejections_per_job, run_sweeper_ahead_s, sweeper_stale_s. Read them rather than copy the
 numbers; a later version may raise one.$$;

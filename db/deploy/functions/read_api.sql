@@ -15,11 +15,15 @@ BEGIN;
 
 -- Whether the calling role (SET ROLE respected) may see a job enqueued by enqueued_by:
 -- the rule of the row-level security policies on pgfence.jobs (operators read every
--- job, producers their own), also inside SECURITY DEFINER functions. A superuser or
--- the owner sees every job, as they do in the table.
+-- job, producers their own), also inside SECURITY DEFINER functions. A superuser, a
+-- BYPASSRLS role or the owner sees every job, as they do in the table. The calling
+-- role is the session's (pgfence._invoker(), the role enqueue records): called from
+-- inside another role's SECURITY DEFINER function, these functions answer for the
+-- session's role, where the table would answer for that function's owner.
 CREATE OR REPLACE FUNCTION pgfence._may_read(enqueued_by text) RETURNS boolean
 LANGUAGE sql STABLE AS $$
     SELECT r.rolsuper
+        OR r.rolbypassrls
         OR pg_catalog.pg_has_role(r.oid, 'pgfence_owner', 'USAGE')
         OR pg_catalog.pg_has_role(r.oid, 'pgfence_operator', 'USAGE')
         OR (_may_read.enqueued_by = r.rolname AND pg_catalog.pg_has_role(r.oid, 'pgfence_producer', 'USAGE'))
