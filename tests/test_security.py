@@ -543,6 +543,7 @@ CALLS: dict[str, str] = {
     "_backoff": "SELECT pgfence._backoff(1)",
     "_fence_detail": "SELECT pgfence._fence_detail('done', NULL, NULL, NULL, NULL)",
     "_may_read": "SELECT pgfence._may_read('x')",
+    "_may_read_job": "SELECT pgfence._may_read_job(%(id)s)",
     "_claim_refuse": "SELECT pgfence._claim_refuse('w', NULL, '1 minute', 1)",
     "_claim_from_list": "SELECT pgfence._claim_from_list(ARRAY['a', 'b'], 1, clock_timestamp())",
     "_check_enqueue_many_inputs": "SELECT pgfence._check_enqueue_many_inputs(ARRAY['k'], NULL, 'q', NULL, NULL, 3,"

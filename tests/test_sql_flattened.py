@@ -22,7 +22,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from support.clusters import pg_bindir
-from support.db import REPO, connect, scratch_database, sqitch_target
+from support.db import REPO, connect, scratch_database, sqitch, sqitch_target
 
 
 def plan_changes(plan: Path) -> tuple[list[str], dict[str, set[str]], list[str]]:
@@ -78,10 +78,7 @@ def deploy_flattened(top: Path, dsn: str) -> None:
 
 
 def sqitch_in(top: Path, dsn: str, *args: str) -> None:
-    env = dict(os.environ, SQITCH_FULLNAME="pgfence tests", SQITCH_EMAIL="pgfence-tests@localhost")
-    env.pop("SQITCH_TARGET", None)
-    r = subprocess.run(["sqitch", *args, "--target", sqitch_target(dsn)], cwd=top, env=env,
-                       capture_output=True, text=True, timeout=600)
+    r = sqitch(*args, target=sqitch_target(dsn), cwd=top, timeout=600)
     assert r.returncode == 0, f"sqitch {' '.join(args)} failed:\n{r.stdout}{r.stderr}"
 
 

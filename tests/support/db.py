@@ -262,9 +262,10 @@ def sqitch_target(dsn: str) -> str:
 
 
 def sqitch(*args: str, target: str, env: Optional[dict[str, str]] = None,
-           timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """``sqitch ARGS --target TARGET`` in the repository (never $SQITCH_TARGET);
-    env: the environment (default: this one, with a deployer name when it has none)."""
+           timeout: float = 300, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    """``sqitch ARGS --target TARGET`` in the repository, or in another copy of the sqitch
+    project (cwd; never $SQITCH_TARGET); env: the environment (default: this one, with a
+    deployer name when it has none)."""
     exe = shutil.which("sqitch")
     if exe is None:
         raise RuntimeError("sqitch not found on PATH (run scripts/setup.sh)")
@@ -273,7 +274,7 @@ def sqitch(*args: str, target: str, env: Optional[dict[str, str]] = None,
         env.setdefault("SQITCH_FULLNAME", "pgfence tests")
         env.setdefault("SQITCH_EMAIL", "pgfence-tests@localhost")
     env = {k: v for k, v in env.items() if k != "SQITCH_TARGET"}
-    return subprocess.run([exe, *args, "--target", target], cwd=REPO, env=env,
+    return subprocess.run([exe, *args, "--target", target], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 

@@ -33,6 +33,14 @@ $$;
 COMMENT ON FUNCTION pgfence._may_read(text) IS
   'Private: the calling role may read a job enqueued by enqueued_by (operators: every job; producers: their own).';
 
+-- Whether the job exists and the calling role may see it (see _may_read).
+CREATE OR REPLACE FUNCTION pgfence._may_read_job(job_id bigint) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (SELECT 1 FROM pgfence.jobs j WHERE j.id = _may_read_job.job_id AND pgfence._may_read(j.enqueued_by))
+$$;
+COMMENT ON FUNCTION pgfence._may_read_job(bigint) IS
+  'Private: the job exists and the calling role may read it (operators: every job; producers: their own).';
+
 -- One job, whole: zero rows when there is no such job or the caller may not see it
 -- (the two are not told apart, as in the table under row-level security).
 CREATE OR REPLACE FUNCTION pgfence.job(job_id bigint)
@@ -70,12 +78,14 @@ BEGIN
     IF attempts_of.job_id IS NULL THEN
         PERFORM pgfence._raise_null('job_id', 'pass the id of the job whose attempts to read');
     END IF;
+    IF NOT pgfence._may_read_job(attempts_of.job_id) THEN
+        RETURN;
+    END IF;
     RETURN QUERY
     SELECT a.attempt, a.attempt_token, a.worker, a.claimed_at, a.heartbeat_at,
            a.lease_expires_at, a.ended_at, a.outcome, a.error
       FROM pgfence.attempts a
      WHERE a.job_id = attempts_of.job_id
-       AND EXISTS (SELECT 1 FROM pgfence.jobs j WHERE j.id = attempts_of.job_id AND pgfence._may_read(j.enqueued_by))
      ORDER BY a.ended_at, a.attempt;
 END $$;
 COMMENT ON FUNCTION pgfence.attempts_of(bigint) IS
@@ -94,11 +104,13 @@ BEGIN
     IF rejections_of.job_id IS NULL THEN
         PERFORM pgfence._raise_null('job_id', 'pass the id of the job whose refused calls to read');
     END IF;
+    IF NOT pgfence._may_read_job(rejections_of.job_id) THEN
+        RETURN;
+    END IF;
     RETURN QUERY
     SELECT r.attempt_token, r.operation, r.caller, r.detail, r.rejected_at
       FROM pgfence.rejections r
      WHERE r.job_id = rejections_of.job_id
-       AND EXISTS (SELECT 1 FROM pgfence.jobs j WHERE j.id = rejections_of.job_id AND pgfence._may_read(j.enqueued_by))
      ORDER BY r.rejected_at, r.slot;
 END $$;
 COMMENT ON FUNCTION pgfence.rejections_of(bigint) IS
@@ -113,10 +125,11 @@ BEGIN
     IF rejections_not_stored.job_id IS NULL THEN
         PERFORM pgfence._raise_null('job_id', 'pass the id of the job');
     END IF;
+    IF NOT pgfence._may_read_job(rejections_not_stored.job_id) THEN
+        RETURN 0;
+    END IF;
     RETURN (SELECT coalesce(sum(o.not_stored), 0)::bigint FROM pgfence.rejection_overflow o
-             WHERE o.job_id = rejections_not_stored.job_id
-               AND EXISTS (SELECT 1 FROM pgfence.jobs j WHERE j.id = rejections_not_stored.job_id
-                                                          AND pgfence._may_read(j.enqueued_by)));
+             WHERE o.job_id = rejections_not_stored.job_id);
 END $$;
 COMMENT ON FUNCTION pgfence.rejections_not_stored(bigint) IS
 $$How many refused fenced calls of a job were counted but not stored (beyond the 100 stored per job); 0
