@@ -486,40 +486,64 @@ def sql_ceiling(dsn: str, n: int, clients: int, seconds: int, batch: int = 500) 
 
 
 # -------------------------------------------------------------------- churn --
+class Producer:
+    """Keeps `depth` jobs of `queue` queued (enqueue_many, 1,000 per call) from a thread of
+    its own, on a connection of its own: churn's and soak's producer. `ids` are the jobs
+    enqueued, ascending (claim order is id order here: one priority, batches in order).
+    `lock` is held around each enqueue_many call and the ids it returned, so a sampler
+    holding it sees len(ids) and the table agree. Errors go to `errors`."""
+
+    def __init__(self, dsn: str, queue: str, depth: int, errors: list[str], name: str) -> None:
+        self.queue, self.depth, self.errors = queue, depth, errors
+        self.ids: list[int] = []
+        self.lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.conn = connect(dsn)
+
+    def fill(self, n: int) -> None:
+        for start in range(0, n, 1000):
+            k = min(1000, n - start)
+            args = (["noop"] * k, json.dumps([{"i": j} for j in range(k)]), self.queue)
+            with self.lock:
+                rows = self.conn.execute(BATCH_SQL, args).fetchall()
+                self.ids.extend(r[1] for r in rows)
+
+    def _run(self) -> None:
+        # Queued = our ids from the head of the queue on: one index probe, not a count
+        # over a million rows (which would load the machine under test).
+        try:
+            while not self._stop.is_set():
+                head = scalar_in(self.conn, "SELECT id FROM pgfence.jobs WHERE queue = %s AND status = 'queued'"
+                                            " ORDER BY priority DESC, available_at, id LIMIT 1", (self.queue,))
+                queued = 0 if head is None else len(self.ids) - bisect.bisect_left(self.ids, int(head))
+                if queued < self.depth:
+                    self.fill(min(self.depth - queued, 20_000))
+                else:
+                    self._stop.wait(0.05)
+        except Exception as exc:  # reported with the result
+            self.errors.append(f"producer: {exc}")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop the thread and close the connection (again: a no-op)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+        self.conn.close()
+
+
 def churn(dsn: str, seconds: float, depth: int, shape: WorkerShape, window: float = 5.0) -> dict[str, Any]:
     """Sustained churn: a producer keeps `depth` jobs queued (enqueue_many, 1,000 per
     call) while shape.procs worker processes drain for `seconds`. Every `window`
     seconds: this queue's claim+complete rate, and pgfence.jobs' dead rows,
     autovacuum passes and claim-index size (table-wide: run it on a quiet database)."""
     queue = new_queue("churn")
-    prod = connect(dsn)
-    mon = connect(dsn)
-    stop_evt = threading.Event()
     errors: list[str] = []
-
-    ids: list[int] = []  # ascending: claim order is id order here (one priority, batches in order)
-
-    def fill(n: int) -> None:
-        for start in range(0, n, 1000):
-            k = min(1000, n - start)
-            rows = prod.execute(BATCH_SQL, (["noop"] * k, json.dumps([{"i": j} for j in range(k)]),
-                                            queue)).fetchall()
-            ids.extend(r[1] for r in rows)
-
-    def producer() -> None:
-        # Queued = our ids from the head of the queue on: one index probe, not a count
-        # over a million rows (which would load the machine under test).
-        try:
-            while not stop_evt.is_set():
-                head = scalar_in(prod, "SELECT id FROM pgfence.jobs WHERE queue = %s AND status = 'queued'"
-                                       " ORDER BY priority DESC, available_at, id LIMIT 1", (queue,))
-                queued = 0 if head is None else len(ids) - bisect.bisect_left(ids, int(head))
-                if queued < depth:
-                    fill(min(depth - queued, 20_000))
-                else:
-                    stop_evt.wait(0.05)
-        except Exception as exc:  # reported with the result
-            errors.append(f"producer: {exc}")
+    prod = Producer(dsn, queue, depth, errors, "churn-producer")
+    mon = connect(dsn)
 
     def sample() -> tuple[int, int, int, int]:
         row = mon.execute(
@@ -530,12 +554,11 @@ def churn(dsn: str, seconds: float, depth: int, shape: WorkerShape, window: floa
         return int(row[0]), int(row[1]), int(row[2]), int(row[3])
 
     procs: list[subprocess.Popen[bytes]] = []
-    thread = threading.Thread(target=producer, name="churn-producer", daemon=True)
     try:
-        fill(depth)
+        prod.fill(depth)
         mon.execute("VACUUM (ANALYZE) pgfence.jobs")
         naptime = scalar_in(mon, "SELECT current_setting('autovacuum_naptime')")
-        thread.start()
+        prod.start()
         procs, logs = start_workers(dsn, queue, shape, "churn")
         wait_ready(procs, logs, timeout=60)
         t0 = time.time()
@@ -549,11 +572,8 @@ def churn(dsn: str, seconds: float, depth: int, shape: WorkerShape, window: floa
                             "dead_rows": cur[1], "claim_idx_bytes": cur[3]})
             prev, prev_t = cur, now
     finally:
-        stop_evt.set()
-        if thread.is_alive():
-            thread.join(timeout=30)
-        stop(procs)
         prod.close()
+        stop(procs)
         mon.close()
         cleanup(dsn, queue)
     rates = [w["rate"] for w in windows]
@@ -562,6 +582,155 @@ def churn(dsn: str, seconds: float, depth: int, shape: WorkerShape, window: floa
             "max_dead_rows": max(w["dead_rows"] for w in windows),
             "claim_idx_mb_end": windows[-1]["claim_idx_bytes"] / 1e6,
             "autovacuum_passes": prev[2] - first_av, "errors": errors}
+
+
+# --------------------------------------------------------------------- soak --
+HISTORY = "pgfence.finished_jobs"  # the time-partitioned history of done jobs (storage change)
+SET_WIDTH = "pgfence.set_history_partition_width(interval)"
+
+
+def _target(value: Optional[float], limit: Optional[float], at_least: bool = False) -> dict[str, Any]:
+    """A soak target: met when value <= limit (value >= limit with at_least); None when
+    either is unknown."""
+    met = None if value is None or limit is None else bool(value >= limit if at_least else value <= limit)
+    return {"value": value, "limit": limit, "met": met}
+
+
+def soak(dsn: str, seconds: float, depth: int, shape: WorkerShape, window: float = 10.0,
+         retention: str = "30 seconds", partition_width: str = "10 seconds", mark: float = 30.0
+         ) -> dict[str, Any]:
+    """Soak: churn's producer keeps `depth` jobs queued while shape.procs worker processes
+    drain for `seconds`, with this queue's finished jobs kept for `retention` (both done
+    and failed) and, where the schema has the partitioned history (pgfence.finished_jobs,
+    RANGE on purge_at, expired partitions dropped by the sweeper), its partitions
+    `partition_width` wide (the old width restored at the end). Every `window` seconds,
+    cheap samples: this queue's finished jobs (enqueued minus what is still in
+    pgfence.jobs: live work only with the history; on the old schema, where done rows stay
+    in pgfence.jobs until purged, minus its rows not done) and the window's rate;
+    pgfence.jobs' total size (heap, indexes, TOAST) and dead rows; the history's total
+    size over its leaf partitions, their number and how many seen earlier are gone.
+    Targets: the last window's rate >= 90% of the median; pgfence.jobs at the end <= 1.2 x
+    its size at the `mark` (the first window with t >= mark; the first window when none
+    is); the history at the end <= median rate x (retention + one partition width) x its
+    bytes per job (ANALYZE at the end: bytes / sum of the leaves' reltuples). Sizes are
+    table-wide: run it on a quiet database. History rows of the queue are left to the
+    sweeper (they expire `retention` after they finished)."""
+    queue = new_queue("soak")
+    errors: list[str] = []
+    prod = Producer(dsn, queue, depth, errors, "soak-producer")
+    mon = connect(dsn)
+    try:
+        has_history = bool(scalar_in(mon, "SELECT to_regclass(%s) IS NOT NULL", (HISTORY,)))
+        partitioned = bool(scalar_in(mon, "SELECT to_regprocedure(%s) IS NOT NULL", (SET_WIDTH,)))
+        retention_s = float(scalar_in(mon, "SELECT extract(epoch FROM %s::interval)", (retention,)))
+        width_s = float(scalar_in(mon, "SELECT extract(epoch FROM %s::interval)", (partition_width,)))
+    except BaseException:
+        prod.close()
+        mon.close()
+        raise
+    # With the history pgfence.jobs holds only live work. Without it, done rows stay there
+    # (purged from the table `retention` after they finished), so count its rows not done:
+    # queued and processing (a no-op job reaches no other status), each through its
+    # partial index, not a scan of the growing table.
+    live_sql = ("SELECT count(*) FROM pgfence.jobs WHERE queue = %(q)s" if has_history else
+                "SELECT (SELECT count(*) FROM pgfence.jobs WHERE queue = %(q)s AND status = 'queued')"
+                "     + (SELECT count(*) FROM pgfence.jobs WHERE queue = %(q)s AND status = 'processing')")
+    seen: set[int] = set()  # leaf partitions (oid) seen so far
+
+    def leaves() -> list[tuple[int, int, float]]:
+        """(oid, total bytes, reltuples) of each leaf partition of the history."""
+        if not has_history:
+            return []
+        return [(int(r[0]), int(r[1]), float(r[2])) for r in mon.execute(
+            "SELECT t.relid::oid, coalesce(pg_total_relation_size(t.relid), 0), greatest(c.reltuples, 0)"
+            "  FROM pg_partition_tree(%s::regclass) t JOIN pg_class c ON c.oid = t.relid WHERE t.isleaf",
+            (HISTORY,)).fetchall()]
+
+    def sample() -> dict[str, int]:
+        with prod.lock:  # no enqueue_many between len(ids) and the count
+            live = int(scalar_in(mon, live_sql, {"q": queue}))
+            finished = len(prod.ids) - live
+        row = mon.execute("SELECT pg_total_relation_size('pgfence.jobs'), s.n_dead_tup FROM pg_stat_user_tables s"
+                          " WHERE s.relid = 'pgfence.jobs'::regclass").fetchone()
+        assert row is not None
+        parts = leaves()
+        now = {oid for oid, _, _ in parts}
+        seen.update(now)
+        return {"finished": finished, "hot_bytes": int(row[0]), "dead_rows": int(row[1]),
+                "history_bytes": sum(b for _, b, _ in parts), "partitions": len(parts),
+                "dropped": len(seen - now)}
+
+    old_width: Any = None
+    width_set = False
+    procs: list[subprocess.Popen[bytes]] = []
+    windows: list[dict[str, Any]] = []
+    try:
+        mon.execute("SELECT pgfence.set_retention(%s, retain_done => %s::interval, retain_failed => %s::interval)",
+                    (queue, retention, retention))
+        if partitioned:
+            old_width = scalar_in(mon, "SELECT partition_width FROM pgfence.history_settings")
+            mon.execute("SELECT pgfence.set_history_partition_width(%s::interval)", (partition_width,))
+            width_set = True
+        prod.fill(depth)
+        mon.execute("VACUUM (ANALYZE) pgfence.jobs")
+        prod.start()
+        procs, logs = start_workers(dsn, queue, shape, "soak")
+        wait_ready(procs, logs, timeout=60)
+        t0 = time.time()
+        prev, prev_t = sample(), t0
+        while time.time() - t0 < seconds:
+            time.sleep(window)
+            cur, now = sample(), time.time()
+            windows.append({"t": round(now - t0, 1), "rate": (cur["finished"] - prev["finished"]) / (now - prev_t),
+                            "hot_bytes": cur["hot_bytes"], "history_bytes": cur["history_bytes"],
+                            "partitions": cur["partitions"], "dead_rows": cur["dead_rows"]})
+            prev, prev_t = cur, now
+        # Bytes per job of the history: nothing moves once the producer and workers stop.
+        prod.close()
+        stop(procs)
+        procs = []
+        if has_history:
+            mon.execute(f"ANALYZE {HISTORY}")
+        end = leaves()
+    finally:
+        prod.close()
+        stop(procs)
+        try:
+            with connect(dsn) as c:
+                if width_set and old_width is not None:
+                    c.execute("SELECT pgfence.set_history_partition_width(%s::interval)", (old_width,))
+                elif width_set:
+                    errors.append(f"pgfence.history_settings had no partition_width: {partition_width} stays")
+                c.execute("DELETE FROM pgfence.retention WHERE queue = %s", (queue,))
+        except Exception as exc:  # reported with the result; the cleanup still runs
+            errors.append(f"restoring the settings: {exc}")
+        mon.close()
+        cleanup(dsn, queue)
+    if not windows:
+        raise BenchError(f"soak: no {window:g} s window in {seconds:g} s")
+    rates = [w["rate"] for w in windows]
+    med, last = median(rates), rates[-1]
+    at_mark = next((w for w in windows if w["t"] >= mark), windows[0])
+    hot_end, hist_end = windows[-1]["hot_bytes"], windows[-1]["history_bytes"]
+    end_rows = round(sum(n for _, _, n in end))
+    per_job = sum(b for _, b, _ in end) / end_rows if end_rows else None
+    hist_limit = med * (retention_s + width_s) * per_job if per_job is not None else None
+    return {"seconds": seconds, "depth": depth, "window": window, "retention": retention,
+            "partition_width": partition_width, "partitioned": partitioned, "history": has_history,
+            "partition_width_before": None if old_width is None else str(old_width),
+            "windows": windows, "median_rate": med, "last_rate": last,
+            "hot_bytes_mark": at_mark["hot_bytes"], "mark_t": at_mark["t"], "hot_bytes_end": hot_end,
+            "history_bytes_end": hist_end, "history_rows_end": end_rows, "history_bytes_per_job": per_job,
+            "partitions_dropped": prev["dropped"],
+            "targets": {
+                # (a) jobs/s: the last window's rate >= 90% of the median
+                "rate_held": _target(last, 0.9 * med, at_least=True),
+                # (b) bytes: pgfence.jobs at the end <= 1.2 x its size at the mark
+                "hot_bounded": _target(hot_end, 1.2 * at_mark["hot_bytes"]),
+                # (c) bytes: the history at the end <= median rate x (retention + width) x bytes per job
+                "history_bounded": _target(hist_end if has_history else None, hist_limit),
+            },
+            "errors": errors}
 
 
 # ---------------------------------------------------- claims over many queues --

@@ -192,8 +192,70 @@ def pgfence_only_table(po: Optional[dict[str, Any]], cfg: dict[str, Any],
     if len(churns) == 2 and churns[0]["median_rate"]:
         lines.append(f"| steady depth ratio: {churns[1]['depth']:,} vs {churns[0]['depth']:,} kept queued (median"
                      f" of the windows) | {churns[1]['median_rate'] / churns[0]['median_rate']:.2f} |")
+    lines += soak_rows(po.get("soak"), cfg)
     for e in po.get("errors", []):
         lines.append(f"| error | {e} |")
+    return "\n".join(lines)
+
+
+def _mb(x: Optional[float]) -> str:
+    return "n/a" if x is None else f"{x / 1e6:.1f}"
+
+
+def _met(t: dict[str, Any]) -> str:
+    return {True: "met", False: "unmet", None: "n/a"}[t["met"]]
+
+
+def soak_rows(sk: Optional[dict[str, Any]], cfg: dict[str, Any]) -> list[str]:
+    """The soak's rows of the pgfence-only table: its figures and its three targets."""
+    if not sk:
+        return []
+    width = (f"history partitions {sk['partition_width']} wide" if sk["partitioned"] else
+             "history partition width not set (no pgfence.set_history_partition_width)")
+    if sk["history"]:
+        per_job = sk["history_bytes_per_job"]
+        history = (f"history {_mb(sk['history_bytes_end'])} MB at the end"
+                   f" ({sk['history_rows_end']:,} rows, {fmt_num(per_job)} bytes/job),"
+                   f" {sk['partitions_dropped']} partitions dropped")
+    else:
+        history = "no history table (pgfence.finished_jobs): done rows stay in pgfence.jobs until purged"
+    tg = sk["targets"]
+    a, b, c = tg["rate_held"], tg["hot_bounded"], tg["history_bounded"]
+    lines = [
+        f"| soak: {sk['seconds']:.0f} s drain ({cfg['procs']} procs x {cfg['concurrency']}, prefetch"
+        f" {max(cfg['pgfence_prefetch'])}) with {sk['depth']:,} jobs kept queued, the queue's retention"
+        f" {sk['retention']}, {width}; claim+complete per {sk['window']:.0f} s window | median"
+        f" {fmt_num(sk['median_rate'])} jobs/s, last {fmt_num(sk['last_rate'])}; pgfence.jobs (heap + indexes"
+        f" + TOAST) {_mb(sk['hot_bytes_mark'])} MB at {sk['mark_t']:.0f} s, {_mb(sk['hot_bytes_end'])} MB at the"
+        f" end; {history} |",
+        f"| soak target: the last window's rate >= 90% of the median | {_met(a)}: {fmt_num(a['value'])} jobs/s"
+        f" (at least {fmt_num(a['limit'])}) |",
+        f"| soak target: pgfence.jobs at the end <= 1.2 x its size at {sk['mark_t']:.0f} s | {_met(b)}:"
+        f" {_mb(b['value'])} MB (at most {_mb(b['limit'])}) |",
+    ]
+    if sk["history"]:
+        lines.append(f"| soak target: history at the end <= median rate x (retention + one partition width) x"
+                     f" bytes/job | {_met(c)}: {_mb(c['value'])} MB (at most {_mb(c['limit'])}) |")
+    else:
+        lines.append("| soak target: history at the end <= median rate x (retention + one partition width) x"
+                     " bytes/job | n/a: no history table |")
+    lines += [f"| soak error | {e} |" for e in sk.get("errors", [])]
+    return lines
+
+
+def soak_table(po: Optional[dict[str, Any]]) -> str:
+    """The soak's windows: rate, the hot table's and the history's sizes, partitions, dead rows."""
+    sk = (po or {}).get("soak")
+    if not sk:
+        return "Soak: not run."
+    lines = [f"Per {sk['window']:.0f} s window of the soak (t from the first worker's READY; sizes table-wide:"
+             " pgfence.jobs heap + indexes + TOAST, the history's leaf partitions; dead rows of pgfence.jobs).", "",
+             "| t s | jobs/s | pgfence.jobs MB | history MB | partitions | dead rows |",
+             "|---:|---:|---:|---:|---:|---:|"]
+    for w in sk["windows"]:
+        hist, parts = (_mb(w["history_bytes"]), str(w["partitions"])) if sk["history"] else ("-", "-")
+        lines.append(f"| {w['t']:.1f} | {fmt_num(w['rate'])} | {_mb(w['hot_bytes'])} | {hist} | {parts} |"
+                     f" {w['dead_rows']:,} |")
     return "\n".join(lines)
 
 
@@ -304,6 +366,10 @@ def render(results: dict[str, Any]) -> str:
         "### pgfence only",
         "",
         pgfence_only_table(results.get("pgfence_only"), cfg, results["ratios"]),
+        "",
+        "### Soak",
+        "",
+        soak_table(results.get("pgfence_only")),
         "",
         "### Claims over many queues",
         "",

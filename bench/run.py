@@ -59,6 +59,12 @@ class Config:
     sweeper_spread: float = 3.17  # s between the leases' expiries: 20 samples span over a minute
     churn_seconds: float = 45.0
     churn_depths: tuple[int, ...] = (20_000, 1_000_000)
+    soak_seconds: float = 300.0  # soak: drain with soak_depth kept queued, sampled every soak_window s
+    soak_depth: int = 20_000
+    soak_window: float = 10.0
+    soak_retention: str = "30 seconds"  # the soak queue's retention (done and failed)
+    soak_partition_width: str = "10 seconds"  # history partition width during the soak
+    soak_mark: float = 30.0  # the hot table's size at the first window with t >= this is the baseline
     pgbench_seconds: int = 10
     pgbench_prefill: int = 1_000_000
     ceiling_n: int = 600_000  # > 10 s of the ceiling: the queue never runs dry
@@ -75,7 +81,9 @@ class Config:
         return cls(quick=True, single_n=2000, single_runs=1, drain_n=20_000, drain_runs=1, drain_timeout=12.0,
                    depth_queued=200_000, sweep_n=20_000, sweep_idle_max_s=3.0, recovery_samples=5,
                    sweeper_spread=0.27, churn_seconds=0, pgbench_seconds=5, pgbench_prefill=200_000,
-                   ceiling_n=150_000, ceiling_seconds=2, claim_calls=30, claim_seconds=1.0)
+                   ceiling_n=150_000, ceiling_seconds=2, claim_calls=30, claim_seconds=1.0,
+                   soak_seconds=40.0, soak_window=5.0, soak_retention="10 seconds",
+                   soak_partition_width="5 seconds", soak_mark=0.0)
 
 
 def default_dsn() -> str:
@@ -282,6 +290,19 @@ def run_pgfence_only(cfg: Config, dsn: str) -> dict[str, Any]:
             out["churn"].append(ch)
             log(f"  median {ch['median_rate']:,.0f} jobs/s, min {ch['min_rate']:,.0f},"
                 f" max dead rows {ch['max_dead_rows']:,}")
+    log(f"pgfence soak: {cfg.soak_seconds:.0f} s drain with {cfg.soak_depth:,} jobs kept queued (prefetch {best_p}),"
+        f" retention {cfg.soak_retention}, history partitions {cfg.soak_partition_width} wide")
+    out["soak"] = guarded(holder, "soak", lambda: pf.soak(dsn, cfg.soak_seconds, cfg.soak_depth, shape,
+                                                          cfg.soak_window, cfg.soak_retention,
+                                                          cfg.soak_partition_width, cfg.soak_mark))
+    sk = out["soak"]
+    if sk:
+        met = {k: {True: "met", False: "UNMET", None: "n/a"}[v["met"]] for k, v in sk["targets"].items()}
+        log(f"  median {sk['median_rate']:,.0f} jobs/s, last {sk['last_rate']:,.0f} ({met['rate_held']});"
+            f" pgfence.jobs {sk['hot_bytes_mark'] / 1e6:.1f} MB at {sk['mark_t']:.0f} s ->"
+            f" {sk['hot_bytes_end'] / 1e6:.1f} MB ({met['hot_bounded']}); history"
+            f" {sk['history_bytes_end'] / 1e6:.1f} MB ({met['history_bounded']}),"
+            f" {sk['partitions_dropped']} partitions dropped{'' if sk['partitioned'] else ' (not partitioned)'}")
     return out
 
 
