@@ -165,6 +165,7 @@ class Db:
     def __init__(self, dsn: str) -> None:
         self.conn = psycopg.connect(dsn, autocommit=True, connect_timeout=5)
         self.conn.execute("SET statement_timeout = '10s'")
+        self._jobs_table: Optional[str] = None
 
     def one(self, query: str, params: Any = None) -> Any:
         row = self.conn.execute(query, params).fetchone()
@@ -180,14 +181,22 @@ class Db:
         row = self.one("SELECT last_pass_at, last_reclaimed, total_reclaimed FROM pgfence.sweeper_status")
         return (None, 0, 0) if row is None else (row[0], int(row[1]), int(row[2]))
 
+    def jobs_table(self) -> str:
+        """pgfence.all_jobs (live and done jobs: done ones are in the history) when the
+        schema has it, else pgfence.jobs (older schemas kept done jobs there)."""
+        if self._jobs_table is None:
+            has = self.one("SELECT to_regclass('pgfence.all_jobs') IS NOT NULL")[0]
+            self._jobs_table = "pgfence.all_jobs" if has else "pgfence.jobs"
+        return self._jobs_table
+
     def job(self, job_id: int) -> dict[str, Any]:
         cur = self.conn.execute(
             "SELECT id, queue, status, attempts, reclaim_count, reserved_by, reserved_at, available_at,"
             " lease_expires_at, attempt_token::text AS attempt_token, result, last_error, updated_at,"
-            " finished_at, recovery_policy FROM pgfence.jobs WHERE id = %s", (job_id,))
+            f" finished_at, recovery_policy FROM {self.jobs_table()} WHERE id = %s", (job_id,))
         row = cur.fetchone()
         if row is None:
-            raise DemoError(f"job {job_id} vanished from pgfence.jobs")
+            raise DemoError(f"job {job_id} vanished from {self.jobs_table()}")
         assert cur.description is not None
         return dict(zip([c.name for c in cur.description], row))
 
@@ -195,18 +204,21 @@ class Db:
         cur = self.conn.execute(
             "SELECT id, status, attempts, reclaim_count, reserved_by, reserved_at, available_at,"
             " lease_expires_at, attempt_token::text AS attempt_token, result, last_error, updated_at,"
-            " finished_at FROM pgfence.jobs WHERE queue = %s ORDER BY id", (queue,))
+            f" finished_at FROM {self.jobs_table()} WHERE queue = %s ORDER BY id", (queue,))
         assert cur.description is not None
         names = [c.name for c in cur.description]
         return [dict(zip(names, r)) for r in cur.fetchall()]
 
     def attempts(self, job_ids: Sequence[int]) -> Optional[list[dict[str, Any]]]:
-        """Ended attempts from pgfence.attempts (None when this schema has no such table)."""
-        if not self.one("SELECT to_regclass('pgfence.attempts') IS NOT NULL")[0]:
+        """Ended attempts from pgfence.all_attempts (those of done jobs are in the history),
+        or pgfence.attempts on older schemas (None when the schema has neither)."""
+        table = next((t for t in ("pgfence.all_attempts", "pgfence.attempts")
+                      if self.one("SELECT to_regclass(%s) IS NOT NULL", (t,))[0]), None)
+        if table is None:
             return None
         cur = self.conn.execute(
             "SELECT job_id, attempt, worker, outcome, attempt_token::text AS attempt_token, ended_at"
-            " FROM pgfence.attempts WHERE job_id = ANY(%s::bigint[]) ORDER BY job_id, attempt, ended_at",
+            f" FROM {table} WHERE job_id = ANY(%s::bigint[]) ORDER BY job_id, attempt, ended_at",
             (list(job_ids),))
         assert cur.description is not None
         names = [c.name for c in cur.description]
@@ -236,7 +248,7 @@ class Observer(threading.Thread):
         SELECT clock_timestamp(), s.last_pass_at, s.last_reclaimed, s.total_reclaimed,
                (SELECT coalesce(json_agg(json_build_array(j.id, j.status, j.reserved_by, j.reclaim_count,
                                                           j.attempt_token) ORDER BY j.id), '[]')
-                  FROM pgfence.jobs j WHERE j.id = ANY(%s::bigint[]))
+                  FROM {jobs} j WHERE j.id = ANY(%s::bigint[]))
           FROM pgfence.sweeper_status s
     """
 
@@ -251,13 +263,16 @@ class Observer(threading.Thread):
         self.stopping = threading.Event()
         self.error: Optional[BaseException] = None
         self.samples = 0
+        # Done jobs are in the history on schemas that have pgfence.all_jobs.
+        has_all = self.conn.execute("SELECT to_regclass('pgfence.all_jobs') IS NOT NULL").fetchone()
+        self.sql = self.SQL.replace("{jobs}", "pgfence.all_jobs" if has_all and has_all[0] else "pgfence.jobs")
 
     def run(self) -> None:
         try:
             while not self.stopping.is_set():
                 with self.lock:
                     ids = list(self.ids)
-                row = self.conn.execute(self.SQL, (ids,)).fetchone()
+                row = self.conn.execute(self.sql, (ids,)).fetchone()
                 if row is not None:
                     self._record(row)
                 self.stopping.wait(OBSERVE_INTERVAL)

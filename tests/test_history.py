@@ -17,7 +17,8 @@ from pgfence import Client, LeaseLost
 from support import api
 from support.api import (claim_job, claim_short, complete, enqueue, fail, heartbeat,
                          lease_expired_under_lock, reclaim_expired, reclaimed_ids, release)
-from support.db import (LEASE_EXPIRED, RELEASED, UNKNOWN_ID, ZERO_TOKEN, assert_error, connection, job, one,
+from support.db import (LEASE_EXPIRED, RELEASED, UNKNOWN_ID, ZERO_TOKEN, assert_error, connection, expire_history,
+                        job, one,
                         queues_removed_after, rows, sql_error)
 from support.roles import login_roles, set_role
 
@@ -66,7 +67,8 @@ def make_stale(conn: Conn, tx: Conn, queue: str) -> tuple[int, uuid.UUID, uuid.U
 
 
 def attempts_of(conn: Conn, job_id: int) -> list[dict[str, Any]]:
-    return rows(conn, "SELECT * FROM pgfence.attempts WHERE job_id = %s ORDER BY attempt, ended_at", (job_id,))
+    """Every ended attempt of the job (pgfence.all_attempts: a done job's are in its history row)."""
+    return rows(conn, "SELECT * FROM pgfence.all_attempts WHERE job_id = %s ORDER BY attempt, ended_at", (job_id,))
 
 
 def rejections_of(conn: Conn, job_id: int) -> list[dict[str, Any]]:
@@ -407,7 +409,7 @@ def _finish_three(conn: Conn, q: str) -> dict[str, int]:
     claim_job(conn, q, jp, lease="1 hour")
     jq = enqueue(conn, q)
     ids = {"done": jd, "failed": jf, "cancelled": jc, "queued": jq, "processing": jp}
-    assert dict(conn.execute("SELECT status, id FROM pgfence.jobs WHERE queue = %s", (q,)).fetchall()) == {
+    assert dict(conn.execute("SELECT status, id FROM pgfence.all_jobs WHERE queue = %s", (q,)).fetchall()) == {
         s: i for s, i in ids.items()}
     assert len(rejections_of(conn, jd)) == 1
     return ids
@@ -415,16 +417,21 @@ def _finish_three(conn: Conn, q: str) -> dict[str, int]:
 
 def _purge_until_gone(conn: Conn, ids: list[int]) -> None:
     """purge_finished(10000) until none of ids is left or a batch comes back short
-    (other tests' finished jobs may come first in its oldest-first batches)."""
+    (other tests' finished jobs may come first in its oldest-first batches). Done jobs
+    go with their history partition: the partitions of those past their retention are
+    ended first, as the clock would (support.db.expire_history)."""
+    expire_history(conn, ids)
     for _ in range(10):
         n = one(conn, "SELECT pgfence.purge_finished(10000)")
-        if n < 10000 or not one(conn, "SELECT count(*) FROM pgfence.jobs WHERE id = ANY(%s)", (ids,)):
+        if n < 10000 or not one(conn, "SELECT count(*) FROM pgfence.all_jobs WHERE id = ANY(%s)", (ids,)):
             return
 
 
 def _present(conn: Conn, ids: list[int]) -> dict[str, set[int]]:
-    return {t: {r[0] for r in conn.execute(f"SELECT {c} FROM pgfence.{t} WHERE {c} = ANY(%s)", (ids,))}
-            for t, c in (("jobs", "id"), ("attempts", "job_id"), ("rejections", "job_id"))}
+    """Which of ids are still anywhere: live or done (all_jobs), with attempts (all_attempts), with rejections."""
+    return {t: {r[0] for r in conn.execute(f"SELECT {c} FROM pgfence.{v} WHERE {c} = ANY(%s)", (ids,))}
+            for t, v, c in (("jobs", "all_jobs", "id"), ("attempts", "all_attempts", "job_id"),
+                            ("rejections", "rejections", "job_id"))}
 
 
 def test_purge_deletes_finished_jobs_with_their_attempts_and_rejections(

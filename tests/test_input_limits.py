@@ -136,7 +136,7 @@ def test_results_are_any_json_of_at_most_1_mib_and_64_levels(conn: Conn, queue: 
     single = "SELECT pgfence.complete(%s, %s, %s)"
     if ok:
         conn.execute(single, (job_id, token, Jsonb(result)))
-        assert one(conn, "SELECT result FROM pgfence.jobs WHERE id = %s", (job_id,)) == result
+        assert one(conn, "SELECT result FROM pgfence.all_jobs WHERE id = %s", (job_id,)) == result
         return
     err = sql_error(conn, single, (job_id, token, Jsonb(result)))
     assert_error(err, "22023", "result")

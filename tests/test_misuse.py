@@ -155,7 +155,7 @@ def test_fenced_calls_work_in_an_explicit_read_committed_transaction(dsn: str, c
         tx.execute(FENCED_CALLS["fail"], {"id": j3, "tok": tok[j3]})
         tx.execute(FENCED_CALLS["release_many"], {"id": j4, "tok": tok[j4]})
         tx.commit()
-    assert dict(conn.execute("SELECT id, status FROM pgfence.jobs WHERE queue = %s", (q,)).fetchall()) == {
+    assert dict(conn.execute("SELECT id, status FROM pgfence.all_jobs WHERE queue = %s", (q,)).fetchall()) == {
         ids[0]: "done", ids[1]: "done", ids[2]: "queued", ids[3]: "queued"}
 
 
@@ -367,8 +367,8 @@ def test_a_failing_purge_does_not_stop_the_sweeper(conn: Conn, q: str) -> None:
     """A purge that raises (here: a retention row, written by hand, that reaches past
     the earliest timestamp; set_retention refuses such a value) is logged as a WARNING
     and the passes go on reclaiming, instead of the whole run ending in the error."""
-    done_id = enqueue(conn, q)
-    conn.execute("SELECT pgfence.complete(%s, %s)", (done_id, claim_job(conn, q, done_id, lease="1 hour")))
+    done_id = enqueue(conn, q)  # a finished job that stays in pgfence.jobs
+    conn.execute("SELECT pgfence.cancel(%s)", (done_id,))
     conn.execute("UPDATE pgfence.jobs SET finished_at = finished_at - interval '2 days' WHERE id = %s", (done_id,))
     conn.execute("INSERT INTO pgfence.retention VALUES (%s, '10000 years', '10000 years')", (q,))
     assert sql_error(conn, "SELECT pgfence.purge_finished(1000)").sqlstate == "22008"
@@ -392,7 +392,7 @@ def test_a_failing_purge_does_not_stop_the_sweeper(conn: Conn, q: str) -> None:
     assert error_at is not None and error_at > started
     assert error.startswith("purge_finished failed: ") and error.endswith("(SQLSTATE 22008)"), error
     assert one(conn, "SELECT status FROM pgfence.jobs WHERE id = %s", (expired_id,)) == "queued"
-    assert one(conn, "SELECT status FROM pgfence.jobs WHERE id = %s", (done_id,)) == "done"
+    assert one(conn, "SELECT status FROM pgfence.jobs WHERE id = %s", (done_id,)) == "cancelled"
 
 
 @pytest.mark.parametrize(("reclaimed", "purged", "error", "names"), [

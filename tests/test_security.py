@@ -99,7 +99,9 @@ DYNAMIC_SQL = r"EXECUTE\s+(format\s*\(|'|v_)"
 # The routines allowed to build SQL, each by its exact signature, and why it is safe:
 # the deploy-time privilege rule takes no argument, builds its statements from the
 # catalog only, and runs with its caller's rights (the deployer's), not the owner's.
-DYNAMIC_SQL_ALLOWED = {"pgfence._apply_privileges()"}
+# _apply_privileges (deploy-time grants) and _maintain_history (the history's partitions,
+# named only from dates: test_storage.test_the_partition_routine_takes_table_names_only_from_dates).
+DYNAMIC_SQL_ALLOWED = {"pgfence._apply_privileges()", "pgfence._maintain_history()"}
 
 
 def dynamic_sql_with_owner_rights(conn: Conn) -> list[str]:
@@ -523,6 +525,14 @@ CALLS: dict[str, str] = {
     "rejections_of": "SELECT count(*) FROM pgfence.rejections_of(%(id)s)",
     "rejections_not_stored": "SELECT pgfence.rejections_not_stored(%(id)s)",
     "history_summary": "SELECT count(*) FROM pgfence.history_summary('1 second')",
+    "maintain_history": "SELECT count(*) FROM pgfence.maintain_history()",
+    "set_history_partition_width": "SELECT pgfence.set_history_partition_width('1 hour')",
+    "select_finished_jobs": "SELECT count(*) FROM pgfence.finished_jobs WHERE id = %(id)s",
+    "select_all_jobs": "SELECT count(*) FROM pgfence.all_jobs WHERE id = %(id)s",
+    "select_all_attempts": "SELECT count(*) FROM pgfence.all_attempts WHERE job_id = %(id)s",
+    "select_held_keys": "SELECT count(*) FROM pgfence.held_keys",
+    "select_history_partitions": "SELECT count(*) FROM pgfence.history_partitions",
+    "select_history_settings": "SELECT count(*) FROM pgfence.history_settings",
     "select_secret_key": "SELECT count(*) FROM pgfence.secret_key",
     "select_routine_grants": "SELECT count(*) FROM pgfence.routine_grants",
     "select_rejection_overflow": "SELECT count(*) FROM pgfence.rejection_overflow",
@@ -549,6 +559,13 @@ CALLS: dict[str, str] = {
     "_check_enqueue_many_inputs": "SELECT pgfence._check_enqueue_many_inputs(ARRAY['k'], NULL, 'q', NULL, NULL, 3,"
                                   " 'auto', NULL)",
     "_check_fail_inputs": "SELECT pgfence._check_fail_inputs(1, ARRAY['e'], NULL, NULL)",
+    "_maintain_history": "SELECT count(*) FROM pgfence._maintain_history()",
+    "_history_partition_name": "SELECT pgfence._history_partition_name(now())",
+    "_utc_literal": "SELECT pgfence._utc_literal(now())",
+    "_held_key": "SELECT pgfence._held_key(%(q)s, 'k')",
+    "_key_held_after_insert": "SELECT pgfence._key_held_after_insert(%(q)s, 'k')",
+    "_move_done_to_history": "CALL pgfence._move_done_to_history(1)",
+    "_move_history_to_jobs": "CALL pgfence._move_history_to_jobs(1)",
     # direct writes: the fence cannot be walked around
     "update_jobs": "UPDATE pgfence.jobs SET status = 'queued' WHERE id = %(id)s",
     "insert_jobs": "INSERT INTO pgfence.jobs (queue, kind) VALUES (%(q)s, 'k')",
@@ -561,6 +578,11 @@ CALLS: dict[str, str] = {
     "insert_rejections": "INSERT INTO pgfence.rejections (job_id, attempt_token, operation, caller)"
                          " VALUES (%(id)s, %(tok)s::uuid, 'complete', 'me')",
     "truncate_attempts": "TRUNCATE pgfence.attempts",
+    "insert_finished_jobs": "INSERT INTO pgfence.finished_jobs SELECT * FROM pgfence.finished_jobs WHERE false",
+    "delete_finished_jobs": "DELETE FROM pgfence.finished_jobs WHERE id = %(id)s",
+    "truncate_finished_jobs": "TRUNCATE pgfence.finished_jobs",
+    "delete_held_keys": "DELETE FROM pgfence.held_keys WHERE job_id = %(id)s",
+    "update_history_settings": "UPDATE pgfence.history_settings SET partition_width = '1 hour' WHERE false",
     "update_retention": "UPDATE pgfence.retention SET retain_done = '0' WHERE queue = %(q)s",
     "update_sweeper_status": "UPDATE pgfence.sweeper_status SET last_pass_at = now() WHERE false",
     "nextval": "SELECT nextval('pgfence.jobs_id_seq')",
@@ -571,7 +593,8 @@ FENCED = {"claim", "heartbeat", "heartbeat_many", "complete", "complete_many", "
           "release", "release_many", "report_rejection"}
 READ_API = {"limits", "job", "attempts_of", "rejections_of", "rejections_not_stored"}
 GRANTED: dict[str, set[str]] = {
-    "t_prod_a": {"schema_version", "enqueue", "enqueue_many", "select_jobs"} | READ_API,
+    "t_prod_a": {"schema_version", "enqueue", "enqueue_many", "select_jobs", "select_finished_jobs",
+                 "select_all_jobs"} | READ_API,
     "t_worker": {"schema_version", "sweeper_last_pass", "sweeper_health", "wakeup_tags", "limits",
                  "claim_results", "claimed"} | FENCED,
     "t_oper": {"schema_version", "sweeper_last_pass", "sweeper_health", "history_summary"} | READ_API | {
@@ -579,7 +602,9 @@ GRANTED: dict[str, set[str]] = {
                "stats", "purge_finished", "set_retention", "sweep", "sweep_batch", "sweeper_begin", "sweeper_step",
                "note_sweeper_pass",
                "pause_sweeper", "resume_sweeper", "select_jobs", "select_attempts", "select_rejections",
-               "select_rejection_overflow", "select_sweeper_status", "select_retention"},
+               "select_rejection_overflow", "select_sweeper_status", "select_retention",
+               "maintain_history", "set_history_partition_width", "select_finished_jobs", "select_all_jobs",
+               "select_all_attempts", "select_held_keys", "select_history_partitions", "select_history_settings"},
     "t_nobody": set(),
 }
 # (t_oper, run_sweeper) is granted but cannot work: see test_operator_can_run_the_background_sweeper.
@@ -718,7 +743,7 @@ def test_worker_runs_the_fenced_calls(conn: Conn, sessions: dict[str, Conn], q: 
                                     ([j6], [tok[j6]]))] == ["queued"]
     w.execute("SELECT pgfence.report_rejection(%s, %s, 'complete')", (j3, tok[j3]))  # after its own fail
     w.execute("SELECT pgfence.sweeper_last_pass()")
-    assert dict(conn.execute("SELECT id, status FROM pgfence.jobs WHERE queue = %s", (q,)).fetchall()) == {
+    assert dict(conn.execute("SELECT id, status FROM pgfence.all_jobs WHERE queue = %s", (q,)).fetchall()) == {
         j1: "done", j2: "done", j3: "failed", j4: "failed", j5: "queued", j6: "queued"}
     assert conn.execute("SELECT caller FROM pgfence.rejections WHERE job_id = %s", (j3,)).fetchall() == [
         (R("t_worker"),)]

@@ -57,15 +57,15 @@ def _visible(c: Conn, job_id: int) -> tuple[int, int, int, int]:
     return (c.execute("SELECT count(*) FROM pgfence.job(%s)", (job_id,)).fetchone()[0],  # type: ignore[index]
             c.execute("SELECT count(*) FROM pgfence.attempts_of(%s)", (job_id,)).fetchone()[0],  # type: ignore[index]
             c.execute("SELECT count(*) FROM pgfence.rejections_of(%s)", (job_id,)).fetchone()[0],  # type: ignore[index]
-            c.execute("SELECT count(*) FROM pgfence.jobs WHERE id = %s", (job_id,)).fetchone()[0]  # type: ignore[index]
-            if c.execute("SELECT has_table_privilege('pgfence.jobs', 'SELECT')").fetchone()[0]  # type: ignore[index]
+            c.execute("SELECT count(*) FROM pgfence.all_jobs WHERE id = %s", (job_id,)).fetchone()[0]  # type: ignore[index]
+            if c.execute("SELECT has_table_privilege('pgfence.all_jobs', 'SELECT')").fetchone()[0]  # type: ignore[index]
             else 0)
 
 
 def test_job_and_its_history_read_back_what_the_tables_hold(conn: Conn, history: dict[str, Any]) -> None:
     mine = history["mine"]
     [row] = conn.execute("SELECT * FROM pgfence.job(%s)", (mine,)).fetchall()
-    table = conn.execute("SELECT * FROM pgfence.jobs WHERE id = %s", (mine,)).fetchone()
+    table = conn.execute("SELECT * FROM pgfence.all_jobs WHERE id = %s", (mine,)).fetchone()
     assert row == table
     attempts = conn.execute("SELECT attempt, attempt_token, outcome, error FROM pgfence.attempts_of(%s)",
                             (mine,)).fetchall()

@@ -59,7 +59,7 @@ def test_sqitch_deploy_verify_revert_deploy_round_trips(scratch_dsn: str) -> Non
         [job_id] = c.execute("SELECT pgfence.enqueue('k', queue => 'roundtrip')").fetchall()[0]
         [token] = c.execute("SELECT attempt_token FROM pgfence.claim('w', ARRAY['roundtrip'])").fetchall()[0]
         c.execute("SELECT pgfence.complete(%s, %s)", (job_id, token))
-        assert c.execute("SELECT status FROM pgfence.jobs WHERE id = %s", (job_id,)).fetchone() == ("done",)
+        assert c.execute("SELECT status FROM pgfence.all_jobs WHERE id = %s", (job_id,)).fetchone() == ("done",)
 
 
 def worker_may(c: Conn, routine: str) -> bool:
@@ -194,7 +194,7 @@ def test_sqitch_upgrades_a_database_deployed_at_v0_3_0_and_reverts_to_it(scratch
         got = dict(c.execute("SELECT id, attempt_token FROM pgfence.claim('w', NULL, '1 hour', 10)").fetchall())
         assert set(got) == {legacy_queue}
         c.execute("SELECT pgfence.complete(%s, %s)", (legacy_queue, got[legacy_queue]))
-        assert c.execute("SELECT id, status, queue FROM pgfence.jobs ORDER BY id").fetchall() == [
+        assert c.execute("SELECT id, status, queue FROM pgfence.all_jobs ORDER BY id").fetchall() == [
             (legacy_queue, "done", "legacy\nqueue"), (legacy_deep, "done", "upgrade")]
         # the forged row stays (the rule is for new calls), with no slot
         assert c.execute("SELECT count(*), count(slot) FROM pgfence.rejections").fetchone() == (1, 0)
@@ -279,3 +279,66 @@ def test_sqitch_upgrades_a_database_deployed_at_v0_4_0_and_reverts_to_it(scratch
                          ).fetchone() == (None, None, None, None)
         assert c.execute("SELECT status FROM pgfence.jobs WHERE id = %s", (held,)).fetchone() == ("done",)
         assert worker_may(c, "pgfence.claimed(text, uuid[], interval)")
+
+
+def test_sqitch_upgrades_a_database_deployed_at_v0_5_0_and_reverts_to_it(scratch_dsn: str) -> None:
+    """Done jobs leave the hot table in place: `sqitch deploy` from @v0.5.0 moves the done
+    jobs the older version kept in pgfence.jobs (with their attempts, their keys held)
+    into the history, deletes the one already past its retention, and leaves live
+    leases valid; `sqitch revert --to @v0.5.0` brings the done jobs back into
+    pgfence.jobs with their attempts (the ones completed after the upgrade too), and
+    the history's tables go."""
+    target = sqitch_target(scratch_dsn)
+    _ok(sqitch("deploy", "--to", "@v0.5.0", target=target), "deploy --to @v0.5.0")
+
+    def attempts(c: Conn, table: str, job_id: int) -> list[tuple[Any, ...]]:
+        return c.execute(f"SELECT attempt, attempt_token, worker, outcome, error FROM {table}"
+                         " WHERE job_id = %s ORDER BY attempt, ended_at", (job_id,)).fetchall()
+
+    with connect(scratch_dsn) as c:
+        keyed = c.execute("SELECT pgfence.enqueue('k', queue => 'up', idempotency_key => 'K')").fetchone()[0]  # type: ignore[index]
+        [(first,)] = c.execute("SELECT attempt_token FROM pgfence.claim('w1', ARRAY['up'])").fetchall()
+        c.execute("SELECT pgfence.fail(%s, %s, 'boom', '0 seconds')", (keyed, first))
+        [(second,)] = c.execute("SELECT attempt_token FROM pgfence.claim('w2', ARRAY['up'])").fetchall()
+        c.execute("SELECT pgfence.complete(%s, %s, '{\"r\": 1}')", (keyed, second))
+        old = c.execute("SELECT pgfence.enqueue('k', queue => 'up')").fetchone()[0]  # type: ignore[index]
+        [(tok_old,)] = c.execute("SELECT attempt_token FROM pgfence.claim('w1', ARRAY['up'])").fetchall()
+        c.execute("SELECT pgfence.complete(%s, %s)", (old, tok_old))
+        c.execute("UPDATE pgfence.jobs SET finished_at = finished_at - interval '2 days' WHERE id = %s", (old,))
+        plain = [c.execute("SELECT pgfence.enqueue('k', queue => 'up')").fetchone()[0] for _ in range(25)]  # type: ignore[index]
+        for j in plain:
+            [(t,)] = c.execute("SELECT attempt_token FROM pgfence.claim('w1', ARRAY['up'])").fetchall()
+            c.execute("SELECT pgfence.complete(%s, %s)", (j, t))
+        held = c.execute("SELECT pgfence.enqueue('k', queue => 'live')").fetchone()[0]  # type: ignore[index]
+        [(token,)] = c.execute("SELECT attempt_token FROM pgfence.claim('w3', ARRAY['live'], '1 hour')").fetchall()
+        keyed_attempts = attempts(c, "pgfence.attempts", keyed)
+        assert [a[3] for a in keyed_attempts] == ["failed", "done"]
+
+    out = _ok(sqitch("deploy", target=target), "deploy (upgrade)")
+    assert "+ tables/history" in out and "+ data/finished_jobs" in out, out
+    _ok(sqitch("verify", target=target), "verify (upgraded)")
+    with connect(scratch_dsn) as c:
+        assert c.execute("SELECT count(*) FROM pgfence.jobs WHERE status = 'done'").fetchone() == (0,)
+        assert c.execute("SELECT count(*) FROM pgfence.finished_jobs").fetchone() == (26,)
+        assert c.execute("SELECT count(*) FROM pgfence.all_jobs WHERE id = %s", (old,)).fetchone() == (0,)  # expired
+        assert attempts(c, "pgfence.all_attempts", keyed) == keyed_attempts
+        assert c.execute("SELECT count(*) FROM pgfence.attempts WHERE job_id = %s", (keyed,)).fetchone() == (0,)
+        assert c.execute("SELECT status, result FROM pgfence.job(%s)", (keyed,)).fetchone() == ("done", {"r": 1})
+        assert c.execute("SELECT pgfence.enqueue('k', queue => 'up', idempotency_key => 'K')").fetchone() == (keyed,)
+        c.execute("SELECT pgfence.complete(%s, %s, '{\"r\": 1}')", (keyed, second))  # a repeat: accepted
+        with pytest.raises(psycopg.Error) as refused:
+            c.execute("SELECT pgfence.complete(%s, %s)", (keyed, first))
+        assert refused.value.sqlstate == "PF001"
+        assert refused.value.diag.message_detail == "the job was completed by another attempt"
+        c.execute("SELECT pgfence.complete(%s, %s)", (held, token))  # the lease from before the upgrade
+        assert c.execute("SELECT count(*) FROM pgfence.finished_jobs WHERE id = %s", (held,)).fetchone() == (1,)
+
+    _ok(sqitch("revert", "-y", "--to", "@v0.5.0", target=target), "revert --to @v0.5.0")
+    _ok(sqitch("verify", target=target), "verify (reverted)")
+    with connect(scratch_dsn) as c:
+        assert c.execute("SELECT to_regclass('pgfence.finished_jobs'), to_regclass('pgfence.held_keys'),"
+                         " to_regprocedure('pgfence.maintain_history()')").fetchone() == (None, None, None)
+        assert c.execute("SELECT count(*) FROM pgfence.jobs WHERE status = 'done'").fetchone() == (27,)
+        assert attempts(c, "pgfence.attempts", keyed) == keyed_attempts
+        assert [a[3] for a in attempts(c, "pgfence.attempts", held)] == ["done"]
+        assert c.execute("SELECT pgfence.enqueue('k', queue => 'up', idempotency_key => 'K')").fetchone() == (keyed,)

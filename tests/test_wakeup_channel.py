@@ -137,7 +137,7 @@ def test_a_notify_flood_costs_the_worker_a_bounded_number_of_claims(
             time.sleep(0.5)
             # a single real enqueue wakes it at once
             job_id = conn.execute("SELECT pgfence.enqueue('k', queue => %s)", (queue,)).fetchone()[0]  # type: ignore[index]
-            wait_for(lambda: conn.execute("SELECT status = 'done' FROM pgfence.jobs WHERE id = %s",
+            wait_for(lambda: conn.execute("SELECT status = 'done' FROM pgfence.all_jobs WHERE id = %s",
                                           (job_id,)).fetchone() == (True,), 3, "the job to be done (woken by NOTIFY)")
             before = len(claims)
             flood_started = time.monotonic()
@@ -153,7 +153,7 @@ def test_a_notify_flood_costs_the_worker_a_bounded_number_of_claims(
                 assert "not listening for" in caplog.text
             # and real work still gets done
             job_id = conn.execute("SELECT pgfence.enqueue('k', queue => %s)", (queue,)).fetchone()[0]  # type: ignore[index]
-            wait_for(lambda: conn.execute("SELECT status = 'done' FROM pgfence.jobs WHERE id = %s",
+            wait_for(lambda: conn.execute("SELECT status = 'done' FROM pgfence.all_jobs WHERE id = %s",
                                           (job_id,)).fetchone() == (True,), 12, "the job after the flood to be done")
     finally:
         client.close()

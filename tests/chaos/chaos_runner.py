@@ -698,7 +698,7 @@ class Monitor(threading.Thread):
 
     def snapshot(self) -> None:
         rows = self.db.rows(
-            "SELECT id, status, finished_at, attempt_token FROM pgfence.jobs "
+            "SELECT id, status, finished_at, attempt_token FROM pgfence.all_jobs "
             "WHERE queue = %s AND status IN ('done', 'failed', 'cancelled')", (self.queue,))
         with self.lock:
             now = {r[0]: tuple(r[1:]) for r in rows}
@@ -968,7 +968,7 @@ class Scenario:
                 self.tick()
                 time.sleep(0.1)
             taken = self.admin.rows(
-                "SELECT a.job_id FROM pgfence.attempts a WHERE a.worker = %s AND a.outcome = 'reclaimed' "
+                "SELECT a.job_id FROM pgfence.all_attempts a WHERE a.worker = %s AND a.outcome = 'reclaimed' "
                 "AND a.ended_at >= to_timestamp(%s)", (proc.worker_id, stopped_at))
         finally:
             with self.workers.lock:
@@ -1320,13 +1320,13 @@ class Scenario:
         db = self.admin
         jobs: dict[int, dict[str, Any]] = {}
         for r in db.rows("SELECT id, status, attempts, attempt_token, finished_at, idempotency_key, payload, "
-                         "reclaim_count, last_error, result FROM pgfence.jobs WHERE queue = %s", (self.queue,)):
+                         "reclaim_count, last_error, result FROM pgfence.all_jobs WHERE queue = %s", (self.queue,)):
             jobs[r[0]] = {"status": r[1], "attempts": r[2], "token": r[3], "finished_at": r[4], "key": r[5],
                           "payload": r[6], "reclaims": r[7], "last_error": r[8], "result": r[9]}
         attempts: dict[int, list[dict[str, Any]]] = defaultdict(list)
         by_token: dict[str, dict[str, Any]] = {}
         for r in db.rows("SELECT a.job_id, a.attempt, a.attempt_token, a.worker, a.claimed_at, a.lease_expires_at, "
-                         "a.ended_at, a.outcome, a.error FROM pgfence.attempts a JOIN pgfence.jobs j "
+                         "a.ended_at, a.outcome, a.error FROM pgfence.all_attempts a JOIN pgfence.all_jobs j "
                          "ON j.id = a.job_id WHERE j.queue = %s ORDER BY a.job_id, a.attempt, a.ended_at",
                          (self.queue,)):
             row = {"job": r[0], "attempt": r[1], "token": str(r[2]), "worker": r[3], "claimed_at": _ts(r[4]),
@@ -1334,8 +1334,8 @@ class Scenario:
             attempts[r[0]].append(row)
             by_token[row["token"]] = row
         rejections = db.rows("SELECT r.job_id, r.attempt_token, r.operation, r.detail FROM pgfence.rejections r "
-                             "JOIN pgfence.jobs j ON j.id = r.job_id WHERE j.queue = %s", (self.queue,))
-        rolled_back_present = [r[0] for r in db.rows("SELECT id FROM pgfence.jobs WHERE id = ANY(%s)",
+                             "JOIN pgfence.all_jobs j ON j.id = r.job_id WHERE j.queue = %s", (self.queue,))
+        rolled_back_present = [r[0] for r in db.rows("SELECT id FROM pgfence.all_jobs WHERE id = ANY(%s)",
                                                      (sorted(self.producer.rolled_back_ids),))]
         execs, dup_execs = self._executions()
 

@@ -118,8 +118,9 @@ def now(conn: Conn) -> dt.datetime:
 
 
 def job(conn: Conn, job_id: int) -> dict[str, Any]:
-    """The whole pgfence.jobs row."""
-    r = rows(conn, "SELECT * FROM pgfence.jobs WHERE id = %s", (job_id,))
+    """The whole row of the job, live or done (pgfence.all_jobs: a done job is in the
+    history, pgfence.finished_jobs, with the same columns)."""
+    r = rows(conn, "SELECT * FROM pgfence.all_jobs WHERE id = %s", (job_id,))
     assert len(r) == 1, f"job {job_id} not found"
     return r[0]
 
@@ -152,14 +153,14 @@ def in_queue_sql() -> str:
 
 
 def queue_jobs(conn: Conn, queue: str) -> list[dict[str, Any]]:
-    """Every row of a queue, by id."""
-    return rows(conn, f"SELECT * FROM pgfence.jobs WHERE {in_queue_sql()} ORDER BY id", (queue,))
+    """Every job of a queue, live or done (pgfence.all_jobs), by id."""
+    return rows(conn, f"SELECT * FROM pgfence.all_jobs WHERE {in_queue_sql()} ORDER BY id", (queue,))
 
 
 def queue_count(conn: Conn, queue: str, status: Optional[str] = None) -> int:
     if status is None:
-        return int(one(conn, f"SELECT count(*) FROM pgfence.jobs WHERE {in_queue_sql()}", (queue,)))
-    return int(one(conn, f"SELECT count(*) FROM pgfence.jobs WHERE {in_queue_sql()} AND status = %s",
+        return int(one(conn, f"SELECT count(*) FROM pgfence.all_jobs WHERE {in_queue_sql()}", (queue,)))
+    return int(one(conn, f"SELECT count(*) FROM pgfence.all_jobs WHERE {in_queue_sql()} AND status = %s",
                    (queue, status)))
 
 
@@ -179,9 +180,25 @@ def delete_queues(conn: Conn, queues: list[str], floor: int = 0) -> None:
     conn.execute("""
         WITH gone AS (DELETE FROM pgfence.jobs WHERE id > %(floor)s AND queue = ANY(%(q)s) RETURNING id),
              a AS (DELETE FROM pgfence.attempts USING gone WHERE job_id = gone.id),
-             r AS (DELETE FROM pgfence.rejections USING gone WHERE job_id = gone.id)
+             done AS (DELETE FROM pgfence.finished_jobs WHERE id > %(floor)s AND queue = ANY(%(q)s) RETURNING id),
+             r AS (DELETE FROM pgfence.rejections
+                    WHERE job_id IN (SELECT id FROM gone UNION ALL SELECT id FROM done))
         SELECT count(*) FROM gone""", {"q": queues, "floor": floor})
     conn.execute("DELETE FROM pgfence.retention WHERE queue = ANY(%s)", (queues,))
+
+
+def expire_history(conn: Conn, job_ids: list[int]) -> int:
+    """As the clock would, for done jobs whose retention has passed (purge_at in the
+    past): end the range of the history partitions that hold them, so that the next
+    purge_finished drops those partitions whole (with every other done job in them, all
+    past their retention too). Returns how many partitions it ended."""
+    cur = conn.execute("""
+        UPDATE pgfence.history_partitions p SET upper_bound = p.lower_bound + interval '1 microsecond'
+         WHERE p.lower_bound <= clock_timestamp()
+           AND EXISTS (SELECT FROM pgfence.finished_jobs h
+                        WHERE h.id = ANY(%s) AND h.purge_at >= p.lower_bound AND h.purge_at < p.upper_bound
+                          AND h.purge_at <= clock_timestamp())""", (job_ids,))
+    return cur.rowcount
 
 
 # ------------------------------------------------------------------ errors --

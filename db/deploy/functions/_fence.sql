@@ -1,13 +1,16 @@
--- Deploy pgfence:functions/_fence to pg (reworked after @v0.3.0)
--- requires: functions/_fence@v0.3.0
+-- Deploy pgfence:functions/_fence to pg (reworked after @v0.5.0)
+-- requires: functions/_fence@v0.5.0
+-- requires: tables/history
 -- requires: tables/rejections_cap
 --
--- The answers of the fenced calls and the record of refused ones. Changed after
--- @v0.3.0: a refusal is recorded only for a token that really held an attempt of
--- that job (the attempt history knows it; a made-up token, or another job's, proves
--- nothing), at most 100 per job (the rest counted in pgfence.rejection_overflow), and
--- the PF001 detail of a token that never held an attempt of the job says so instead
--- of "the lease was taken over".
+-- The answers of the fenced calls and the record of refused ones: a refusal is
+-- recorded only for a token that really held an attempt of that job, at most 100 per
+-- job (the rest counted in pgfence.rejection_overflow). Changed after @v0.5.0: a done
+-- job is no longer in pgfence.jobs but in pgfence.finished_jobs, so the answers read
+-- the job through pgfence.all_jobs and its attempts through pgfence.all_attempts (a
+-- repeat of a complete whose reply was lost, and the PF001 detail "completed by another
+-- attempt", work as before), and a refusal of a call on a done job is recorded while
+-- its history exists (the sweeper deletes it with the job's partition).
 
 BEGIN;
 
@@ -19,7 +22,7 @@ BEGIN
     IF status IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'PF002',
             MESSAGE = format('pgfence: job %s not found', job_id),
-            HINT = 'check the job id; finished jobs are deleted after their retention period';
+            HINT = 'check the job id; finished jobs are deleted after their retention period (done ones with their history partition)';
     END IF;
     RAISE EXCEPTION USING ERRCODE = 'PF001',
         MESSAGE = format('pgfence: lease lost on job %s (status %s)', job_id, status),
@@ -38,7 +41,7 @@ LANGUAGE sql STABLE AS $$
     SELECT array_agg(coalesce(j.status = _accepted.status AND j.attempt_token = i.token, false)
                      ORDER BY i.ord)
       FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord)
-      LEFT JOIN LATERAL (SELECT * FROM pgfence.jobs x WHERE x.id = i.id OFFSET 0) j ON true
+      LEFT JOIN LATERAL (SELECT * FROM pgfence.all_jobs x WHERE x.id = i.id LIMIT 1) j ON true
 $$;
 COMMENT ON FUNCTION pgfence._accepted(bigint[], uuid[], text) IS
   'Private: per input of a fenced batch call, accepted = the job is now in status with this token.';
@@ -48,12 +51,12 @@ COMMENT ON FUNCTION pgfence._accepted(bigint[], uuid[], text) IS
 -- reply), or a heartbeat that crossed that call, is told from a stale worker's call.
 CREATE OR REPLACE FUNCTION pgfence._attempt_ended(job_id bigint, attempt_token uuid, outcomes text[]) RETURNS boolean
 LANGUAGE sql STABLE AS $$
-    SELECT EXISTS (SELECT 1 FROM pgfence.attempts a
+    SELECT EXISTS (SELECT 1 FROM pgfence.all_attempts a
                     WHERE a.job_id = _attempt_ended.job_id AND a.attempt_token = _attempt_ended.attempt_token
                       AND a.outcome = ANY (outcomes))
 $$;
 COMMENT ON FUNCTION pgfence._attempt_ended(bigint, uuid, text[]) IS
-  'Private: true when the attempt of job_id with attempt_token ended with one of outcomes (pgfence.attempts).';
+  'Private: true when the attempt of job_id with attempt_token ended with one of outcomes (pgfence.all_attempts).';
 
 -- Whether attempt_token held an attempt of job_id: it is the job's token now, or the
 -- attempt history has it. What a refusal of a call carrying it proves depends on
@@ -62,11 +65,11 @@ COMMENT ON FUNCTION pgfence._attempt_ended(bigint, uuid, text[]) IS
 CREATE OR REPLACE FUNCTION pgfence._token_held(job_id bigint, attempt_token uuid, current_token uuid) RETURNS boolean
 LANGUAGE sql STABLE AS $$
     SELECT (current_token IS NOT NULL AND attempt_token = current_token)
-        OR EXISTS (SELECT 1 FROM pgfence.attempts a
+        OR EXISTS (SELECT 1 FROM pgfence.all_attempts a
                     WHERE a.job_id = _token_held.job_id AND a.attempt_token = _token_held.attempt_token)
 $$;
 COMMENT ON FUNCTION pgfence._token_held(bigint, uuid, uuid) IS
-  'Private: true when attempt_token is the job''s current token or ended one of its attempts (pgfence.attempts).';
+  'Private: true when attempt_token is the job''s current token or ended one of its attempts (pgfence.all_attempts).';
 
 -- The DETAIL of a refused fenced call (PF001, or a batch row's detail): why this
 -- token is not current, from the job's state (see _fence_detail), or that it never
@@ -103,7 +106,10 @@ DECLARE
     v_slot integer;
 BEGIN
     PERFORM FROM pgfence.jobs x WHERE x.id = _record_rejection.job_id FOR KEY SHARE OF x;
-    IF NOT FOUND THEN
+    -- A done job is in the history, which nothing changes; the partition drop that
+    -- removes it waits for this transaction (it locks pgfence.finished_jobs, which this
+    -- read holds), and the sweeper then deletes the rejections of jobs gone from both.
+    IF NOT FOUND AND NOT EXISTS (SELECT FROM pgfence.finished_jobs h WHERE h.id = _record_rejection.job_id) THEN
         RETURN;  -- purged meanwhile
     END IF;
     -- Losing the race for a slot means another refusal took it and committed (an
@@ -142,7 +148,7 @@ BEGIN
     PERFORM pgfence._record_rejection(i.id, i.token, operation,
                 pgfence._fence_detail(j.status, j.attempt_token, i.token, j.last_error, j.reserved_by))
        FROM unnest(job_ids, attempt_tokens, accepted) AS i(id, token, ok)
-      CROSS JOIN LATERAL (SELECT * FROM pgfence.jobs x WHERE x.id = i.id OFFSET 0) j
+      CROSS JOIN LATERAL (SELECT * FROM pgfence.all_jobs x WHERE x.id = i.id LIMIT 1) j
       WHERE NOT i.ok AND pgfence._token_held(i.id, i.token, j.attempt_token)
       ORDER BY i.id;
 END $$;
@@ -153,7 +159,7 @@ COMMENT ON FUNCTION pgfence._record_rejections(bigint[], uuid[], boolean[], text
 -- its UPDATE: accepted[i] as the call decided it, the job's status now (NULL: no
 -- such job), the lease when accepted, and for a refused row why (the PF001 DETAIL).
 -- STABLE so that it is inlined into the caller's statement (and its cached plan);
--- every input reaches pgfence.jobs by primary key.
+-- every input reaches pgfence.jobs and each history partition by primary key.
 CREATE OR REPLACE FUNCTION pgfence._batch_answer(job_ids bigint[], attempt_tokens uuid[], accepted boolean[])
 RETURNS TABLE(id bigint, accepted boolean, status text, detail text, lease_expires_at timestamptz)
 LANGUAGE sql STABLE AS $$
@@ -162,7 +168,7 @@ LANGUAGE sql STABLE AS $$
                 ELSE pgfence._refusal_detail(i.id, i.token, j.status, j.attempt_token, j.last_error, j.reserved_by) END,
            CASE WHEN i.ok THEN j.lease_expires_at END
       FROM unnest(job_ids, attempt_tokens, accepted) WITH ORDINALITY AS i(id, token, ok, ord)
-      LEFT JOIN LATERAL (SELECT * FROM pgfence.jobs x WHERE x.id = i.id OFFSET 0) j ON true
+      LEFT JOIN LATERAL (SELECT * FROM pgfence.all_jobs x WHERE x.id = i.id LIMIT 1) j ON true
      ORDER BY i.ord
 $$;
 COMMENT ON FUNCTION pgfence._batch_answer(bigint[], uuid[], boolean[]) IS

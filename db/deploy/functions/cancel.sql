@@ -1,11 +1,11 @@
--- Deploy pgfence:functions/cancel to pg (reworked after @v0.4.0)
--- requires: functions/cancel@v0.4.0
+-- Deploy pgfence:functions/cancel to pg (reworked after @v0.5.0)
+-- requires: functions/cancel@v0.5.0
+-- requires: tables/history
 --
--- cancel, whole, with its privilege-rule row (added after @v0.4.0). Changed after
--- @v0.3.0: the job is locked FOR NO KEY UPDATE, not FOR UPDATE. A
--- refusal being recorded (functions/_fence) holds its job FOR KEY SHARE until its
--- transaction ends, which FOR UPDATE waited for: a worker that left such a
--- transaction open held up the operator's cancel.
+-- cancel, whole, with its privilege-rule row. The job is locked FOR NO KEY UPDATE, not
+-- FOR UPDATE (a refusal being recorded holds its job FOR KEY SHARE). Changed after
+-- @v0.5.0: a done job is in the history, not pgfence.jobs; cancel of it is PF003 (it is
+-- done) as before, not PF002.
 
 BEGIN;
 
@@ -21,7 +21,9 @@ BEGIN
         PERFORM pgfence._raise_null('job_id', 'pass the id of the job to cancel');
     END IF;
     SELECT status INTO v_status FROM pgfence.jobs WHERE id = job_id FOR NO KEY UPDATE;
-    IF NOT FOUND THEN
+    IF NOT FOUND AND EXISTS (SELECT FROM pgfence.finished_jobs h WHERE h.id = job_id) THEN
+        PERFORM pgfence._raise_transition(job_id, 'cancel', 'done', 'queued, processing or manual_review');
+    ELSIF NOT FOUND THEN
         PERFORM pgfence._raise_fence(job_id, NULL, NULL);
     ELSIF v_status NOT IN ('queued', 'processing', 'manual_review') THEN
         PERFORM pgfence._raise_transition(job_id, 'cancel', v_status, 'queued, processing or manual_review');

@@ -1,10 +1,17 @@
--- Deploy pgfence:functions/complete to pg (reworked after @v0.3.0)
--- requires: functions/complete@v0.3.0
+-- Deploy pgfence:functions/complete to pg (reworked after @v0.5.0)
+-- requires: functions/complete@v0.5.0
+-- requires: tables/history
 -- requires: functions/_checks
 --
--- complete and complete_many. Changed after @v0.3.0: a result is at most 1 MiB as
--- jsonb and nested at most 64 levels (a 19 MB result was accepted), checked before
--- anything is written.
+-- complete and complete_many. Results at most 1 MiB as jsonb, nested at most 64
+-- levels, checked before anything is written. Changed after @v0.5.0: a completed job
+-- leaves pgfence.jobs. Its row is deleted and one row of pgfence.finished_jobs is
+-- written in the same statement: the job, its result, the final attempt (no
+-- pgfence.attempts row for it) and its earlier attempts (moved out of
+-- pgfence.attempts). That is one insert where there were an update of the job (a new
+-- version of the row and of its index entries) and an insert into pgfence.attempts,
+-- and the purge no longer deletes it later. A job with an idempotency key leaves its
+-- key in pgfence.held_keys until its history goes.
 
 BEGIN;
 
@@ -29,6 +36,7 @@ DECLARE
     v_count integer;
     v_acc boolean[];
     v_bad integer;
+    v_keep interval;
 BEGIN
     IF NOT pgfence._array_ok(results) THEN
         PERFORM pgfence._check_array('results', results);
@@ -44,34 +52,53 @@ BEGIN
         END IF;
     END IF;
     -- target reads each finishing attempt (its lease, for the history); rows are
-    -- updated in id order (a fixed lock order: no deadlock against a concurrent
-    -- heartbeat_many of the same jobs) and each ended attempt is recorded. When a
-    -- row was refused, the answer is read back afterwards: our updated rows are
-    -- locked by us, and done keeps the finishing token.
+    -- deleted in id order (a fixed lock order: no deadlock against a concurrent
+    -- heartbeat_many of the same jobs). When a row was refused, the answer is read
+    -- back afterwards (pgfence.all_jobs: a done job is in the history, with the
+    -- finishing token).
+    SELECT r.retain_done INTO v_keep FROM pgfence.retention r WHERE r.queue = '';
     WITH target AS (
-        SELECT j.id, j.attempt_token, j.lease_expires_at, i.result, 'processing'::text AS held
+        SELECT j.id, j.attempt_token, j.lease_expires_at, i.result, 'processing'::text AS held,
+               v_now + coalesce(q.retain_done, v_keep) AS purge_at
           FROM unnest(job_ids, attempt_tokens, results) AS i(id, token, result)
           CROSS JOIN LATERAL (SELECT * FROM pgfence.jobs x WHERE x.id = i.id AND x.attempt_token = i.token OFFSET 0) j
+          LEFT JOIN pgfence.retention q ON q.queue = j.queue
          WHERE j.status = 'processing'
          ORDER BY j.id
-    ), upd AS (
-        UPDATE pgfence.jobs j
-           SET status = 'done', result = t.result, lease_expires_at = NULL,
-               finished_at = v_now, updated_at = v_now
-          FROM target t
+    ), gone AS (
+        DELETE FROM pgfence.jobs j
+         USING target t
          WHERE j.id = t.id AND j.status = t.held AND j.attempt_token = t.attempt_token
         -- (j.status = <column> rather than = 'processing': the literal would let the
         -- planner drive the join from the partial index jobs_reclaim_idx, whose row
         -- estimate is tiny, and rescan the input for every processing row.)
-
-        RETURNING j.id, j.attempts, j.attempt_token, j.reserved_by, j.reserved_at, j.heartbeat_at,
-                  t.lease_expires_at
+        RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts, j.available_at,
+                  j.recovery_policy, j.idempotency_key, j.attempt_token, j.reserved_by, j.reserved_at,
+                  j.heartbeat_at, t.lease_expires_at, j.reclaim_count, j.last_error, t.result, j.created_at,
+                  j.enqueued_by, t.purge_at
+    ), earlier AS (
+        DELETE FROM pgfence.attempts a
+         USING gone g
+         WHERE a.job_id = g.id
+        RETURNING a.*
+    ), earlier_by_job AS (
+        SELECT e.job_id, jsonb_agg(to_jsonb(e) - 'job_id' ORDER BY e.ended_at, e.attempt) AS attempts
+          FROM earlier e GROUP BY e.job_id
+    ), keys AS (
+        INSERT INTO pgfence.held_keys AS k (queue, idempotency_key, job_id, purge_at)
+        SELECT g.queue, g.idempotency_key, g.id, g.purge_at FROM gone g WHERE g.idempotency_key IS NOT NULL
+        ON CONFLICT ON CONSTRAINT held_keys_pkey
+            DO UPDATE SET job_id = excluded.job_id, purge_at = excluded.purge_at
     )
-    INSERT INTO pgfence.attempts (job_id, attempt, attempt_token, worker, claimed_at, heartbeat_at,
-                                  lease_expires_at, ended_at, outcome)
-    SELECT u.id, u.attempts, u.attempt_token, u.reserved_by, u.reserved_at, u.heartbeat_at,
-           u.lease_expires_at, v_now, 'done'
-      FROM upd u;
+    INSERT INTO pgfence.finished_jobs (id, queue, kind, payload, priority, attempts, max_attempts, available_at,
+                                       recovery_policy, idempotency_key, attempt_token, reserved_by, reserved_at,
+                                       heartbeat_at, lease_expires_at, reclaim_count, last_error, result,
+                                       created_at, finished_at, enqueued_by, earlier_attempts, purge_at)
+    SELECT g.id, g.queue, g.kind, g.payload, g.priority, g.attempts, g.max_attempts, g.available_at,
+           g.recovery_policy, g.idempotency_key, g.attempt_token, g.reserved_by, g.reserved_at,
+           g.heartbeat_at, g.lease_expires_at, g.reclaim_count, g.last_error, g.result,
+           g.created_at, v_now, g.enqueued_by, e.attempts, g.purge_at
+      FROM gone g LEFT JOIN earlier_by_job e ON e.job_id = g.id;
     GET DIAGNOSTICS v_count = ROW_COUNT;
 
     IF v_count = n THEN
@@ -92,9 +119,9 @@ COMMENT ON FUNCTION pgfence.complete_many(bigint[], uuid[], jsonb[]) IS
 $$Complete 1..10000 attempts in one call: processing -> done where (job_ids[i], attempt_tokens[i]) still
 holds the lease, storing results[i] (NULL, or any JSON value of at most 1 MiB as jsonb, nested at most 64
 levels). Returns (id, accepted, status, detail) per input in input order; accepted = done by this token
-(idempotent). Each ended attempt is recorded in pgfence.attempts. Refused rows change nothing; detail says
-why, and they are recorded in pgfence.rejections (tokens that held an attempt of the job, at most 100 per
-job). Errors: 22004, 22023 (NULLs, lengths, duplicate ids, a result over the limits), PF004.$$;
+(idempotent). A completed job leaves pgfence.jobs for the history (pgfence.finished_jobs, one row with its
+attempts; read it through pgfence.all_jobs or pgfence.job). Refused rows change nothing; detail says why, and
+they are recorded in pgfence.rejections (tokens that held an attempt of the job, at most 100 per job). Errors: 22004, 22023 (NULLs, lengths, duplicate ids, a result over the limits), PF004.$$;
 
 -- Complete one attempt: processing -> done, only with the current token.
 CREATE OR REPLACE FUNCTION pgfence.complete(job_id bigint, attempt_token uuid, result jsonb DEFAULT NULL)

@@ -1,10 +1,12 @@
--- Deploy pgfence:functions/enqueue_many to pg (reworked after @v0.4.0)
--- requires: functions/enqueue_many@v0.4.0
+-- Deploy pgfence:functions/enqueue_many to pg (reworked after @v0.5.0)
+-- requires: functions/enqueue_many@v0.5.0
 -- requires: functions/enqueue
--- requires: tables/secret_key
+-- requires: tables/history
 --
--- enqueue_many, whole. Changed after @v0.4.0: its argument checks are a function of
--- their own (_check_enqueue_many_inputs); behaviour unchanged.
+-- enqueue_many, whole; its argument checks are a function of their own
+-- (_check_enqueue_many_inputs). Changed after @v0.5.0: keys held by done jobs
+-- (pgfence.held_keys) resolve to them, looked up before the insert and again after it
+-- (see _key_held_after_insert in functions/enqueue).
 
 BEGIN;
 
@@ -98,6 +100,9 @@ DECLARE
     v_todo text[];
     v_new_keys text[];
     v_new_ids bigint[];
+    v_gone_keys text[];
+    v_gone_ids bigint[];
+    v_held_ids bigint[];
     v_plain_ords integer[];
     v_plain_ids bigint[];
 BEGIN
@@ -133,6 +138,18 @@ BEGIN
                AND NOT EXISTS (SELECT 1 FROM unnest(v_keys) d WHERE d = k);
             EXIT WHEN v_todo IS NULL;
 
+            -- Keys held by done jobs (not purged yet) resolve to those jobs.
+            SELECT array_agg(k.idempotency_key), array_agg(k.job_id) INTO v_new_keys, v_new_ids
+              FROM pgfence.held_keys k
+             WHERE k.queue = enqueue_many.queue AND k.idempotency_key = ANY (v_todo)
+               AND k.purge_at > '-infinity';
+            IF v_new_keys IS NOT NULL THEN
+                v_keys := v_keys || v_new_keys;
+                v_key_ids := v_key_ids || v_new_ids;
+                v_key_created := v_key_created || array_fill(false, ARRAY[cardinality(v_new_keys)]);
+                CONTINUE;
+            END IF;
+
             WITH rep AS (
                 SELECT DISTINCT ON (t.key) t.key, t.kind, t.payload, t.priority, t.run_at
                   FROM unnest(kinds, payloads, priorities, run_ats, idempotency_keys)
@@ -153,6 +170,23 @@ BEGIN
                 RETURNING j.idempotency_key, j.id
             )
             SELECT array_agg(ins.idempotency_key), array_agg(ins.id) INTO v_new_keys, v_new_ids FROM ins;
+            IF v_new_keys IS NOT NULL THEN
+                -- An insert that waited for a holder which completed meanwhile: that done
+                -- job holds the key now; take our job back and answer with it.
+                SELECT array_agg(nk.key), array_agg(nk.id), array_agg(h.held)
+                  INTO v_gone_keys, v_gone_ids, v_held_ids
+                  FROM unnest(v_new_keys, v_new_ids) AS nk(key, id)
+                 CROSS JOIN LATERAL (SELECT pgfence._key_held_after_insert(enqueue_many.queue, nk.key) AS held) h
+                 WHERE h.held IS NOT NULL;
+                IF v_gone_keys IS NOT NULL THEN
+                    DELETE FROM pgfence.jobs x WHERE x.id = ANY (v_gone_ids);
+                    SELECT array_agg(nk.key), array_agg(nk.id) INTO v_new_keys, v_new_ids
+                      FROM unnest(v_new_keys, v_new_ids) AS nk(key, id) WHERE nk.key <> ALL (v_gone_keys);
+                    v_keys := v_keys || v_gone_keys;
+                    v_key_ids := v_key_ids || v_held_ids;
+                    v_key_created := v_key_created || array_fill(false, ARRAY[cardinality(v_gone_keys)]);
+                END IF;
+            END IF;
             IF v_new_keys IS NOT NULL THEN
                 v_keys := v_keys || v_new_keys;
                 v_key_ids := v_key_ids || v_new_ids;

@@ -1,15 +1,14 @@
--- Deploy pgfence:functions/read_api to pg
--- requires: schema
--- requires: tables/jobs
--- requires: tables/attempts
--- requires: tables/rejections_cap
--- requires: functions/_checks
+-- Deploy pgfence:functions/read_api to pg (reworked after @v0.5.0)
+-- requires: functions/read_api@v0.5.0
+-- requires: tables/history
 --
 -- Reading a job and its history through functions, so that a caller in any language
 -- gets the same rows without knowing the tables (which a later change may split: the
 -- functions keep their results), and under the same visibility as the tables'
 -- row-level security: operators see every job, a producer the jobs it enqueued, any
--- other caller none.
+-- other caller none. Changed after @v0.5.0: a done job is read from the history
+-- (pgfence.finished_jobs, through pgfence.all_jobs and pgfence.all_attempts), with the
+-- same columns and rows as when it stayed in pgfence.jobs.
 
 BEGIN;
 
@@ -36,7 +35,7 @@ COMMENT ON FUNCTION pgfence._may_read(text) IS
 -- Whether the job exists and the calling role may see it (see _may_read).
 CREATE OR REPLACE FUNCTION pgfence._may_read_job(job_id bigint) RETURNS boolean
 LANGUAGE sql STABLE AS $$
-    SELECT EXISTS (SELECT 1 FROM pgfence.jobs j WHERE j.id = _may_read_job.job_id AND pgfence._may_read(j.enqueued_by))
+    SELECT EXISTS (SELECT 1 FROM pgfence.all_jobs j WHERE j.id = _may_read_job.job_id AND pgfence._may_read(j.enqueued_by))
 $$;
 COMMENT ON FUNCTION pgfence._may_read_job(bigint) IS
   'Private: the job exists and the calling role may read it (operators: every job; producers: their own).';
@@ -60,7 +59,7 @@ BEGIN
            j.available_at, j.recovery_policy, j.idempotency_key, j.attempt_token, j.reserved_by,
            j.reserved_at, j.heartbeat_at, j.lease_expires_at, j.reclaim_count, j.last_error, j.result,
            j.created_at, j.updated_at, j.finished_at, j.enqueued_by
-      FROM pgfence.jobs j
+      FROM pgfence.all_jobs j
      WHERE j.id = job.job_id AND pgfence._may_read(j.enqueued_by);
 END $$;
 COMMENT ON FUNCTION pgfence.job(bigint) IS
@@ -84,7 +83,7 @@ BEGIN
     RETURN QUERY
     SELECT a.attempt, a.attempt_token, a.worker, a.claimed_at, a.heartbeat_at,
            a.lease_expires_at, a.ended_at, a.outcome, a.error
-      FROM pgfence.attempts a
+      FROM pgfence.all_attempts a
      WHERE a.job_id = attempts_of.job_id
      ORDER BY a.ended_at, a.attempt;
 END $$;
@@ -151,7 +150,21 @@ BEGIN
     END IF;
     v_from := clock_timestamp() - since;
     RETURN QUERY
-    SELECT a.outcome, count(*) FROM pgfence.attempts a WHERE a.ended_at > v_from GROUP BY a.outcome
+    -- (Done jobs by when they finished: the history's BRIN index on finished_at reads
+    -- only the recent part. An earlier attempt that ended in the window belongs to a
+    -- job that finished after it.)
+    SELECT o.outcome, sum(o.n)::bigint
+      FROM (SELECT a.outcome, count(*) AS n FROM pgfence.attempts a WHERE a.ended_at > v_from GROUP BY a.outcome
+            UNION ALL
+            SELECT 'done', count(*) FROM pgfence.finished_jobs h WHERE h.finished_at > v_from
+            UNION ALL
+            SELECT e.outcome, count(*)
+              FROM pgfence.finished_jobs h
+             CROSS JOIN LATERAL jsonb_to_recordset(h.earlier_attempts) AS e(outcome text, ended_at timestamptz)
+             WHERE h.finished_at > v_from AND h.earlier_attempts IS NOT NULL AND e.ended_at > v_from
+             GROUP BY e.outcome) o
+     WHERE o.n > 0
+     GROUP BY o.outcome
     UNION ALL
     SELECT 'rejected', count(*) FROM pgfence.rejections r WHERE r.rejected_at > v_from;
 END $$;

@@ -1,10 +1,12 @@
--- Deploy pgfence:functions/report_rejection to pg (reworked after @v0.3.0)
--- requires: functions/report_rejection@v0.3.0
+-- Deploy pgfence:functions/report_rejection to pg (reworked after @v0.5.0)
+-- requires: functions/report_rejection@v0.5.0
 -- requires: functions/_fence
+-- requires: tables/history
 --
--- Changed after @v0.3.0: only a token that held an attempt of the job is recorded
--- (a made-up one, or another job's, is refused with 22023: about 2,400 forged rows a
--- second were accepted), at most 100 per job (later ones counted, not stored).
+-- Only a token that held an attempt of the job is recorded (a made-up one, or another
+-- job's, is refused with 22023), at most 100 per job (later ones counted, not
+-- stored). Changed after @v0.5.0: a done job is read from the history
+-- (pgfence.all_jobs), so a refused call on it is reported as before.
 
 BEGIN;
 
@@ -29,7 +31,7 @@ BEGIN
         PERFORM pgfence._raise_invalid('operation', quote_literal(operation), 'unknown operation',
             'pass heartbeat, complete, fail or release');
     END IF;
-    SELECT x.status, x.attempt_token, x.last_error, x.reserved_by INTO j FROM pgfence.jobs x WHERE x.id = job_id;
+    SELECT x.status, x.attempt_token, x.last_error, x.reserved_by INTO j FROM pgfence.all_jobs x WHERE x.id = job_id LIMIT 1;
     IF NOT FOUND THEN
         PERFORM pgfence._raise_fence(job_id, NULL, NULL);
     ELSIF j.status = 'processing' AND j.attempt_token = attempt_token THEN

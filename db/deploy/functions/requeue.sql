@@ -1,10 +1,12 @@
--- Deploy pgfence:functions/requeue to pg (reworked after @v0.3.0)
--- requires: functions/requeue@v0.3.0
--- requires: tables/secret_key
+-- Deploy pgfence:functions/requeue to pg (reworked after @v0.5.0)
+-- requires: functions/requeue@v0.5.0
+-- requires: tables/history
 --
--- Changed after @v0.3.0: the NOTIFY carries the queue's wake-up tag, not its name; the
--- job is locked FOR NO KEY UPDATE (a refusal being recorded holds it FOR KEY SHARE, and
--- FOR UPDATE waited for that transaction to end).
+-- requeue, and PF003 for a refused transition. The NOTIFY carries the queue's wake-up
+-- tag; the job is locked FOR NO KEY UPDATE. Changed after @v0.5.0: a done job is in the
+-- history, not pgfence.jobs, and requeue of it is PF003 (it is done) as before, not
+-- PF002; an idempotency key held by a done job (pgfence.held_keys) refuses the requeue
+-- of another job with that key, as a live holder does.
 
 BEGIN;
 
@@ -33,7 +35,9 @@ BEGIN
         PERFORM pgfence._raise_null('job_id', 'pass the id of the job to requeue');
     END IF;
     SELECT * INTO j FROM pgfence.jobs WHERE id = job_id FOR NO KEY UPDATE;
-    IF NOT FOUND THEN
+    IF NOT FOUND AND EXISTS (SELECT FROM pgfence.finished_jobs h WHERE h.id = job_id) THEN
+        PERFORM pgfence._raise_transition(job_id, 'requeue', 'done', 'failed, manual_review or cancelled');
+    ELSIF NOT FOUND THEN
         PERFORM pgfence._raise_fence(job_id, NULL, NULL);
     ELSIF j.status NOT IN ('failed', 'manual_review', 'cancelled') THEN
         PERFORM pgfence._raise_transition(job_id, 'requeue', j.status, 'failed, manual_review or cancelled');
@@ -42,6 +46,7 @@ BEGIN
         SELECT h.id INTO v_holder FROM pgfence.jobs h
          WHERE h.queue = j.queue AND h.idempotency_key = j.idempotency_key
            AND h.status IN ('queued', 'processing', 'manual_review', 'done') AND h.id <> j.id;
+        v_holder := coalesce(v_holder, pgfence._held_key(j.queue, j.idempotency_key));
         IF v_holder IS NOT NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'PF003',
                 MESSAGE = format('pgfence: cannot requeue job %s: job %s now holds its idempotency key', job_id, v_holder),
@@ -57,6 +62,17 @@ BEGIN
                reserved_at = NULL, heartbeat_at = NULL, lease_expires_at = NULL, finished_at = NULL,
                max_attempts = greatest(max_attempts, attempts + 1), updated_at = v_now
          WHERE id = job_id;
+        -- A holder that completed while the update waited for it: its key is in
+        -- held_keys now (see _key_held_after_insert).
+        IF j.idempotency_key IS NOT NULL THEN
+            v_holder := pgfence._key_held_after_insert(j.queue, j.idempotency_key);
+            IF v_holder IS NOT NULL THEN
+                RAISE EXCEPTION USING ERRCODE = 'PF003',
+                    MESSAGE = format('pgfence: cannot requeue job %s: job %s now holds its idempotency key',
+                                     job_id, v_holder),
+                    HINT = format('job %s is done with this key and its history is kept; requeue is refused so the key stays unique', v_holder);
+            END IF;
+        END IF;
     EXCEPTION WHEN unique_violation THEN
         SELECT h.id INTO v_holder FROM pgfence.jobs h
          WHERE h.queue = j.queue AND h.idempotency_key = j.idempotency_key

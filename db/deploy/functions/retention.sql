@@ -1,11 +1,15 @@
--- Deploy pgfence:functions/retention to pg (reworked after @v0.3.0)
--- requires: functions/retention@v0.3.0
+-- Deploy pgfence:functions/retention to pg (reworked after @v0.5.0)
+-- requires: functions/retention@v0.5.0
+-- requires: functions/history
 -- requires: tables/rejections_cap
 --
--- purge_finished and set_retention. Changed after @v0.3.0: the purge also deletes a
--- job's count of refused calls not stored (pgfence.rejection_overflow), and waits at
--- most 5 s for a lock (lock_timeout): the background sweeper holds its status row
--- while it purges.
+-- purge_finished and set_retention. The purge deletes a job's count of refused calls
+-- not stored too, and waits at most 5 s for a lock. Changed after @v0.5.0: done jobs
+-- are in the history (pgfence.finished_jobs), whose expired partitions are dropped
+-- whole: the purge runs the partition maintenance (_maintain_history), deletes the
+-- held idempotency keys whose history is gone, and, after a partition went, the
+-- rejections of jobs that no longer exist anywhere. failed and cancelled jobs (and done
+-- ones an older version left in pgfence.jobs) are still deleted row by row.
 
 BEGIN;
 
@@ -24,8 +28,29 @@ SET lock_timeout = '5s' AS $$
 DECLARE
     v_cutoff timestamptz;
     v_count bigint;
+    m record;
 BEGIN
     PERFORM pgfence._check_range('max_jobs', max_jobs, 1, 10000);
+    -- The history: partitions dropped and made ahead, the default partition emptied.
+    SELECT * INTO m FROM pgfence._maintain_history();
+    DELETE FROM pgfence.held_keys k
+     WHERE (k.queue, k.idempotency_key) IN (SELECT x.queue, x.idempotency_key FROM pgfence.held_keys x
+                                             WHERE x.purge_at <= clock_timestamp() LIMIT max_jobs);
+    IF m.dropped > 0 OR m.truncated > 0 OR m.deleted > 0 THEN
+        -- Rejections of done jobs whose history went with its partition (a done job's
+        -- refusals are kept while its history is).
+        WITH orphans AS (
+            SELECT DISTINCT r.job_id FROM pgfence.rejections r
+             WHERE NOT EXISTS (SELECT FROM pgfence.jobs j WHERE j.id = r.job_id)
+               AND NOT EXISTS (SELECT FROM pgfence.finished_jobs h WHERE h.id = r.job_id)
+             LIMIT 10000
+        ), del_rejections AS (
+            DELETE FROM pgfence.rejections r USING orphans o WHERE r.job_id = o.job_id
+        )
+        DELETE FROM pgfence.rejection_overflow o
+         WHERE NOT EXISTS (SELECT FROM pgfence.jobs j WHERE j.id = o.job_id)
+           AND NOT EXISTS (SELECT FROM pgfence.finished_jobs h WHERE h.id = o.job_id);
+    END IF;
     -- Nothing younger than the shortest retention can go: bound the index scan.
     SELECT clock_timestamp() - min(least(r.retain_done, r.retain_failed)) INTO v_cutoff FROM pgfence.retention r;
     WITH doomed AS (
@@ -55,10 +80,13 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION pgfence.purge_finished(integer) IS
-$$Delete up to max_jobs (1..10000) finished jobs whose retention has passed (pgfence.retention: per queue,
-default done/cancelled 1 day, failed 7 days), oldest first, with their attempts and rejections (and the count
-of rejections not stored). Returns the
-number deleted. The background sweeper runs it every 10 s. A deleted job's idempotency key is free again.$$;
+$$Delete up to max_jobs (1..10000) failed and cancelled jobs whose retention has passed (pgfence.retention:
+per queue, default cancelled 1 day, failed 7 days), oldest first, with their attempts and rejections (and the
+count of rejections not stored); returns how many. Done jobs are in the history (pgfence.finished_jobs),
+partitioned by purge_at (finished_at + the queue's retain_done): the purge first runs the partition
+maintenance (_maintain_history: expired partitions dropped, new ones made ahead), then frees up to max_jobs
+idempotency keys of done jobs whose history is gone (pgfence.held_keys). The background sweeper runs it every
+10 s. A deleted job's idempotency key is free again.$$;
 
 -- Set the retention of finished jobs for one queue (NULL = the default for all
 -- queues without their own row).

@@ -1,13 +1,6 @@
--- Revert pgfence:functions/enqueue_many from pg (back to @v0.4.0)
+-- Revert pgfence:functions/enqueue_many from pg (back to @v0.5.0)
 --
--- The deploy script of @v0.4.0 is re-runnable: it puts enqueue_many's checks back
--- inline; then the helper the rework added goes.
+-- Runs the @v0.5.0 script again (re-runnable: CREATE OR REPLACE, its rule rows):
+-- the definitions that read and write only pgfence.jobs and pgfence.attempts.
 
-\ir ../../deploy/functions/enqueue_many@v0.4.0.sql
-
-BEGIN;
-
-DROP FUNCTION IF EXISTS pgfence._check_enqueue_many_inputs(text[], jsonb[], text, integer[], timestamptz[],
-                                                           integer, text, text[]);
-
-COMMIT;
+\ir ../../deploy/functions/enqueue_many@v0.5.0.sql

@@ -1,15 +1,6 @@
--- Revert pgfence:functions/read_api from pg
+-- Revert pgfence:functions/read_api from pg (back to @v0.5.0)
+--
+-- Runs the @v0.5.0 script again (re-runnable: CREATE OR REPLACE, its rule rows):
+-- the definitions that read and write only pgfence.jobs and pgfence.attempts.
 
-BEGIN;
-
-DROP FUNCTION IF EXISTS pgfence.job(bigint);
-DROP FUNCTION IF EXISTS pgfence.attempts_of(bigint);
-DROP FUNCTION IF EXISTS pgfence.rejections_of(bigint);
-DROP FUNCTION IF EXISTS pgfence.rejections_not_stored(bigint);
-DROP FUNCTION IF EXISTS pgfence.history_summary(interval);
-DROP FUNCTION IF EXISTS pgfence._may_read_job(bigint);
-DROP FUNCTION IF EXISTS pgfence._may_read(text);
-DELETE FROM pgfence.routine_grants
- WHERE routine IN ('job', 'attempts_of', 'rejections_of', 'rejections_not_stored', 'history_summary');
-
-COMMIT;
+\ir ../../deploy/functions/read_api@v0.5.0.sql
