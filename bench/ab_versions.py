@@ -1,13 +1,15 @@
 """Drain and latency of pgfence versions side by side, taking turns (make db first).
 
-    .venv/bin/python bench/ab_versions.py [--rounds 5] NAME=TAG@COMMIT ... [head]
+    .venv/bin/python bench/ab_versions.py [--rounds 5] [--steps drain,latency,ceiling] NAME=TAG@COMMIT ... [head]
 
 Each NAME=TAG@COMMIT is a version: its SQL deployed `sqitch deploy --to @TAG` into a
 database of its own (ab_<NAME>, recreated), its Python client from COMMIT (a git
 worktree under a temporary directory, removed after); `head` is this checkout's plan
 and client. Every round runs, per version (the order rotates each round): a drain of
 100,000 jobs (2 worker processes x 8, prefetch 500) and the latency step (idle
-workers, 100 jobs at 20/s). Jobs are enqueued with SQL (enqueue_many), the same for
+workers, 100 jobs at 20/s), and with --steps ...,ceiling the database-only ceiling
+(pgbench, 2 clients looping over claim 500 + complete_many in SQL, 600,000 queued, 5 s;
+no worker process, so no client either). Jobs are enqueued with SQL (enqueue_many), the same for
 every version; each version's workers run its own client (PYTHONPATH). Prints the
 medians with min-max and every ratio to the first version, round by round. Example
 (the security and structure issues):
@@ -54,8 +56,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--jobs", type=int, default=100_000)
+    ap.add_argument("--steps", default="drain,latency", help="comma-separated: drain, latency, ceiling")
     ap.add_argument("versions", nargs="+", help="NAME=TAG@COMMIT, or head")
     a = ap.parse_args()
+    steps = set(a.steps.split(","))
+    if not steps or steps - {"drain", "latency", "ceiling"}:
+        ap.error(f"--steps {a.steps!r}: expected drain, latency and/or ceiling")
     pf.batch_enqueue = sql_batch_enqueue  # type: ignore[assignment]
     admin = dsn_for_db(default_dsn(), "postgres")
     tmp = Path(tempfile.mkdtemp(prefix="pgfence-ab-"))
@@ -80,26 +86,36 @@ def main() -> int:
             dsns[name] = dsn_for_db(admin, f"ab_{name}")
             pf._deploy(dsns[name], to)
         names = list(variants)
-        res: dict[str, dict[str, list[float]]] = {n: {"drain": [], "p50": [], "p95": []} for n in names}
+        keys = [k for k, step in (("drain", "drain"), ("p50", "latency"), ("p95", "latency"),
+                                  ("ceiling", "ceiling")) if step in steps]
+        res: dict[str, dict[str, list[float]]] = {n: {k: [] for k in keys} for n in names}
         for r in range(a.rounds):
             for name in names[r % len(names):] + names[:r % len(names)]:
                 os.environ["PYTHONPATH"] = str(variants[name][1])
-                shape = pf.WorkerShape(procs=2, concurrency=8, prefetch=500)
-                d: dict[str, Any] = pf.batch_then_drain(dsns[name], a.jobs, shape, 60, f"ab{name}{r}")
-                rate = d["drain"].get("rate") or d["drain"]["finished"] / d["drain"]["seconds"]
-                lat = pf.latency(dsns[name], pf.WorkerShape(procs=2, concurrency=8, prefetch=72), 100, 20.0,
-                                 tag=f"ab{name}{r}")
-                res[name]["drain"].append(rate)
-                res[name]["p50"].append(lat["p50_ms"])
-                res[name]["p95"].append(lat["p95_ms"])
-                log(f"round {r} {name}: drain {rate:,.0f} jobs/s, latency p50 {lat['p50_ms']:.2f} "
-                    f"p95 {lat['p95_ms']:.2f} ms")
+                said = []
+                if "drain" in steps:
+                    shape = pf.WorkerShape(procs=2, concurrency=8, prefetch=500)
+                    d: dict[str, Any] = pf.batch_then_drain(dsns[name], a.jobs, shape, 60, f"ab{name}{r}")
+                    rate = d["drain"].get("rate") or d["drain"]["finished"] / d["drain"]["seconds"]
+                    res[name]["drain"].append(rate)
+                    said.append(f"drain {rate:,.0f} jobs/s")
+                if "latency" in steps:
+                    lat = pf.latency(dsns[name], pf.WorkerShape(procs=2, concurrency=8, prefetch=72), 100, 20.0,
+                                     tag=f"ab{name}{r}")
+                    res[name]["p50"].append(lat["p50_ms"])
+                    res[name]["p95"].append(lat["p95_ms"])
+                    said.append(f"latency p50 {lat['p50_ms']:.2f} p95 {lat['p95_ms']:.2f} ms")
+                if "ceiling" in steps:
+                    ce = pf.sql_ceiling(dsns[name], 600_000, 2, 5)
+                    res[name]["ceiling"].append(ce["rate"])
+                    said.append(f"ceiling {ce['rate']:,.0f} jobs/s")
+                log(f"round {r} {name}: " + ", ".join(said))
         for name in names:
             for k, v in res[name].items():
                 print(f"{name} {k}: median {statistics.median(v):.2f} (min {min(v):.2f}, max {max(v):.2f})")
         base = names[0]
         for name in names[1:]:
-            for k in ("drain", "p50", "p95"):
+            for k in keys:
                 ratio = statistics.median(res[name][k]) / statistics.median(res[base][k])
                 print(f"{k} {name}/{base}: median ratio {ratio:.3f}, per round",
                       [round(x / y, 3) for x, y in zip(res[name][k], res[base][k])])

@@ -68,6 +68,23 @@ def cleanup(dsn: str, queue: str) -> None:
             conn.execute(f"VACUUM (ANALYZE) {t}")
 
 
+def jobs_of(conn: Any) -> str:
+    """Where a job, live or done, is read: pgfence.all_jobs when the schema has the history
+    (done jobs leave pgfence.jobs for pgfence.finished_jobs), else pgfence.jobs."""
+    return "pgfence.all_jobs" if scalar_in(conn, "SELECT to_regclass('pgfence.all_jobs') IS NOT NULL") \
+        else "pgfence.jobs"
+
+
+def live_sql(has_history: bool) -> str:
+    """Count of a queue's live jobs (parameter %(q)s): with the history pgfence.jobs holds
+    only live work (and the failed and cancelled); without it, done rows stay there until
+    purged, so count the queued and the processing ones (a no-op job reaches no other
+    status), each through its partial index, not a scan of the growing table."""
+    return ("SELECT count(*) FROM pgfence.jobs WHERE queue = %(q)s" if has_history else
+            "SELECT (SELECT count(*) FROM pgfence.jobs WHERE queue = %(q)s AND status = 'queued')"
+            "     + (SELECT count(*) FROM pgfence.jobs WHERE queue = %(q)s AND status = 'processing')")
+
+
 def scalar_in(conn: Any, sql: str, params: Any = None) -> Any:
     row = conn.execute(sql, params).fetchone()
     return None if row is None else row[0]
@@ -135,9 +152,10 @@ def batch_then_drain(dsn: str, n: int, shape: WorkerShape, timeout: float, tag: 
         lo, hi = min(ids), max(ids)
         settle(dsn, ["pgfence.jobs", "pgfence.attempts"])
         poll = connect(dsn)
+        table = jobs_of(poll)
         try:
             def finished() -> int:
-                row = poll.execute("SELECT count(*) FROM pgfence.jobs WHERE id BETWEEN %s AND %s"
+                row = poll.execute(f"SELECT count(*) FROM {table} WHERE id BETWEEN %s AND %s"
                                    " AND status = 'done'", (lo, hi)).fetchone()
                 return int(row[0]) if row else 0
 
@@ -246,13 +264,13 @@ def depth(dsn: str, queued: int, measured: int, shape: WorkerShape, timeout: flo
                 began = scalar_in(poll, "SELECT clock_timestamp()")
 
                 def finished() -> int:
-                    return int(scalar_in(poll, "SELECT count(*) FROM pgfence.jobs WHERE queue = %s"
+                    return int(scalar_in(poll, f"SELECT count(*) FROM {jobs_of(poll)} WHERE queue = %s"
                                                " AND status = 'done' AND finished_at > %s", (queue, began)))
                 dr = measure_drain(lambda: start_workers(dsn, queue, shape, f"depth{queued}-{r}"), finished,
                                    measured, timeout)
                 row = poll.execute(
                     "SELECT count(*), extract(epoch FROM max(finished_at) - min(reserved_at))::float8"
-                    "  FROM (SELECT reserved_at, finished_at FROM pgfence.jobs"
+                    f"  FROM (SELECT reserved_at, finished_at FROM {jobs_of(poll)}"
                     "         WHERE queue = %s AND status = 'done' AND finished_at > %s"
                     "         ORDER BY finished_at LIMIT %s) s", (queue, began, measured)).fetchone()
                 n_db, secs_db = (int(row[0]), float(row[1] or 0.0)) if row else (0, 0.0)
@@ -400,7 +418,7 @@ def recovery(dsn: str, samples: int, shape: WorkerShape, stagger: float = 0.25) 
             rows: list[Any] = []
             while time.time() < deadline:
                 rows = conn.execute("SELECT id, extract(epoch FROM reserved_at)::float8, attempts, reclaim_count"
-                                    " FROM pgfence.jobs WHERE id = ANY(%s) AND status = 'done'",
+                                    f" FROM {jobs_of(conn)} WHERE id = ANY(%s) AND status = 'done'",
                                     (list(claimed),)).fetchall()
                 if len(rows) == samples:
                     break
@@ -473,10 +491,9 @@ def sql_ceiling(dsn: str, n: int, clients: int, seconds: int, batch: int = 500) 
                   "\\endif\n")
         r = run_script(dsn, script, "ceiling", clients, clients, seconds, db=dsn_dbname(dsn))
         with connect(dsn) as conn:
-            done = int(scalar_in(conn, "SELECT count(*) FROM pgfence.jobs WHERE queue = %s AND status = 'done'",
-                                 (queue,)))
             left = int(scalar_in(conn, "SELECT count(*) FROM pgfence.jobs WHERE queue = %s AND status <> 'done'",
                                  (queue,)))
+            done = n - left  # (no-op jobs: every claimed one is completed, done rows may be in the history)
         tx = r["transactions"] or 0
         rate = done / tx * r["tps"] if tx else math.nan
         return {"n": n, "clients": clients, "seconds": seconds, "batch": batch, "done": done, "left": left,
@@ -545,13 +562,16 @@ def churn(dsn: str, seconds: float, depth: int, shape: WorkerShape, window: floa
     prod = Producer(dsn, queue, depth, errors, "churn-producer")
     mon = connect(dsn)
 
+    live = live_sql(bool(scalar_in(mon, "SELECT to_regclass('pgfence.finished_jobs') IS NOT NULL")))
+
     def sample() -> tuple[int, int, int, int]:
+        with prod.lock:  # no enqueue_many between len(ids) and the count
+            finished = len(prod.ids) - int(scalar_in(mon, live, {"q": queue}))
         row = mon.execute(
-            "SELECT (SELECT count(*) FROM pgfence.jobs WHERE queue = %s AND status = 'done'),"
-            "       s.n_dead_tup, s.autovacuum_count, pg_relation_size('pgfence.jobs_claim_idx')"
-            "  FROM pg_stat_user_tables s WHERE s.relid = 'pgfence.jobs'::regclass", (queue,)).fetchone()
+            "SELECT s.n_dead_tup, s.autovacuum_count, pg_relation_size('pgfence.jobs_claim_idx')"
+            "  FROM pg_stat_user_tables s WHERE s.relid = 'pgfence.jobs'::regclass").fetchone()
         assert row is not None
-        return int(row[0]), int(row[1]), int(row[2]), int(row[3])
+        return finished, int(row[0]), int(row[1]), int(row[2])
 
     procs: list[subprocess.Popen[bytes]] = []
     try:
@@ -628,13 +648,7 @@ def soak(dsn: str, seconds: float, depth: int, shape: WorkerShape, window: float
         prod.close()
         mon.close()
         raise
-    # With the history pgfence.jobs holds only live work. Without it, done rows stay there
-    # (purged from the table `retention` after they finished), so count its rows not done:
-    # queued and processing (a no-op job reaches no other status), each through its
-    # partial index, not a scan of the growing table.
-    live_sql = ("SELECT count(*) FROM pgfence.jobs WHERE queue = %(q)s" if has_history else
-                "SELECT (SELECT count(*) FROM pgfence.jobs WHERE queue = %(q)s AND status = 'queued')"
-                "     + (SELECT count(*) FROM pgfence.jobs WHERE queue = %(q)s AND status = 'processing')")
+    live_sql_q = live_sql(has_history)
     seen: set[int] = set()  # leaf partitions (oid) seen so far
 
     def leaves() -> list[tuple[int, int, float]]:
@@ -648,7 +662,7 @@ def soak(dsn: str, seconds: float, depth: int, shape: WorkerShape, window: float
 
     def sample() -> dict[str, int]:
         with prod.lock:  # no enqueue_many between len(ids) and the count
-            live = int(scalar_in(mon, live_sql, {"q": queue}))
+            live = int(scalar_in(mon, live_sql_q, {"q": queue}))
             finished = len(prod.ids) - live
         row = mon.execute("SELECT pg_total_relation_size('pgfence.jobs'), s.n_dead_tup FROM pg_stat_user_tables s"
                           " WHERE s.relid = 'pgfence.jobs'::regclass").fetchone()
