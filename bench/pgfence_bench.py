@@ -616,6 +616,49 @@ def _target(value: Optional[float], limit: Optional[float], at_least: bool = Fal
     return {"value": value, "limit": limit, "met": met}
 
 
+def soak_own_database(admin_dsn: str, seconds: float, depth: int, shape: WorkerShape, window: float = 10.0,
+                      retention: str = "30 seconds", partition_width: str = "10 seconds", mark: float = 30.0
+                      ) -> dict[str, Any]:
+    """soak() in a database of its own (bench_soak, recreated with sqitch, dropped after):
+    the sizes it reports are then the soak's alone, and its history partitions are made at
+    partition_width from the start (a database in use has partitions made at the old width
+    that hold rows, which keep it). The sweeper is what pg_cron would start there: `CALL
+    pgfence.run_sweeper()` on a connection of its own for the whole run (reclaim passes,
+    and every 10 s the purge with the partition maintenance). The database's default
+    retention is the soak's too."""
+    from common import dsn_for_db, recreate_database
+    db = "bench_soak"
+    recreate_database(admin_dsn, db)
+    dsn = dsn_for_db(admin_dsn, db)
+    sweeper_errors: list[str] = []
+    try:
+        _deploy(dsn)
+        with connect(dsn) as c:
+            # The default retention too: the partitions are made up to the longest
+            # retention ahead, and a day of 10 s partitions would be 8,640 tables.
+            c.execute("SELECT pgfence.set_retention(NULL, %s::interval, %s::interval)", (retention, retention))
+            if scalar_in(c, "SELECT to_regprocedure(%s) IS NOT NULL", (SET_WIDTH,)):
+                c.execute("SELECT pgfence.set_history_partition_width(%s::interval)", (partition_width,))
+                c.execute("SELECT * FROM pgfence.maintain_history()")
+
+        def sweeper() -> None:
+            try:
+                with connect(dsn) as sc:
+                    sc.execute("CALL pgfence.run_sweeper('0.5 seconds', clock_timestamp() + make_interval(secs => %s))",
+                               (seconds + 120,))
+            except Exception as exc:  # ended by the DROP DATABASE at the end, or a real error
+                sweeper_errors.append(str(exc))
+
+        t = threading.Thread(target=sweeper, name="soak-sweeper", daemon=True)
+        t.start()
+        out = soak(dsn, seconds, depth, shape, window, retention, partition_width, mark)
+        out["database"] = db
+        return out
+    finally:
+        with connect(admin_dsn) as a:
+            a.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+
+
 def soak(dsn: str, seconds: float, depth: int, shape: WorkerShape, window: float = 10.0,
          retention: str = "30 seconds", partition_width: str = "10 seconds", mark: float = 30.0
          ) -> dict[str, Any]:

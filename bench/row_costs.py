@@ -87,8 +87,8 @@ def main() -> int:
                             " (SELECT avg(pg_column_size(j.*))::int FROM pgfence.jobs j),"
                             " (SELECT avg(pg_column_size(a.*))::int FROM pgfence.attempts a)").fetchone()
             assert row is not None
-            print(f"after the completes: pgfence.jobs {row[0] / 1e6:.1f} MB ({row[2]:,} dead rows before the"
-                  f" VACUUM), pgfence.attempts {row[1] / 1e6:.1f} MB; row sizes: jobs {row[3]} B, attempts {row[4]} B")
+            print(f"after the completes and a VACUUM: pgfence.jobs {row[0] / 1e6:.1f} MB ({row[2]:,} dead rows),"
+                  f" pgfence.attempts {row[1] / 1e6:.1f} MB; row sizes: jobs {row[3]} B, attempts {row[4]} B")
             if history:
                 h = c.execute("SELECT (SELECT sum(pg_total_relation_size(t.relid)) FROM"
                               "         pg_partition_tree('pgfence.finished_jobs') t WHERE t.isleaf),"

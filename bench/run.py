@@ -32,7 +32,7 @@ import pgbench_bench  # noqa: E402
 import pgfence_bench as pf  # noqa: E402
 import peers as peers_mod  # noqa: E402
 import report  # noqa: E402
-from common import (LOG_DIR, REPO, RESULTS_DIR, connect, delay_summary,  # noqa: E402
+from common import (LOG_DIR, REPO, RESULTS_DIR, connect, delay_summary, dsn_for_db,  # noqa: E402
                     kill_all, log, measure_drain, median, run_json, scalar, spawn,
                     settle, stop, wait_lines, wait_ready)
 
@@ -83,7 +83,7 @@ class Config:
                    sweeper_spread=0.27, churn_seconds=0, pgbench_seconds=5, pgbench_prefill=200_000,
                    ceiling_n=150_000, ceiling_seconds=2, claim_calls=30, claim_seconds=1.0,
                    soak_seconds=40.0, soak_window=5.0, soak_retention="10 seconds",
-                   soak_partition_width="5 seconds", soak_mark=0.0)
+                   soak_partition_width="10 seconds", soak_mark=0.0)
 
 
 def default_dsn() -> str:
@@ -292,9 +292,9 @@ def run_pgfence_only(cfg: Config, dsn: str) -> dict[str, Any]:
                 f" max dead rows {ch['max_dead_rows']:,}")
     log(f"pgfence soak: {cfg.soak_seconds:.0f} s drain with {cfg.soak_depth:,} jobs kept queued (prefetch {best_p}),"
         f" retention {cfg.soak_retention}, history partitions {cfg.soak_partition_width} wide")
-    out["soak"] = guarded(holder, "soak", lambda: pf.soak(dsn, cfg.soak_seconds, cfg.soak_depth, shape,
-                                                          cfg.soak_window, cfg.soak_retention,
-                                                          cfg.soak_partition_width, cfg.soak_mark))
+    out["soak"] = guarded(holder, "soak", lambda: pf.soak_own_database(
+        dsn_for_db(dsn, "postgres"), cfg.soak_seconds, cfg.soak_depth, shape, cfg.soak_window, cfg.soak_retention,
+        cfg.soak_partition_width, cfg.soak_mark))
     sk = out["soak"]
     if sk:
         met = {k: {True: "met", False: "UNMET", None: "n/a"}[v["met"]] for k, v in sk["targets"].items()}

@@ -301,6 +301,28 @@ def test_set_history_partition_width_checks_its_argument(history_db: str) -> Non
         assert one(c, "SELECT partition_width FROM pgfence.history_settings").total_seconds() == 3600
 
 
+def test_a_new_width_remakes_the_empty_partitions_ahead_and_keeps_those_with_rows(history_db: str) -> None:
+    with connection(history_db) as c:
+        job_id = enqueue(c, "width")
+        complete(c, job_id, claim_job(c, "width", job_id))
+        holding = one(c, "SELECT tableoid::regclass::text FROM pgfence.finished_jobs WHERE id = %s", (job_id,))
+        try:
+            c.execute("SELECT pgfence.set_history_partition_width('30 minutes')")
+            got = rows(c, "SELECT * FROM pgfence.maintain_history()")[0]
+            assert got["dropped"] >= 1 and got["created"] >= 2
+            widths = {r["name"]: r["w"] for r in rows(c, "SELECT name, upper_bound - lower_bound AS w"
+                                                         " FROM pgfence.history_partitions WHERE upper_bound > now()")}
+            assert widths[holding.removeprefix("pgfence.")].total_seconds() == 3600  # it holds a row
+            assert 1800 in {w.total_seconds() for w in widths.values()}
+            for name, w in widths.items():  # the old width only where rows are
+                if w.total_seconds() != 1800:
+                    assert one(c, f'SELECT count(*) FROM pgfence."{name}"') > 0, name
+            assert one(c, "SELECT status FROM pgfence.job(%s)", (job_id,)) == "done"
+        finally:
+            c.execute("SELECT pgfence.set_history_partition_width('1 hour')")
+            c.execute("SELECT * FROM pgfence.maintain_history()")
+
+
 # ---------------------------------------------- the routine that runs DDL --
 def test_the_partition_routine_takes_table_names_only_from_dates(conn: Conn) -> None:
     """_maintain_history is the one routine that builds SQL at run time besides
@@ -309,8 +331,9 @@ def test_the_partition_routine_takes_table_names_only_from_dates(conn: Conn) -> 
     _history_partition_name(a timestamp)."""
     src = one(conn, "SELECT prosrc FROM pg_proc WHERE oid = 'pgfence._maintain_history()'::regprocedure")
     assert one(conn, "SELECT pronargs FROM pg_proc WHERE oid = 'pgfence._maintain_history()'::regprocedure") == 0
-    formats = re.findall(r"EXECUTE\s+format\((.*?)\)\s*(?:USING[^;]*)?;", src, re.S)
-    assert len(formats) == 5, formats
+    formats = re.findall(r"EXECUTE\s+format\((.*?)\)\s*(?:USING[^;]*|INTO\s+v_\w+)?;", src, re.S)
+    assert len(formats) == 7, formats
+    assert len(re.findall(r"\bEXECUTE\b", src)) == 7  # (every EXECUTE is one of those)
     for f in formats:
         literal = "".join(re.findall(r"'([^']*)'", f))
         assert re.findall(r"%[A-Za-z]", literal) in (["%I"], ["%I", "%L", "%L"]), f

@@ -26,7 +26,8 @@ $$;
 COMMENT ON FUNCTION pgfence._utc_literal(timestamptz) IS
   'Private: t as an ISO 8601 UTC literal (for partition bounds).';
 
--- Partition maintenance, in three steps, each statement waiting at most 100 ms for a
+-- Partition maintenance, in three steps (after replacing the empty partitions ahead
+-- whose width is not the setting's), each statement waiting at most 100 ms for a
 -- lock (a DROP locks pgfence.finished_jobs ACCESS EXCLUSIVE and would queue every
 -- completion behind it while it waited; giving up and trying again 10 s later costs
 -- nothing, the partitions being made well ahead):
@@ -54,11 +55,32 @@ DECLARE
     v_upper timestamptz;
     v_name text;
     v_n bigint;
+    v_empty boolean;
     p record;
 BEGIN
     created := 0; dropped := 0; truncated := 0; moved := 0; deleted := 0;
     SELECT s.partition_width INTO v_width FROM pgfence.history_settings s;
     v_ws := extract(epoch FROM v_width);
+
+    -- A new width takes effect at once where it can: empty partitions of another width
+    -- that have not ended are dropped and made again below (checked empty with the
+    -- parent locked, so that no completion lands in one meanwhile).
+    FOR p IN SELECT h.lower_bound FROM pgfence.history_partitions h
+              WHERE h.upper_bound > v_now AND h.upper_bound - h.lower_bound <> v_width
+              ORDER BY h.lower_bound LOOP
+        v_name := pgfence._history_partition_name(p.lower_bound);
+        BEGIN
+            LOCK TABLE pgfence.finished_jobs IN ACCESS EXCLUSIVE MODE;
+            EXECUTE format('SELECT NOT EXISTS (SELECT FROM pgfence.%I)', v_name) INTO v_empty;
+            IF v_empty THEN
+                EXECUTE format('DROP TABLE pgfence.%I', v_name);
+                DELETE FROM pgfence.history_partitions h WHERE h.lower_bound = p.lower_bound;
+                dropped := dropped + 1;
+            END IF;
+        EXCEPTION WHEN lock_not_available THEN
+            EXIT;  -- next pass
+        END;
+    END LOOP;
 
     FOR p IN SELECT h.lower_bound FROM pgfence.history_partitions h WHERE h.upper_bound <= v_now
               ORDER BY h.lower_bound LOOP
@@ -143,8 +165,8 @@ purge_finished): drop those whose range has passed, create those ahead, empty th
 past purge_at. Returns how many partitions were created, dropped, truncated (dropped later), and default rows
 moved and deleted.$$;
 
--- Operators: the width of the partitions made from now on (the ones that exist keep
--- theirs). Narrower partitions drop finished jobs closer to their retention and
+-- Operators: the width of the partitions made from now on (the ones that hold rows
+-- keep theirs; empty ones ahead are made again at the new width on the next pass). Narrower partitions drop finished jobs closer to their retention and
 -- make more tables: keep longest retain_done / width under about 500.
 CREATE OR REPLACE FUNCTION pgfence.set_history_partition_width(width interval) RETURNS void
 LANGUAGE plpgsql AS $$
@@ -154,8 +176,9 @@ BEGIN
     UPDATE pgfence.history_settings SET partition_width = width;
 END $$;
 COMMENT ON FUNCTION pgfence.set_history_partition_width(interval) IS
-$$Operator: the width (10 seconds..7 days, default 1 hour) of the history partitions created from now on; a
-done job is kept at least its retention and at most one width longer. Errors: 22004, 22023.$$;
+$$Operator: the width (10 seconds..7 days, default 1 hour) of the history partitions created from now on (empty
+ones ahead are made again at this width by the next maintenance); a done job is kept at least its retention and
+at most one width longer. Errors: 22004, 22023.$$;
 
 INSERT INTO pgfence.routine_grants (routine, roles) VALUES
     ('maintain_history',            '{pgfence_operator}'),
