@@ -791,15 +791,20 @@ def soak(dsn: str, seconds: float, depth: int, shape: WorkerShape, window: float
 
 
 # ---------------------------------------------------- claims over many queues --
-def _deploy(dsn: str, to: Optional[str] = None) -> None:
-    """sqitch deploy (up to a tag) into a scratch database of the bench's own."""
+def sqitch_run(dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """sqitch <args> --target <dsn>, from the repository's top (its plan)."""
     env = dict(os.environ)
     env.setdefault("SQITCH_FULLNAME", "pgfence bench")
     env.setdefault("SQITCH_EMAIL", "pgfence-bench@localhost")
     env.pop("SQITCH_TARGET", None)
     target = "db:" + dsn if dsn.startswith("postgresql://") else dsn
-    cmd = ["sqitch", "deploy", "--target", target] + (["--to", to] if to else [])
-    r = subprocess.run(cmd, cwd=BENCH_DIR.parent, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(["sqitch", *args, "--target", target], cwd=BENCH_DIR.parent, env=env,
+                          capture_output=True, text=True, timeout=3600)
+
+
+def _deploy(dsn: str, to: Optional[str] = None) -> None:
+    """sqitch deploy (up to a tag) into a scratch database of the bench's own."""
+    r = sqitch_run(dsn, "deploy", *(["--to", to] if to else []))
     if r.returncode != 0:
         raise BenchError(f"sqitch deploy{' --to ' + to if to else ''} failed:\n{r.stdout}{r.stderr}")
 

@@ -1,0 +1,90 @@
+"""How fast the upgrade to the partitioned history moves done jobs, and whether it holds
+up the queue meanwhile (make db first).
+
+    .venv/bin/python bench/upgrade_rate.py [--jobs 200000]
+
+In a scratch database of its own (bench_upgrade, recreated, dropped after): deploy the
+plan up to @v0.5.0 (done jobs kept in pgfence.jobs), write --jobs done jobs with one
+attempt each (a set-based INSERT as the superuser, the rows the old complete wrote),
+then time `sqitch deploy` (data/finished_jobs moves them into pgfence.finished_jobs,
+10,000 per committed transaction) and `sqitch revert --to @v0.5.0` (moves them back).
+Meanwhile a second connection enqueues and claims one job after another on another
+queue and reports its slowest call: the queue is not held while rows move.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import pgfence_bench as pf  # noqa: E402
+from common import connect, dsn_for_db, recreate_database  # noqa: E402
+from run import default_dsn  # noqa: E402
+
+DB = "bench_upgrade"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--jobs", type=int, default=200_000)
+    n = ap.parse_args().jobs
+    admin = dsn_for_db(default_dsn(), "postgres")
+    recreate_database(admin, DB)
+    dsn = dsn_for_db(admin, DB)
+    try:
+        pf._deploy(dsn, "@v0.5.0")
+        with connect(dsn) as c:
+            c.execute("SELECT pgfence.pause_sweeper()")
+            c.execute("""
+                WITH j AS (
+                    INSERT INTO pgfence.jobs (queue, kind, payload, status, attempts, attempt_token, reserved_by,
+                                              reserved_at, finished_at, result)
+                    SELECT 'moved', 'k', jsonb_build_object('i', g), 'done', 1, gen_random_uuid(), 'w',
+                           clock_timestamp() - interval '1 minute', clock_timestamp(), '{"ok": true}'
+                      FROM generate_series(1, %s) g
+                    RETURNING id, attempt_token, reserved_at, finished_at)
+                INSERT INTO pgfence.attempts (job_id, attempt, attempt_token, worker, claimed_at, ended_at, outcome)
+                SELECT id, 1, attempt_token, 'w', reserved_at, finished_at, 'done' FROM j""", (n,))
+            c.execute("VACUUM ANALYZE pgfence.jobs")
+            c.execute("VACUUM ANALYZE pgfence.attempts")
+        for what, args in (("deploy (move into the history)", ("deploy",)),
+                           ("revert --to @v0.5.0 (move back)", ("revert", "-y", "--to", "@v0.5.0"))):
+            slowest = [0.0]
+            calls = [0]
+            stop = threading.Event()
+
+            def queue_goes_on() -> None:
+                with connect(dsn) as q:
+                    while not stop.is_set():
+                        t0 = time.perf_counter()
+                        q.execute("SELECT pgfence.enqueue('k', queue => 'live')")
+                        q.execute("SELECT count(*) FROM pgfence.claim('w', ARRAY['live'], '1 minute', 1)")
+                        slowest[0] = max(slowest[0], time.perf_counter() - t0)
+                        calls[0] += 1
+                        time.sleep(0.01)
+
+            t = threading.Thread(target=queue_goes_on, daemon=True)
+            t.start()
+            t0 = time.perf_counter()
+            r = pf.sqitch_run(dsn, *args)
+            secs = time.perf_counter() - t0
+            stop.set()
+            t.join(30)
+            if r.returncode != 0:
+                print(r.stdout + r.stderr)
+                return 1
+            print(f"{what}: {secs:.1f} s for {n:,} done jobs ({n / secs:,.0f} jobs/s, the whole sqitch run);"
+                  f" meanwhile {calls[0]} enqueue+claim pairs, slowest {slowest[0] * 1000:.0f} ms", flush=True)
+    finally:
+        with connect(admin) as a:
+            a.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
