@@ -809,6 +809,69 @@ def _deploy(dsn: str, to: Optional[str] = None) -> None:
         raise BenchError(f"sqitch deploy{' --to ' + to if to else ''} failed:\n{r.stdout}{r.stderr}")
 
 
+def claims_concurrent(dsn: str, connections: int = 64, jobs: int = 200_000, max_jobs: int = 10,
+                      seconds: float = 5.0) -> dict[str, Any]:
+    """`connections` worker connections at once, each looping over claim(max_jobs) of one
+    queue and complete_many of what it got (threads of this process, one connection each:
+    the waiting is the database's), for `seconds` on a queue of `jobs`: jobs per second,
+    the claim's median and p95 client time, and how many jobs two claims handed out twice
+    (must be 0). The contention figure beside the claims over many queues."""
+    queue = new_queue("claim64")
+    batch_enqueue(dsn, queue, jobs, 10000)
+    settle(dsn, ["pgfence.jobs"])
+    stop = threading.Event()
+    lock = threading.Lock()
+    times: list[float] = []
+    seen: list[int] = []
+    errors: list[str] = []
+    barrier = threading.Barrier(connections + 1)
+
+    def run() -> None:
+        try:
+            with connect(dsn) as c:
+                mine_t: list[float] = []
+                mine_ids: list[int] = []
+                barrier.wait(60)
+                while not stop.is_set():
+                    t = time.perf_counter()
+                    got = c.execute("SELECT id, attempt_token FROM pgfence.claim('bench-64', ARRAY[%s],"
+                                    " '1 minute', %s)", (queue, max_jobs)).fetchall()
+                    mine_t.append(time.perf_counter() - t)
+                    if not got:
+                        break
+                    c.execute("SELECT count(*) FROM pgfence.complete_many(%s::bigint[], %s::uuid[])",
+                              ([g[0] for g in got], [g[1] for g in got]))
+                    mine_ids.extend(g[0] for g in got)
+                with lock:
+                    times.extend(mine_t)
+                    seen.extend(mine_ids)
+        except Exception as exc:  # reported with the result
+            errors.append(str(exc))
+            try:
+                barrier.abort()
+            except threading.BrokenBarrierError:
+                pass
+
+    threads = [threading.Thread(target=run, daemon=True) for _ in range(connections)]
+    try:
+        for t in threads:
+            t.start()
+        barrier.wait(60)
+        t0 = time.perf_counter()
+        time.sleep(seconds)
+        stop.set()
+        for t in threads:
+            t.join(60)
+        wall = time.perf_counter() - t0
+    finally:
+        stop.set()
+        cleanup(dsn, queue)
+    return {"connections": connections, "jobs": jobs, "max_jobs": max_jobs, "seconds": wall,
+            "done": len(seen), "rate": len(seen) / wall if wall else 0.0, "duplicates": len(seen) - len(set(seen)),
+            "claims": len(times), "median_ms": median(times) * 1000 if times else None,
+            "p95_ms": percentile(times, 95) * 1000 if times else None, "errors": errors}
+
+
 def claims_by_queue_count(admin_dsn: str, counts: tuple[int, ...] = (1, 100, 1000, 10000), jobs: int = 100_000,
                           max_jobs: int = 10, calls: int = 200, seconds: float = 4.0,
                           versions: tuple[tuple[str, Optional[str]], ...] = (("before", "@v0.3.0"), ("now", None))

@@ -283,6 +283,13 @@ def claims_table(po: Optional[dict[str, Any]]) -> str:
             what = "NULL" if shape == "NULL" else f"all {n:,} names"
             lines.append(f"| {v} | {n:,} | {what} | {c['median_ms']:.2f} | {c['p95_ms']:.2f} | {c['returned']} |"
                          f" {c['locked_extra']:,} | {ratio} |")
+    c64 = (po or {}).get("claims_64")
+    if c64 and c64.get("median_ms") is not None:
+        lines += ["", f"From {c64['connections']} worker connections at once (each a loop of claim"
+                      f" {c64['max_jobs']} + complete_many on one queue of {c64['jobs']:,}, {c64['seconds']:.1f} s):"
+                      f" {c64['rate']:,.0f} jobs/s, claim median {c64['median_ms']:.2f} ms, p95"
+                      f" {c64['p95_ms']:.2f} ms over {c64['claims']:,} claims; jobs handed out twice:"
+                      f" {c64['duplicates']}" + (f"; errors: {len(c64['errors'])}" if c64.get("errors") else "") + "."]
     return "\n".join(lines)
 
 

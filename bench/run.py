@@ -282,6 +282,14 @@ def run_pgfence_only(cfg: Config, dsn: str) -> dict[str, Any]:
     out["claims"] = guarded(holder, "claims over many queues",
                             lambda: pf.claims_by_queue_count(dsn, jobs=cfg.claim_jobs, calls=cfg.claim_calls,
                                                              seconds=cfg.claim_seconds))
+    log("pgfence claims from 64 worker connections at once: claim of 10 + complete_many, one queue")
+    out["claims_64"] = guarded(holder, "claims from 64 connections",
+                               lambda: pf.claims_concurrent(dsn, 64, 200_000 if not cfg.quick else 50_000, 10,
+                                                            cfg.claim_seconds + 1))
+    if out["claims_64"]:
+        c64 = out["claims_64"]
+        log(f"  {c64['rate']:,.0f} jobs/s, claim median {c64['median_ms']:.2f} ms, p95 {c64['p95_ms']:.2f} ms,"
+            f" {c64['duplicates']} handed out twice")
     out["churn"] = []
     for d in (cfg.churn_depths if cfg.churn_seconds else ()):
         log(f"pgfence churn: {cfg.churn_seconds:.0f} s drain with {d:,} jobs kept queued (prefetch {best_p})")
