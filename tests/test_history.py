@@ -424,7 +424,8 @@ def _purge_until_gone(conn: Conn, ids: list[int]) -> None:
     for _ in range(10):
         n = one(conn, "SELECT pgfence.purge_finished(10000)")
         if n < 10000 or not one(conn, "SELECT count(*) FROM pgfence.all_jobs WHERE id = ANY(%s)", (ids,)):
-            return
+            break
+    one(conn, "SELECT pgfence.purge_finished(10000)")  # (the rejections of dropped history: the next purge)
 
 
 def _present(conn: Conn, ids: list[int]) -> dict[str, set[int]]:

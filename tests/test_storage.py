@@ -246,6 +246,11 @@ def test_an_expired_partition_is_dropped_whole_with_its_jobs_keys_and_rejections
         before = one(c, "SELECT %s::regclass::oid", (p["part"],))
         assert one(c, "SELECT n_tup_del FROM pg_stat_user_tables WHERE relid = %s", (before,)) == 0
         assert one(c, "SELECT pgfence.purge_finished()") == 0
+        assert one(c, "SELECT cleanup_due FROM pgfence.history_settings") is True
+        assert one(c, "SELECT count(*) FROM pgfence.held_keys WHERE job_id = %s", (job_id,)) == 0  # with the drop
+        # (the rejections of dropped jobs go on the next purge: none runs after a DROP)
+        assert one(c, "SELECT pgfence.purge_finished()") == 0
+        assert one(c, "SELECT cleanup_due FROM pgfence.history_settings") is False
         # Dropped (the slot, now in the past only by our hand, is made again, empty).
         assert one(c, "SELECT to_regclass(%s)::oid", (p["part"],)) != before
         assert one(c, "SELECT count(*) FROM pg_class WHERE oid = %s", (before,)) == 0
@@ -310,6 +315,11 @@ def test_a_new_width_remakes_the_empty_partitions_ahead_and_keeps_those_with_row
             c.execute("SELECT pgfence.set_history_partition_width('30 minutes')")
             got = rows(c, "SELECT * FROM pgfence.maintain_history()")[0]
             assert got["dropped"] >= 1 and got["created"] >= 2
+            assert got["created"] <= 50
+            for _ in range(20):  # (as many per call as the call can make again: a few calls)
+                got = rows(c, "SELECT * FROM pgfence.maintain_history()")[0]
+                if got["dropped"] == got["created"] == 0:
+                    break
             widths = {r["name"]: r["w"] for r in rows(c, "SELECT name, upper_bound - lower_bound AS w"
                                                          " FROM pgfence.history_partitions WHERE upper_bound > now()")}
             assert widths[holding.removeprefix("pgfence.")].total_seconds() == 3600  # it holds a row
@@ -321,6 +331,36 @@ def test_a_new_width_remakes_the_empty_partitions_ahead_and_keeps_those_with_row
         finally:
             c.execute("SELECT pgfence.set_history_partition_width('1 hour')")
             c.execute("SELECT * FROM pgfence.maintain_history()")
+
+
+def test_retention_and_width_are_refused_beyond_900_partitions(history_db: str) -> None:
+    with connection(history_db) as c:
+        err = sql_error(c, "SELECT pgfence.set_retention('too_long', interval '38 days', interval '1 day')")
+        assert_error(err, "22023", "retain_done")
+        c.execute("SELECT pgfence.set_retention('long_ok', interval '37 days', interval '1 day')")
+        try:
+            assert_error(sql_error(c, "SELECT pgfence.set_history_partition_width('1 minute')"), "22023", "width")
+            assert one(c, "SELECT partition_width FROM pgfence.history_settings").total_seconds() == 3600
+        finally:
+            c.execute("DELETE FROM pgfence.retention WHERE queue = 'long_ok'")
+            c.execute("SELECT * FROM pgfence.maintain_history()")
+
+
+def test_a_partition_dropped_by_hand_does_not_stop_the_purge(history_db: str) -> None:
+    with connection(history_db) as c:
+        lower, name = rows(c, "SELECT lower_bound, name FROM pgfence.history_partitions"
+                              " WHERE lower_bound > now() ORDER BY lower_bound DESC LIMIT 1")[0].values()
+        c.execute(f'DROP TABLE pgfence."{name}"')
+        c.execute("UPDATE pgfence.history_partitions SET upper_bound = lower_bound + interval '1 microsecond'"
+                  " WHERE lower_bound = %s", (lower,))  # (its range over: the purge drops it, IF EXISTS)
+        assert one(c, "SELECT pgfence.purge_finished()") == 0  # (no 42P01)
+        # Its bookkeeping went, and the slot, still ahead, was made again.
+        assert one(c, "SELECT upper_bound - lower_bound FROM pgfence.history_partitions WHERE lower_bound = %s",
+                   (lower,)).total_seconds() == 3600
+        assert one(c, "SELECT to_regclass(%s) IS NOT NULL", (f"pgfence.{name}",)) is True
+        job_id = enqueue(c, "by_hand")
+        complete(c, job_id, claim_job(c, "by_hand", job_id))
+        assert one(c, "SELECT status FROM pgfence.job(%s)", (job_id,)) == "done"
 
 
 # ---------------------------------------------- the routine that runs DDL --

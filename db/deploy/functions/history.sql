@@ -32,14 +32,17 @@ COMMENT ON FUNCTION pgfence._utc_literal(timestamptz) IS
 -- completion behind it while it waited; giving up and trying again 10 s later costs
 -- nothing, the partitions being made well ahead):
 -- 1. drop every partition whose range has passed (every row in it is past its
---    purge_at); when the parent cannot be locked, TRUNCATE it (which locks only the
---    partition) so that its space is freed now, and drop it on a later pass;
+--    purge_at), and the idempotency keys of its jobs; when the parent cannot be locked,
+--    TRUNCATE it (which locks only the partition) so that its space is freed now, and
+--    drop it on a later pass; any other error is a WARNING, and the purge goes on;
 -- 2. create the partitions from now to the longest retention of done jobs plus two
 --    widths ahead that do not exist yet (a slot no partition covers gets one), aligned
---    to multiples of the width since the epoch, at most 50 per call and 1,000 in all (a completion beyond them lands in the
---    default partition). Each is created as a table of its own, filled with the rows
---    the default partition holds for its range, and attached (ATTACH takes only SHARE
---    UPDATE EXCLUSIVE on the parent: completions go on);
+--    to multiples of the width since the epoch, at most 50 per call and 1,000 in all (a
+--    completion beyond them lands in the default partition). Each is created as a
+--    table of its own, filled with the rows the default partition holds for its range,
+--    and attached, with the parent locked SHARE ROW EXCLUSIVE for those few ms (a
+--    completion already routed to the default partition for that range would else fail
+--    its partition check);
 -- 3. delete up to 10,000 rows of the default partition whose purge_at has passed.
 -- Returns what it did. Identifiers: only _history_partition_name(a date).
 CREATE OR REPLACE FUNCTION pgfence._maintain_history()
@@ -56,6 +59,7 @@ DECLARE
     v_name text;
     v_n bigint;
     v_empty boolean;
+    v_need integer := 0;
     p record;
 BEGIN
     created := 0; dropped := 0; truncated := 0; moved := 0; deleted := 0;
@@ -64,38 +68,63 @@ BEGIN
 
     -- A new width takes effect at once where it can: empty partitions of another width
     -- that have not ended are dropped and made again below (checked empty with the
-    -- parent locked, so that no completion lands in one meanwhile).
-    FOR p IN SELECT h.lower_bound FROM pgfence.history_partitions h
+    -- parent locked, so that no completion lands in one meanwhile), as many as the
+    -- creation below can make again in this call.
+    FOR p IN SELECT h.lower_bound, h.upper_bound FROM pgfence.history_partitions h
               WHERE h.upper_bound > v_now AND h.upper_bound - h.lower_bound <> v_width
               ORDER BY h.lower_bound LOOP
+        v_need := v_need + ceil(extract(epoch FROM p.upper_bound - p.lower_bound) / v_ws)::integer;
+        EXIT WHEN v_need > 40;
         v_name := pgfence._history_partition_name(p.lower_bound);
         BEGIN
             LOCK TABLE pgfence.finished_jobs IN ACCESS EXCLUSIVE MODE;
-            EXECUTE format('SELECT NOT EXISTS (SELECT FROM pgfence.%I)', v_name) INTO v_empty;
+            IF to_regclass(format('pgfence.%I', v_name)) IS NULL THEN
+                v_empty := true;  -- (dropped by hand: only the bookkeeping is left)
+            ELSE
+                EXECUTE format('SELECT NOT EXISTS (SELECT FROM pgfence.%I)', v_name) INTO v_empty;
+            END IF;
             IF v_empty THEN
-                EXECUTE format('DROP TABLE pgfence.%I', v_name);
+                EXECUTE format('DROP TABLE IF EXISTS pgfence.%I', v_name);
                 DELETE FROM pgfence.history_partitions h WHERE h.lower_bound = p.lower_bound;
                 dropped := dropped + 1;
             END IF;
-        EXCEPTION WHEN lock_not_available THEN
-            EXIT;  -- next pass
+        EXCEPTION
+            WHEN lock_not_available THEN
+                EXIT;  -- next pass
+            WHEN OTHERS THEN
+                RAISE WARNING 'pgfence: history partition % not replaced: % (SQLSTATE %)', v_name, SQLERRM, SQLSTATE;
+                EXIT;
         END;
     END LOOP;
 
-    FOR p IN SELECT h.lower_bound FROM pgfence.history_partitions h WHERE h.upper_bound <= v_now
+    -- Partitions whose range has passed go, with the idempotency keys of their jobs
+    -- (held until purge_at, which is within the range: a key is never held by a job
+    -- whose history is gone).
+    FOR p IN SELECT h.lower_bound, h.upper_bound FROM pgfence.history_partitions h WHERE h.upper_bound <= v_now
               ORDER BY h.lower_bound LOOP
         v_name := pgfence._history_partition_name(p.lower_bound);
         BEGIN
             EXECUTE format('DROP TABLE IF EXISTS pgfence.%I', v_name);
             DELETE FROM pgfence.history_partitions h WHERE h.lower_bound = p.lower_bound;
+            DELETE FROM pgfence.held_keys k WHERE k.purge_at < p.upper_bound;
             dropped := dropped + 1;
-        EXCEPTION WHEN lock_not_available THEN
-            BEGIN
-                EXECUTE format('TRUNCATE pgfence.%I', v_name);
-                truncated := truncated + 1;
-            EXCEPTION WHEN lock_not_available THEN
-                NULL;  -- a reader holds it: next pass
-            END;
+        EXCEPTION
+            WHEN lock_not_available THEN
+                BEGIN
+                    EXECUTE format('TRUNCATE pgfence.%I', v_name);
+                    DELETE FROM pgfence.held_keys k WHERE k.purge_at < p.upper_bound;
+                    truncated := truncated + 1;
+                EXCEPTION
+                    WHEN lock_not_available THEN
+                        NULL;  -- a reader holds it: next pass
+                    WHEN OTHERS THEN
+                        RAISE WARNING 'pgfence: history partition % not truncated: % (SQLSTATE %)',
+                            v_name, SQLERRM, SQLSTATE;
+                END;
+            WHEN OTHERS THEN
+                -- (e.g. an object built on it, or a partition made by another owner: the
+                -- purge goes on, and says so every pass until someone looks)
+                RAISE WARNING 'pgfence: history partition % not dropped: % (SQLSTATE %)', v_name, SQLERRM, SQLSTATE;
         END;
     END LOOP;
 
@@ -115,6 +144,10 @@ BEGIN
                          (SELECT min(h.lower_bound) FROM pgfence.history_partitions h WHERE h.lower_bound > v_lower));
         v_name := pgfence._history_partition_name(v_lower);
         BEGIN
+            -- The parent first (completions wait, for the few ms this takes): a completion
+            -- already routed to the default partition for this range would else fail its
+            -- partition check once the attach commits.
+            LOCK TABLE pgfence.finished_jobs IN SHARE ROW EXCLUSIVE MODE;
             LOCK TABLE pgfence.finished_jobs_default IN ACCESS EXCLUSIVE MODE;
             EXECUTE format('CREATE TABLE pgfence.%I (LIKE pgfence.finished_jobs INCLUDING DEFAULTS'
                            ' INCLUDING CONSTRAINTS INCLUDING STORAGE)', v_name);
@@ -130,9 +163,9 @@ BEGIN
         EXCEPTION
             WHEN lock_not_available THEN
                 EXIT;  -- (the block's work is rolled back) next pass
-            WHEN invalid_object_definition OR duplicate_table THEN
-                -- A table the bookkeeping does not know overlaps or has the name (made or
-                -- dropped by hand): make nothing more now, and say so.
+            WHEN OTHERS THEN
+                -- (e.g. a table the bookkeeping does not know overlaps or has the name,
+                -- made or dropped by hand): make nothing more now, and say so.
                 RAISE WARNING 'pgfence: history partition % not made: % (SQLSTATE %)', v_name, SQLERRM, SQLSTATE;
                 EXIT;
         END;
@@ -144,6 +177,9 @@ BEGIN
                                 WHERE x.purge_at <= v_now LIMIT 10000));
     GET DIAGNOSTICS v_n = ROW_COUNT;
     deleted := v_n;
+    IF dropped > 0 OR truncated > 0 OR deleted > 0 THEN
+        UPDATE pgfence.history_settings SET cleanup_due = true WHERE NOT cleanup_due;
+    END IF;
     RETURN NEXT;
 END $$;
 COMMENT ON FUNCTION pgfence._maintain_history() IS
@@ -167,18 +203,27 @@ moved and deleted.$$;
 
 -- Operators: the width of the partitions made from now on (the ones that hold rows
 -- keep theirs; empty ones ahead are made again at the new width on the next pass). Narrower partitions drop finished jobs closer to their retention and
--- make more tables: keep longest retain_done / width under about 500.
+-- make more tables: the longest retain_done may be at most 900 widths (refused else,
+-- here and by set_retention), so the partitions ahead stay under the 1,000 made in all.
 CREATE OR REPLACE FUNCTION pgfence.set_history_partition_width(width interval) RETURNS void
 LANGUAGE plpgsql AS $$
+DECLARE
+    v_longest interval;
 BEGIN
     PERFORM pgfence._check_interval('width', width, interval '10 seconds', interval '7 days', '10 seconds..7 days',
         'pass the width of a history partition, e.g. ''1 hour''');
+    SELECT max(r.retain_done) INTO v_longest FROM pgfence.retention r;
+    IF v_longest / 900 > width THEN
+        PERFORM pgfence._raise_invalid('width', width::text,
+            format('the longest retain_done (%s) would need more than 900 partitions of it', v_longest),
+            format('pass at least %s, or shorten the retention first', justify_interval(v_longest / 900)));
+    END IF;
     UPDATE pgfence.history_settings SET partition_width = width;
 END $$;
 COMMENT ON FUNCTION pgfence.set_history_partition_width(interval) IS
 $$Operator: the width (10 seconds..7 days, default 1 hour) of the history partitions created from now on (empty
 ones ahead are made again at this width by the next maintenance); a done job is kept at least its retention and
-at most one width longer. Errors: 22004, 22023.$$;
+at most one width longer. The longest retain_done must fit in 900 widths. Errors: 22004, 22023.$$;
 
 INSERT INTO pgfence.routine_grants (routine, roles) VALUES
     ('maintain_history',            '{pgfence_operator}'),

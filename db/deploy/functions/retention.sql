@@ -28,17 +28,17 @@ SET lock_timeout = '5s' AS $$
 DECLARE
     v_cutoff timestamptz;
     v_count bigint;
-    m record;
+    v_orphans bigint;
 BEGIN
     PERFORM pgfence._check_range('max_jobs', max_jobs, 1, 10000);
-    -- The history: partitions dropped and made ahead, the default partition emptied.
-    SELECT * INTO m FROM pgfence._maintain_history();
+    -- Idempotency keys of done jobs whose retention has passed (those of a dropped
+    -- partition went with it).
     DELETE FROM pgfence.held_keys k
      WHERE (k.queue, k.idempotency_key) IN (SELECT x.queue, x.idempotency_key FROM pgfence.held_keys x
                                              WHERE x.purge_at <= clock_timestamp() LIMIT max_jobs);
-    IF m.dropped > 0 OR m.truncated > 0 OR m.deleted > 0 THEN
+    IF (SELECT s.cleanup_due FROM pgfence.history_settings s) THEN
         -- Rejections of done jobs whose history went with its partition (a done job's
-        -- refusals are kept while its history is).
+        -- refusals are kept while its history is), up to 10,000 jobs' worth a call.
         WITH orphans AS (
             SELECT DISTINCT r.job_id FROM pgfence.rejections r
              WHERE NOT EXISTS (SELECT FROM pgfence.jobs j WHERE j.id = r.job_id)
@@ -46,10 +46,15 @@ BEGIN
              LIMIT 10000
         ), del_rejections AS (
             DELETE FROM pgfence.rejections r USING orphans o WHERE r.job_id = o.job_id
+        ), del_overflow AS (
+            DELETE FROM pgfence.rejection_overflow o
+             WHERE NOT EXISTS (SELECT FROM pgfence.jobs j WHERE j.id = o.job_id)
+               AND NOT EXISTS (SELECT FROM pgfence.finished_jobs h WHERE h.id = o.job_id)
         )
-        DELETE FROM pgfence.rejection_overflow o
-         WHERE NOT EXISTS (SELECT FROM pgfence.jobs j WHERE j.id = o.job_id)
-           AND NOT EXISTS (SELECT FROM pgfence.finished_jobs h WHERE h.id = o.job_id);
+        SELECT count(*) INTO v_orphans FROM orphans;
+        IF v_orphans < 10000 THEN
+            UPDATE pgfence.history_settings SET cleanup_due = false;
+        END IF;
     END IF;
     -- Nothing younger than the shortest retention can go: bound the index scan.
     SELECT clock_timestamp() - min(least(r.retain_done, r.retain_failed)) INTO v_cutoff FROM pgfence.retention r;
@@ -76,6 +81,10 @@ BEGIN
         DELETE FROM pgfence.rejection_overflow o USING del WHERE o.job_id = del.id
     )
     SELECT count(*) INTO v_count FROM del;
+    -- The history's partitions last: a DROP holds pgfence.finished_jobs ACCESS EXCLUSIVE
+    -- until this transaction ends (every completion waits for it), so nothing comes
+    -- after it but the commit.
+    PERFORM pgfence._maintain_history();
     RETURN v_count;
 END $$;
 
@@ -83,9 +92,10 @@ COMMENT ON FUNCTION pgfence.purge_finished(integer) IS
 $$Delete up to max_jobs (1..10000) failed and cancelled jobs whose retention has passed (pgfence.retention:
 per queue, default cancelled 1 day, failed 7 days), oldest first, with their attempts and rejections (and the
 count of rejections not stored); returns how many. Done jobs are in the history (pgfence.finished_jobs),
-partitioned by purge_at (finished_at + the queue's retain_done): the purge first runs the partition
-maintenance (_maintain_history: expired partitions dropped, new ones made ahead), then frees up to max_jobs
-idempotency keys of done jobs whose history is gone (pgfence.held_keys). The background sweeper runs it every
+partitioned by purge_at (finished_at + the queue's retain_done): the purge also runs the partition
+maintenance (_maintain_history, last: expired partitions dropped with their jobs' idempotency keys, new ones
+made ahead), after freeing up to max_jobs keys of done jobs past retention (pgfence.held_keys) and deleting the
+rejections of jobs whose history was dropped. The background sweeper runs it every
 10 s. A deleted job's idempotency key is free again.$$;
 
 -- Set the retention of finished jobs for one queue (NULL = the default for all
@@ -104,6 +114,13 @@ BEGIN
         'pass how long done and cancelled jobs are kept, e.g. ''1 day'' (at most ''100 years'')');
     PERFORM pgfence._check_interval('retain_failed', retain_failed, interval '0', interval '100 years', '0..100 years',
         'pass how long failed (dead-lettered) jobs are kept, e.g. ''7 days'' (at most ''100 years'')');
+    -- Done jobs are kept in history partitions made ahead up to the longest retain_done:
+    -- at most 900 partition widths (see set_history_partition_width).
+    IF retain_done / 900 > (SELECT s.partition_width FROM pgfence.history_settings s) THEN
+        PERFORM pgfence._raise_invalid('retain_done', retain_done::text,
+            format('more than 900 history partitions of %s', (SELECT s.partition_width FROM pgfence.history_settings s)),
+            'widen the history partitions first (pgfence.set_history_partition_width), or keep done jobs shorter');
+    END IF;
     INSERT INTO pgfence.retention AS r (queue, retain_done, retain_failed)
     VALUES (coalesce(queue, ''), retain_done, retain_failed)
     ON CONFLICT ON CONSTRAINT retention_pkey
@@ -112,7 +129,8 @@ END $$;
 
 COMMENT ON FUNCTION pgfence.set_retention(text, interval, interval) IS
 $$Operator: keep finished jobs of queue (NULL = the default) for retain_done (done, cancelled) and
-retain_failed (failed) before purge_finished deletes them; each 0..100 years. Errors: 22004, 22023.$$;
+retain_failed (failed) before purge_finished deletes them; each 0..100 years, and retain_done at most 900 history
+partition widths (set_history_partition_width; default width 1 hour: 37.5 days). Errors: 22004, 22023.$$;
 
 INSERT INTO pgfence.routine_grants (routine, roles) VALUES ('purge_finished', '{pgfence_operator}'),
                                                         ('set_retention', '{pgfence_operator}')

@@ -62,6 +62,8 @@ CREATE INDEX finished_jobs_finished_idx ON pgfence.finished_jobs USING brin (fin
 -- rows whose partition it creates are moved into that partition, rows whose purge_at
 -- has passed are deleted (a bounded per-row DELETE: the one place history pays one).
 CREATE TABLE pgfence.finished_jobs_default PARTITION OF pgfence.finished_jobs DEFAULT;
+-- (Its own index on purge_at: the moves and deletes of the maintenance find their rows.)
+CREATE INDEX finished_jobs_default_purge_idx ON pgfence.finished_jobs_default (purge_at);
 
 COMMENT ON TABLE pgfence.finished_jobs IS
 $$Done jobs, one row each, written by complete in the transaction that deletes the job from pgfence.jobs:
@@ -94,11 +96,14 @@ COMMENT ON TABLE pgfence.held_keys IS
 -- How wide a history partition is, and the partitions maintain_history made.
 CREATE TABLE pgfence.history_settings (
     one             boolean  PRIMARY KEY DEFAULT true CHECK (one),
-    partition_width interval NOT NULL DEFAULT '1 hour'
+    partition_width interval NOT NULL DEFAULT '1 hour',
+    -- set when the maintenance dropped history: the next purge deletes the rejections
+    -- of jobs gone from both tables, then clears it
+    cleanup_due     boolean  NOT NULL DEFAULT false
 );
 INSERT INTO pgfence.history_settings DEFAULT VALUES;
 COMMENT ON TABLE pgfence.history_settings IS
-  'One row: the width of the history partitions maintain_history creates (set_history_partition_width).';
+  'One row: the width of the history partitions maintain_history creates (set_history_partition_width), and whether rejections of dropped history wait to be deleted.';
 
 CREATE TABLE pgfence.history_partitions (
     lower_bound timestamptz PRIMARY KEY,
