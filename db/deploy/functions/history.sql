@@ -70,10 +70,14 @@ BEGIN
     -- that have not ended are dropped and made again below (checked empty with the
     -- parent locked, so that no completion lands in one meanwhile), as many as the
     -- creation below can make again in this call.
+    v_horizon := v_now + coalesce((SELECT max(r.retain_done) FROM pgfence.retention r), interval '0') + 2 * v_width;
     FOR p IN SELECT h.lower_bound, h.upper_bound FROM pgfence.history_partitions h
               WHERE h.upper_bound > v_now AND h.upper_bound - h.lower_bound <> v_width
               ORDER BY h.lower_bound LOOP
-        v_need := v_need + ceil(extract(epoch FROM p.upper_bound - p.lower_bound) / v_ws)::integer;
+        -- (what it takes to make its range again, from now to the horizon: past the
+        -- horizon nothing is needed, no purge_at reaching there)
+        v_need := v_need + greatest(0, ceil(extract(epoch FROM least(p.upper_bound, v_horizon)
+                                                        - greatest(p.lower_bound, v_now)) / v_ws))::integer;
         EXIT WHEN v_need > 40;
         v_name := pgfence._history_partition_name(p.lower_bound);
         BEGIN
@@ -128,7 +132,6 @@ BEGIN
         END;
     END LOOP;
 
-    v_horizon := v_now + coalesce((SELECT max(r.retain_done) FROM pgfence.retention r), interval '0') + 2 * v_width;
     v_lower := to_timestamp(floor(extract(epoch FROM v_now) / v_ws) * v_ws);
     WHILE v_lower < v_horizon AND created < 50
           AND (SELECT count(*) FROM pgfence.history_partitions) < 1000 LOOP
