@@ -227,7 +227,8 @@ def soak_rows(sk: Optional[dict[str, Any]], cfg: dict[str, Any]) -> list[str]:
         f" {sk['retention']}, {width}; claim+complete per {sk['window']:.0f} s window | median"
         f" {fmt_num(sk['median_rate'])} jobs/s, last {fmt_num(sk['last_rate'])}; pgfence.jobs (heap + indexes"
         f" + TOAST) {_mb(sk['hot_bytes_mark'])} MB at {sk['mark_t']:.0f} s, {_mb(sk['hot_bytes_end'])} MB at the"
-        f" end; {history} |",
+        f" end; {history}" + (f" (run again on its own at {sk['rerun']}, after a fix; the rest of this"
+                                f" table is from the run above)" if sk.get("rerun") else "") + " |",
         f"| soak target: the last window's rate >= 90% of the median | {_met(a)}: {fmt_num(a['value'])} jobs/s"
         f" (at least {fmt_num(a['limit'])}) |",
         f"| soak target: pgfence.jobs at the end <= 1.2 x its size at {sk['mark_t']:.0f} s | {_met(b)}:"
