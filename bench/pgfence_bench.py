@@ -252,6 +252,7 @@ def depth(dsn: str, queued: int, measured: int, shape: WorkerShape, timeout: flo
         batch_enqueue(dsn, queue, queued, 10000)
         fill_s = time.perf_counter() - t0
         poll = connect(dsn)
+        table = jobs_of(poll)
         out_runs: list[dict[str, Any]] = []
         try:
             for r in range(runs):
@@ -264,13 +265,13 @@ def depth(dsn: str, queued: int, measured: int, shape: WorkerShape, timeout: flo
                 began = scalar_in(poll, "SELECT clock_timestamp()")
 
                 def finished() -> int:
-                    return int(scalar_in(poll, f"SELECT count(*) FROM {jobs_of(poll)} WHERE queue = %s"
+                    return int(scalar_in(poll, f"SELECT count(*) FROM {table} WHERE queue = %s"
                                                " AND status = 'done' AND finished_at > %s", (queue, began)))
                 dr = measure_drain(lambda: start_workers(dsn, queue, shape, f"depth{queued}-{r}"), finished,
                                    measured, timeout)
                 row = poll.execute(
                     "SELECT count(*), extract(epoch FROM max(finished_at) - min(reserved_at))::float8"
-                    f"  FROM (SELECT reserved_at, finished_at FROM {jobs_of(poll)}"
+                    f"  FROM (SELECT reserved_at, finished_at FROM {table}"
                     "         WHERE queue = %s AND status = 'done' AND finished_at > %s"
                     "         ORDER BY finished_at LIMIT %s) s", (queue, began, measured)).fetchone()
                 n_db, secs_db = (int(row[0]), float(row[1] or 0.0)) if row else (0, 0.0)
@@ -414,11 +415,12 @@ def recovery(dsn: str, samples: int, shape: WorkerShape, stagger: float = 0.25) 
         if len(claimed) != samples:
             raise BenchError(f"recovery: only {len(claimed)}/{samples} victims claimed a job: {seen}")
         with connect(dsn) as conn:
+            table = jobs_of(conn)
             deadline = time.time() + 30
             rows: list[Any] = []
             while time.time() < deadline:
                 rows = conn.execute("SELECT id, extract(epoch FROM reserved_at)::float8, attempts, reclaim_count"
-                                    f" FROM {jobs_of(conn)} WHERE id = ANY(%s) AND status = 'done'",
+                                    f" FROM {table} WHERE id = ANY(%s) AND status = 'done'",
                                     (list(claimed),)).fetchall()
                 if len(rows) == samples:
                     break
