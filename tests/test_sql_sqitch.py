@@ -342,3 +342,92 @@ def test_sqitch_upgrades_a_database_deployed_at_v0_5_0_and_reverts_to_it(scratch
         assert attempts(c, "pgfence.attempts", keyed) == keyed_attempts
         assert [a[3] for a in attempts(c, "pgfence.attempts", held)] == ["done"]
         assert c.execute("SELECT pgfence.enqueue('k', queue => 'up', idempotency_key => 'K')").fetchone() == (keyed,)
+
+
+def test_sqitch_upgrades_a_database_deployed_at_v0_6_0_and_reverts_to_it(scratch_dsn: str) -> None:
+    """Keys ready for distribution, in place: `sqitch deploy` from @v0.6.0 gives the
+    attempts, rejections and overflow counts written before it their job's queue (those
+    of a done job from its history row), puts queue into every key that refers to a job,
+    and leaves live leases valid; `sqitch revert --to @v0.6.0` restores the keys without
+    queue and the reworked writers exactly, and the rows stay."""
+    target = sqitch_target(scratch_dsn)
+    _ok(sqitch("deploy", "--to", "@v0.6.0", target=target), "deploy --to @v0.6.0")
+    reworked = ["pgfence._recover(bigint[], uuid[], text, boolean)", "pgfence.cancel(bigint)",
+                "pgfence.fail_many(bigint[], uuid[], text[], interval[], boolean[])",
+                "pgfence._record_rejection(bigint, uuid, text, text)"]
+    keys = {"pgfence.jobs_pkey": ["id"], "pgfence.rejections_slot_idx": ["job_id", "slot"],
+            "pgfence.rejection_overflow_pkey": ["job_id"]}
+
+    def state(c: Conn) -> dict[str, Any]:
+        out: dict[str, Any] = {r: c.execute("SELECT proacl::text, proconfig, md5(prosrc) FROM pg_proc"
+                                            " WHERE oid = %s::regprocedure", (r,)).fetchone() for r in reworked}
+        for index in keys:
+            out[index] = key_columns(c, index)
+        return out
+
+    def key_columns(c: Conn, index: str) -> list[str]:
+        return [r[0] for r in c.execute(
+            "SELECT a.attname FROM pg_index i, unnest(i.indkey) WITH ORDINALITY k(attnum, n)"
+            " JOIN pg_attribute a ON a.attnum = k.attnum"
+            " WHERE i.indexrelid = %s::regclass AND a.attrelid = i.indrelid AND i.indisunique AND i.indisvalid"
+            " ORDER BY k.n", (index,)).fetchall()]
+
+    with connect(scratch_dsn) as c:
+        before = state(c)
+        assert before["pgfence.jobs_pkey"] == keys["pgfence.jobs_pkey"]
+        c.execute("SELECT pgfence.pause_sweeper()")
+        retried = c.execute("SELECT pgfence.enqueue('k', queue => 'q1')").fetchone()[0]  # type: ignore[index]
+        [(first,)] = c.execute("SELECT attempt_token FROM pgfence.claim('w1', ARRAY['q1'])").fetchall()
+        c.execute("SELECT pgfence.fail(%s, %s, 'boom', '0 seconds')", (retried, first))
+        c.execute("SELECT pgfence.complete_many(ARRAY[%s]::bigint[], ARRAY[%s]::uuid[])", (retried, first))
+        done = c.execute("SELECT pgfence.enqueue('k', queue => 'q2')").fetchone()[0]  # type: ignore[index]
+        [(t1,)] = c.execute("SELECT attempt_token FROM pgfence.claim('w1', ARRAY['q2'])").fetchall()
+        c.execute("SELECT pgfence.release(%s, %s)", (done, t1))
+        [(t2,)] = c.execute("SELECT attempt_token FROM pgfence.claim('w2', ARRAY['q2'])").fetchall()
+        c.execute("SELECT pgfence.complete(%s, %s)", (done, t2))
+        c.execute("SELECT pgfence.complete_many(ARRAY[%s]::bigint[], ARRAY[%s]::uuid[])", (done, t1))
+        c.execute("UPDATE pgfence.rejections SET slot = NULL WHERE job_id = %s", (done,))  # from before the cap
+        c.execute("INSERT INTO pgfence.rejection_overflow (job_id, not_stored, last_rejected_at)"
+                  " VALUES (%s, 3, now())", (done,))
+        c.execute("INSERT INTO pgfence.attempts (job_id, attempt, attempt_token, worker, claimed_at, ended_at, outcome)"
+                  " VALUES (-1, 1, gen_random_uuid(), 'w', now(), now(), 'released')")  # its job long purged
+        [(live, token)] = c.execute("SELECT id, attempt_token FROM pgfence.claim('w3', ARRAY['q1'], '1 hour')"
+                                    ).fetchall()
+        assert live == retried
+        rows = {t: c.execute(f"SELECT count(*) FROM pgfence.{t}").fetchone()[0]  # type: ignore[index]
+                for t in ("attempts", "rejections", "rejection_overflow")}
+        # (the released attempt of the done job went into its history row)
+        assert rows == {"attempts": 2, "rejections": 2, "rejection_overflow": 1}
+
+    out = _ok(sqitch("deploy", target=target), "deploy (upgrade)")
+    assert "+ tables/job_queue_keys" in out and "+ data/job_queue_keys" in out, out
+    _ok(sqitch("verify", target=target), "verify (upgraded)")
+    with connect(scratch_dsn) as c:
+        assert key_columns(c, "pgfence.jobs_pkey") == ["id", "queue"]
+        assert key_columns(c, "pgfence.rejections_slot_idx") == ["job_id", "queue", "slot"]
+        assert key_columns(c, "pgfence.rejection_overflow_pkey") == ["job_id", "queue"]
+        assert c.execute("SELECT job_id, queue, outcome FROM pgfence.attempts ORDER BY job_id, attempt").fetchall() \
+            == [(retried, "q1", "failed")]  # the orphan went
+        assert c.execute("SELECT job_id, queue FROM pgfence.rejections ORDER BY job_id").fetchall() \
+            == [(retried, "q1"), (done, "q2")]
+        assert c.execute("SELECT job_id, queue FROM pgfence.rejection_overflow").fetchall() == [(done, "q2")]
+        # a lease from before the upgrade completes; a refusal now is stored with its queue
+        c.execute("SELECT pgfence.complete(%s, %s)", (live, token))
+        c.execute("SELECT pgfence.complete_many(ARRAY[%s]::bigint[], ARRAY[%s]::uuid[])", (live, first))
+        assert c.execute("SELECT queue, slot FROM pgfence.rejections WHERE job_id = %s ORDER BY slot",
+                         (live,)).fetchall() == [("q1", 1), ("q1", 2)]
+        assert c.execute("SELECT outcome FROM pgfence.attempts_of(%s)", (live,)).fetchall() == [("failed",), ("done",)]
+
+    _ok(sqitch("revert", "-y", "--to", "@v0.6.0", target=target), "revert --to @v0.6.0")
+    _ok(sqitch("verify", target=target), "verify (reverted)")
+    with connect(scratch_dsn) as c:
+        assert state(c) == before
+        assert c.execute("SELECT count(*) FROM pg_attribute WHERE attname = 'queue' AND attrelid IN"
+                         " ('pgfence.attempts'::regclass, 'pgfence.rejections'::regclass,"
+                         " 'pgfence.rejection_overflow'::regclass)").fetchone() == (0,)
+        assert c.execute("SELECT count(*) FROM pgfence.rejections").fetchone() == (3,)  # the live job is done
+        fresh = c.execute("SELECT pgfence.enqueue('k', queue => 'q3')").fetchone()[0]  # type: ignore[index]
+        [(t,)] = c.execute("SELECT attempt_token FROM pgfence.claim('w', ARRAY['q3'])").fetchall()
+        c.execute("SELECT pgfence.fail(%s, %s, 'again', '0 seconds')", (fresh, t))
+        c.execute("SELECT pgfence.complete_many(ARRAY[%s]::bigint[], ARRAY[%s]::uuid[])", (fresh, t))
+        assert c.execute("SELECT count(*) FROM pgfence.rejections WHERE job_id = %s", (fresh,)).fetchone() == (1,)

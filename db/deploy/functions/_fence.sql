@@ -1,5 +1,6 @@
--- Deploy pgfence:functions/_fence to pg (reworked after @v0.5.0)
--- requires: functions/_fence@v0.5.0
+-- Deploy pgfence:functions/_fence to pg (reworked after @v0.6.0)
+-- requires: functions/_fence@v0.6.0
+-- requires: tables/job_queue_keys
 -- requires: tables/history
 -- requires: tables/rejections_cap
 --
@@ -11,6 +12,9 @@
 -- repeat of a complete whose reply was lost, and the PF001 detail "completed by another
 -- attempt", work as before), and a refusal of a call on a done job is recorded while
 -- its history exists (the sweeper deletes it with the job's partition).
+-- Changed after @v0.6.0: a stored refusal and the overflow count carry the job's queue
+-- (tables/job_queue_keys); the slot insert names no conflict target (the slot key gains
+-- queue in data/job_queue_keys).
 
 BEGIN;
 
@@ -104,13 +108,17 @@ LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
     v_slot integer;
+    v_queue text;
 BEGIN
-    PERFORM FROM pgfence.jobs x WHERE x.id = _record_rejection.job_id FOR KEY SHARE OF x;
+    SELECT x.queue INTO v_queue FROM pgfence.jobs x WHERE x.id = _record_rejection.job_id FOR KEY SHARE OF x;
     -- A done job is in the history, which nothing changes; the partition drop that
     -- removes it waits for this transaction (it locks pgfence.finished_jobs, which this
     -- read holds), and the sweeper then deletes the rejections of jobs gone from both.
-    IF NOT FOUND AND NOT EXISTS (SELECT FROM pgfence.finished_jobs h WHERE h.id = _record_rejection.job_id) THEN
-        RETURN;  -- purged meanwhile
+    IF NOT FOUND THEN
+        SELECT h.queue INTO v_queue FROM pgfence.finished_jobs h WHERE h.id = _record_rejection.job_id LIMIT 1;
+        IF NOT FOUND THEN
+            RETURN;  -- purged meanwhile
+        END IF;
     END IF;
     -- Losing the race for a slot means another refusal took it and committed (an
     -- insert that conflicts with an uncommitted one waits for it): look again. Bounded,
@@ -122,16 +130,18 @@ BEGIN
                             WHERE r.job_id = _record_rejection.job_id AND r.slot = s.n)
          ORDER BY s.n LIMIT 1;
         EXIT WHEN v_slot IS NULL;
-        INSERT INTO pgfence.rejections (job_id, attempt_token, operation, caller, detail, slot)
-        VALUES (_record_rejection.job_id, _record_rejection.attempt_token, _record_rejection.operation,
+        -- (No conflict target: the slot's unique key is (job_id, slot) before
+        -- data/job_queue_keys and (job_id, queue, slot) after it; it is the only one.)
+        INSERT INTO pgfence.rejections (job_id, queue, attempt_token, operation, caller, detail, slot)
+        VALUES (_record_rejection.job_id, v_queue, _record_rejection.attempt_token, _record_rejection.operation,
                 pgfence._invoker(), _record_rejection.detail, v_slot)
-        ON CONFLICT (job_id, slot) DO NOTHING;
+        ON CONFLICT DO NOTHING;
         IF FOUND THEN
             RETURN;
         END IF;
     END LOOP;
-    INSERT INTO pgfence.rejection_overflow AS o (job_id, not_stored, last_rejected_at)
-    VALUES (_record_rejection.job_id, 1, clock_timestamp())
+    INSERT INTO pgfence.rejection_overflow AS o (job_id, queue, not_stored, last_rejected_at)
+    VALUES (_record_rejection.job_id, v_queue, 1, clock_timestamp())
     ON CONFLICT ON CONSTRAINT rejection_overflow_pkey
         DO UPDATE SET not_stored = o.not_stored + 1, last_rejected_at = excluded.last_rejected_at;
 END $$;

@@ -1,10 +1,13 @@
--- Deploy pgfence:functions/_rules to pg (reworked after @v0.3.0)
--- requires: functions/_rules@v0.3.0
+-- Deploy pgfence:functions/_rules to pg (reworked after @v0.6.0)
+-- requires: functions/_rules@v0.6.0
+-- requires: tables/job_queue_keys
 --
 -- Changed after @v0.3.0: _reclaim locks expired leases FOR NO KEY UPDATE SKIP LOCKED,
 -- not FOR UPDATE. A refusal being recorded (functions/_fence) holds its job FOR KEY
 -- SHARE until its transaction ends, and FOR UPDATE SKIP LOCKED passed over such a
 -- job: a worker that left that transaction open kept the lease from being reclaimed.
+-- Changed after @v0.6.0: the attempts a reclaim or release ends carry the job's queue
+-- (tables/job_queue_keys).
 
 BEGIN;
 
@@ -69,7 +72,7 @@ DECLARE
 BEGIN
     RETURN QUERY
     WITH target AS (
-        SELECT j.id, j.attempt_token, j.attempts, j.reserved_by, j.reserved_at, j.heartbeat_at,
+        SELECT j.id, j.queue, j.attempt_token, j.attempts, j.reserved_by, j.reserved_at, j.heartbeat_at,
                j.lease_expires_at, t.ord::integer AS ord,
                pgfence._recovery_status(j.recovery_policy, j.attempts, j.max_attempts) AS new_status,
                'processing'::text AS held
@@ -97,12 +100,12 @@ BEGIN
         -- (j.status = <column> rather than = 'processing': the literal would let the
         -- planner drive the join from the partial index jobs_reclaim_idx, whose row
         -- estimate is tiny, and rescan the input for every processing row.)
-        RETURNING j.id, j.status, j.reclaim_count, t.ord, t.attempts, t.attempt_token, t.reserved_by,
+        RETURNING j.id, j.status, j.reclaim_count, t.ord, t.queue, t.attempts, t.attempt_token, t.reserved_by,
                   t.reserved_at, t.heartbeat_at, t.lease_expires_at
     ), hist AS (
-        INSERT INTO pgfence.attempts (job_id, attempt, attempt_token, worker, claimed_at, heartbeat_at,
+        INSERT INTO pgfence.attempts (job_id, queue, attempt, attempt_token, worker, claimed_at, heartbeat_at,
                                       lease_expires_at, ended_at, outcome, error)
-        SELECT u.id, u.attempts, u.attempt_token, u.reserved_by, u.reserved_at, u.heartbeat_at,
+        SELECT u.id, u.queue, u.attempts, u.attempt_token, u.reserved_by, u.reserved_at, u.heartbeat_at,
                u.lease_expires_at, v_now, CASE WHEN reclaimed THEN 'reclaimed' ELSE 'released' END, reason
           FROM upd u
     )

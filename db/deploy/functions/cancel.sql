@@ -1,11 +1,14 @@
--- Deploy pgfence:functions/cancel to pg (reworked after @v0.5.0)
--- requires: functions/cancel@v0.5.0
+-- Deploy pgfence:functions/cancel to pg (reworked after @v0.6.0)
+-- requires: functions/cancel@v0.6.0
+-- requires: tables/job_queue_keys
 -- requires: tables/history
 --
 -- cancel, whole, with its privilege-rule row. The job is locked FOR NO KEY UPDATE, not
 -- FOR UPDATE (a refusal being recorded holds its job FOR KEY SHARE). Changed after
 -- @v0.5.0: a done job is in the history, not pgfence.jobs; cancel of it is PF003 (it is
 -- done) as before, not PF002.
+-- Changed after @v0.6.0: the attempt a cancel ends carries the job's queue
+-- (tables/job_queue_keys).
 
 BEGIN;
 
@@ -29,9 +32,9 @@ BEGIN
         PERFORM pgfence._raise_transition(job_id, 'cancel', v_status, 'queued, processing or manual_review');
     END IF;
     -- A running attempt ends here: record it.
-    INSERT INTO pgfence.attempts (job_id, attempt, attempt_token, worker, claimed_at, heartbeat_at,
+    INSERT INTO pgfence.attempts (job_id, queue, attempt, attempt_token, worker, claimed_at, heartbeat_at,
                                   lease_expires_at, ended_at, outcome)
-    SELECT j.id, j.attempts, j.attempt_token, j.reserved_by, j.reserved_at, j.heartbeat_at,
+    SELECT j.id, j.queue, j.attempts, j.attempt_token, j.reserved_by, j.reserved_at, j.heartbeat_at,
            j.lease_expires_at, v_now, 'cancelled'
       FROM pgfence.jobs j WHERE j.id = job_id AND j.status = 'processing';
     UPDATE pgfence.jobs

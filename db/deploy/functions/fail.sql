@@ -1,11 +1,14 @@
--- Deploy pgfence:functions/fail to pg (reworked after @v0.4.0)
--- requires: functions/fail@v0.4.0
+-- Deploy pgfence:functions/fail to pg (reworked after @v0.6.0)
+-- requires: functions/fail@v0.6.0
+-- requires: tables/job_queue_keys
 -- requires: functions/_fence
 -- requires: functions/_checks
 --
 -- fail, fail_many and their checks, whole (CREATE OR REPLACE: re-runnable), with
 -- their privilege-rule rows. Changed after @v0.4.0: fail_many's checks of its
 -- per-job inputs are a function of their own (_check_fail_inputs); behaviour unchanged.
+-- Changed after @v0.6.0: the attempts a fail ends carry the job's queue
+-- (tables/job_queue_keys).
 
 BEGIN;
 
@@ -90,7 +93,7 @@ BEGIN
     -- The accepted inputs come back by ordinal: a fail that requeued clears the
     -- token, so acceptance cannot be read back from the row afterwards.
     WITH target AS (
-        SELECT j.id, j.attempt_token, j.attempts, j.reserved_by, j.reserved_at, j.heartbeat_at,
+        SELECT j.id, j.queue, j.attempt_token, j.attempts, j.reserved_by, j.reserved_at, j.heartbeat_at,
                j.lease_expires_at, i.error, i.ord::integer AS ord,
                pgfence._fail_status(i.permanent, j.attempts, j.max_attempts) AS new_status,
                coalesce(i.retry_in, pgfence._backoff(j.attempts)) AS delay, 'processing'::text AS held
@@ -119,9 +122,9 @@ BEGIN
 
         RETURNING t.*
     ), hist AS (
-        INSERT INTO pgfence.attempts (job_id, attempt, attempt_token, worker, claimed_at, heartbeat_at,
+        INSERT INTO pgfence.attempts (job_id, queue, attempt, attempt_token, worker, claimed_at, heartbeat_at,
                                       lease_expires_at, ended_at, outcome, error)
-        SELECT u.id, u.attempts, u.attempt_token, u.reserved_by, u.reserved_at, u.heartbeat_at,
+        SELECT u.id, u.queue, u.attempts, u.attempt_token, u.reserved_by, u.reserved_at, u.heartbeat_at,
                u.lease_expires_at, v_now, 'failed', u.error
           FROM upd u
     )

@@ -1,6 +1,6 @@
--- Revert pgfence:functions/_fence from pg (back to @v0.5.0)
+-- Revert pgfence:functions/_fence from pg (back to @v0.6.0)
 --
--- Runs the @v0.5.0 script again (re-runnable: CREATE OR REPLACE, its rule rows):
--- the definitions that read and write only pgfence.jobs and pgfence.attempts.
+-- Runs the @v0.6.0 script again (re-runnable: CREATE OR REPLACE, its rule rows): the
+-- definitions that write no queue into attempts and rejections.
 
-\ir ../../deploy/functions/_fence@v0.5.0.sql
+\ir ../../deploy/functions/_fence@v0.6.0.sql

@@ -14,4 +14,8 @@ SELECT 1 / (pgfence._backoff(1) = interval '1 second'
 SELECT 1 / (prosrc LIKE '%FOR NO KEY UPDATE%' AND prosrc NOT LIKE '%FOR UPDATE%')::int
   FROM pg_proc WHERE oid = 'pgfence._reclaim(integer)'::regprocedure;
 
+-- (the rework after @v0.6.0: what it records carries the job's queue)
+SELECT 1 / (prosrc LIKE '%INSERT INTO pgfence.attempts (job_id, queue,%')::int
+  FROM pg_proc WHERE oid = 'pgfence._recover(bigint[], uuid[], text, boolean)'::regprocedure;
+
 ROLLBACK;

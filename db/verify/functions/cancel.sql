@@ -8,4 +8,8 @@ SELECT 'pgfence.cancel(bigint)'::regprocedure;
 SELECT 1 / (prosrc LIKE '%FOR NO KEY UPDATE%' AND prosrc NOT LIKE '%FOR UPDATE%')::int
   FROM pg_proc WHERE oid = 'pgfence.cancel(bigint)'::regprocedure;
 
+-- (the rework after @v0.6.0: what it records carries the job's queue)
+SELECT 1 / (prosrc LIKE '%INSERT INTO pgfence.attempts (job_id, queue,%')::int
+  FROM pg_proc WHERE oid = 'pgfence.cancel(bigint)'::regprocedure;
+
 ROLLBACK;

@@ -1,0 +1,12 @@
+-- Verify pgfence:functions/fail on pg
+
+BEGIN;
+
+SELECT 'pgfence.fail(bigint, uuid, text, interval, boolean)'::regprocedure,
+       'pgfence.fail_many(bigint[], uuid[], text[], interval[], boolean[])'::regprocedure,
+       'pgfence._check_error(text, text)'::regprocedure,
+       'pgfence._check_retry_in(text, interval)'::regprocedure,
+       'pgfence._fail_status(boolean, integer, integer)'::regprocedure,
+       'pgfence._check_fail_inputs(integer, text[], interval[], boolean[])'::regprocedure;
+
+ROLLBACK;
