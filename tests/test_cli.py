@@ -25,7 +25,7 @@ from support.workers import wait_for
 from pgfence import Client, JobRecord
 from pgfence.cli import format_age, format_table, main
 
-COMMANDS = ["worker", "enqueue", "stats", "show", "requeue", "cancel", "reclaim"]
+COMMANDS = ["worker", "enqueue", "stats", "show", "requeue", "cancel", "reclaim", "queue"]
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> str:

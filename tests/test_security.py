@@ -543,6 +543,11 @@ CALLS: dict[str, str] = {
     "select_rejections": "SELECT count(*) FROM pgfence.rejections",
     "select_sweeper_status": "SELECT * FROM pgfence.sweeper_status",
     "select_retention": "SELECT count(*) FROM pgfence.retention",
+    "pause_queue": "SELECT pgfence.pause_queue(%(q)s)",
+    "resume_queue": "SELECT pgfence.resume_queue(%(q)s)",
+    "set_queue_limit": "SELECT pgfence.set_queue_limit(%(q)s, 2)",
+    "queue_limits": "SELECT count(*) FROM pgfence.queue_limits()",
+    "select_queue_controls": "SELECT count(*) FROM pgfence.queue_controls",
     # private helpers: nobody but the owner
     "_reclaim": "SELECT * FROM pgfence._reclaim(1)",
     "_recover": "SELECT * FROM pgfence._recover(ARRAY[%(id)s]::bigint[], ARRAY[%(tok)s]::uuid[], 'x', true)",
@@ -556,6 +561,7 @@ CALLS: dict[str, str] = {
     "_may_read_job": "SELECT pgfence._may_read_job(%(id)s)",
     "_claim_refuse": "SELECT pgfence._claim_refuse('w', NULL, '1 minute', 1)",
     "_claim_from_list": "SELECT pgfence._claim_from_list(ARRAY['a', 'b'], 1, clock_timestamp())",
+    "_claim_controlled": "SELECT pgfence._claim_controlled(ARRAY['a', 'b'], 1, clock_timestamp())",
     "_check_enqueue_many_inputs": "SELECT pgfence._check_enqueue_many_inputs(ARRAY['k'], NULL, 'q', NULL, NULL, 3,"
                                   " 'auto', NULL)",
     "_check_fail_inputs": "SELECT pgfence._check_fail_inputs(1, ARRAY['e'], NULL, NULL)",
@@ -584,6 +590,7 @@ CALLS: dict[str, str] = {
     "delete_held_keys": "DELETE FROM pgfence.held_keys WHERE job_id = %(id)s",
     "update_history_settings": "UPDATE pgfence.history_settings SET partition_width = '1 hour' WHERE false",
     "update_retention": "UPDATE pgfence.retention SET retain_done = '0' WHERE queue = %(q)s",
+    "insert_queue_controls": "INSERT INTO pgfence.queue_controls (queue, max_running) VALUES (%(q)s, 1)",
     "update_sweeper_status": "UPDATE pgfence.sweeper_status SET last_pass_at = now() WHERE false",
     "nextval": "SELECT nextval('pgfence.jobs_id_seq')",
     "setval": "SELECT setval('pgfence.jobs_id_seq', 1, false)",
@@ -604,7 +611,8 @@ GRANTED: dict[str, set[str]] = {
                "pause_sweeper", "resume_sweeper", "select_jobs", "select_attempts", "select_rejections",
                "select_rejection_overflow", "select_sweeper_status", "select_retention",
                "maintain_history", "set_history_partition_width", "select_finished_jobs", "select_all_jobs",
-               "select_all_attempts", "select_held_keys", "select_history_partitions", "select_history_settings"},
+               "select_all_attempts", "select_held_keys", "select_history_partitions", "select_history_settings",
+               "pause_queue", "resume_queue", "set_queue_limit", "queue_limits", "select_queue_controls"},
     "t_nobody": set(),
 }
 # (t_oper, run_sweeper) is granted but cannot work: see test_operator_can_run_the_background_sweeper.

@@ -345,7 +345,7 @@ def test_sqitch_upgrades_a_database_deployed_at_v0_5_0_and_reverts_to_it(scratch
 
 
 def test_sqitch_upgrades_a_database_deployed_at_v0_6_0_and_reverts_to_it(scratch_dsn: str) -> None:
-    """Keys ready for distribution, in place: `sqitch deploy` from @v0.6.0 gives the
+    """Keys ready for distribution, and queue controls, in place: `sqitch deploy` from @v0.6.0 gives the
     attempts, rejections and overflow counts written before it their job's queue (those
     of a done job from its history row), puts queue into every key that refers to a job,
     and leaves live leases valid; `sqitch revert --to @v0.6.0` restores the keys without
@@ -354,7 +354,8 @@ def test_sqitch_upgrades_a_database_deployed_at_v0_6_0_and_reverts_to_it(scratch
     _ok(sqitch("deploy", "--to", "@v0.6.0", target=target), "deploy --to @v0.6.0")
     reworked = ["pgfence._recover(bigint[], uuid[], text, boolean)", "pgfence.cancel(bigint)",
                 "pgfence.fail_many(bigint[], uuid[], text[], interval[], boolean[])",
-                "pgfence._record_rejection(bigint, uuid, text, text)"]
+                "pgfence._record_rejection(bigint, uuid, text, text)",
+                "pgfence.claim(text, text[], interval, integer, uuid)"]
     keys = {"pgfence.jobs_pkey": ["id"], "pgfence.rejections_slot_idx": ["job_id", "slot"],
             "pgfence.rejection_overflow_pkey": ["job_id"]}
 
@@ -422,6 +423,8 @@ def test_sqitch_upgrades_a_database_deployed_at_v0_6_0_and_reverts_to_it(scratch
     _ok(sqitch("verify", target=target), "verify (reverted)")
     with connect(scratch_dsn) as c:
         assert state(c) == before
+        assert c.execute("SELECT to_regclass('pgfence.queue_controls'),"
+                         " to_regprocedure('pgfence.pause_queue(text)')").fetchone() == (None, None)
         assert c.execute("SELECT count(*) FROM pg_attribute WHERE attname = 'queue' AND attrelid IN"
                          " ('pgfence.attempts'::regclass, 'pgfence.rejections'::regclass,"
                          " 'pgfence.rejection_overflow'::regclass)").fetchone() == (0,)

@@ -117,6 +117,9 @@ def _timestamp(text: str) -> datetime:
 
 # -- the parser -------------------------------------------------------------
 
+_NOT_GIVEN: Any = object()  # (an optional positional left out)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``pgfence`` argument parser (one subcommand per operation)."""
     # Global options are accepted before and after the command; SUPPRESS keeps a
@@ -202,6 +205,17 @@ def build_parser() -> argparse.ArgumentParser:
                 "the job loses its lease and its result is never recorded.")
     c.add_argument("job_id", metavar="ID", type=_positive_int, help="the job id")
     c.set_defaults(func=cmd_cancel)
+
+    q = command("queue", "pause, resume or cap a queue, or list the paused and capped ones",
+                "Flow control per queue (operators): 'pause' makes claims take nothing from QUEUE (jobs "
+                "already claimed finish; enqueue still works), 'resume' undoes it, 'limit' caps how many "
+                "of its jobs are processing at once across every worker ('none' removes the cap), "
+                "'list' prints the paused and capped queues with their running jobs.")
+    q.add_argument("action", choices=("pause", "resume", "limit", "list"), help="what to do")
+    q.add_argument("queue", metavar="QUEUE", nargs="?", help="the queue (not for 'list')")
+    q.add_argument("max_running", metavar="MAX_RUNNING", nargs="?", type=_limit, default=_NOT_GIVEN,
+                   help="for 'limit': a positive number, or 'none' to remove the cap")
+    q.set_defaults(func=cmd_queue)
 
     r = command("reclaim", "reclaim every expired lease now",
                 "CALL pgfence.sweep(): reclaim every expired lease now (what the background sweeper "
@@ -502,6 +516,48 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     def body(client: Client, conn: psycopg.Connection[Any]) -> int:
         client.cancel(args.job_id)
         print(f"job {args.job_id} cancelled")
+        return 0
+    return _with_client(args, body)
+
+
+def _limit(text: str) -> Optional[int]:
+    """MAX_RUNNING of ``pgfence queue limit``: a positive integer or 'none'."""
+    if text.strip().lower() == "none":
+        return None
+    return _positive_int(text)
+
+
+def cmd_queue(args: argparse.Namespace) -> int:
+    if args.action == "list":
+        if args.queue is not None:
+            raise CliError("'queue list' takes no QUEUE", hint="run 'pgfence queue list'", code=2)
+    elif args.queue is None:
+        raise CliError(f"'queue {args.action}' needs a QUEUE", hint=f"run 'pgfence queue {args.action} NAME'", code=2)
+    if args.action == "limit" and args.max_running is _NOT_GIVEN:
+        raise CliError("'queue limit' needs MAX_RUNNING",
+                       hint="pass a positive number, or 'none' to remove the cap", code=2)
+    if args.action != "limit" and args.max_running is not _NOT_GIVEN:
+        raise CliError(f"'queue {args.action}' takes no MAX_RUNNING", hint="only 'queue limit' does", code=2)
+
+    def body(client: Client, conn: psycopg.Connection[Any]) -> int:
+        name = printable(args.queue or "")
+        if args.action == "pause":
+            print(f"queue {name} paused" if client.pause_queue(args.queue) else f"queue {name} was paused already")
+        elif args.action == "resume":
+            print(f"queue {name} resumed" if client.resume_queue(args.queue) else f"queue {name} was not paused")
+        elif args.action == "limit":
+            client.set_queue_limit(args.queue, args.max_running)
+            print(f"queue {name}: no cap" if args.max_running is None
+                  else f"queue {name}: at most {args.max_running} running")
+        else:
+            rows = client.queue_limits()
+            if not rows:
+                print("no queue is paused or capped")
+            for r in rows:
+                paused = (f"paused since {r.paused_at.isoformat(sep=' ', timespec='seconds')} by {printable(r.paused_by or '')}"
+                          if r.paused_at else "running")
+                cap = f"{r.running}/{r.max_running} running" if r.max_running is not None else f"{r.running} running, no cap"
+                print(f"{printable(r.queue)}: {paused}; {cap}")
         return 0
     return _with_client(args, body)
 

@@ -22,7 +22,8 @@ from psycopg_pool import ConnectionPool
 from ._text import escaped_logger
 from .errors import JobNotFound, LeaseLost, PgfenceError, SchemaMismatch, translate
 from .limits import Limits
-from .models import Attempt, Enqueued, Job, JobRecord, Outcome, QueueStats, Reclaimed, Rejection, SweeperHealth
+from .models import (Attempt, Enqueued, Job, JobRecord, Outcome, QueueLimit, QueueStats, Reclaimed, Rejection,
+                     SweeperHealth)
 
 log = escaped_logger("pgfence.client")
 
@@ -403,6 +404,27 @@ class Client:
     def resume_sweeper(self) -> bool:
         """``pgfence.resume_sweeper()``: let the background sweeper run again; true when it was paused."""
         return bool(self._scalar("SELECT pgfence.resume_sweeper()"))
+
+    def pause_queue(self, queue: str) -> bool:
+        """``pgfence.pause_queue``: claims take nothing from ``queue`` until :meth:`resume_queue`
+        (operators); jobs already claimed finish, enqueue still works. True when it paused it."""
+        return bool(self._scalar("SELECT pgfence.pause_queue(queue => %s)", (queue,)))
+
+    def resume_queue(self, queue: str) -> bool:
+        """``pgfence.resume_queue``: claims take from ``queue`` again; true when it was paused."""
+        return bool(self._scalar("SELECT pgfence.resume_queue(queue => %s)", (queue,)))
+
+    def set_queue_limit(self, queue: str, max_running: Optional[int]) -> None:
+        """``pgfence.set_queue_limit``: at most ``max_running`` (1..1,000,000) jobs of ``queue``
+        processing at once across every worker (operators); ``None`` removes the cap."""
+        self._scalar("SELECT pgfence.set_queue_limit(queue => %s, max_running => %s::integer)",
+                     (queue, max_running))
+
+    def queue_limits(self) -> list[QueueLimit]:
+        """``pgfence.queue_limits()``: the paused and capped queues, with their running jobs."""
+        return self._rows(QueueLimit,
+            "SELECT queue, paused_at, paused_by, max_running, running, limited_at, limited_by"
+            " FROM pgfence.queue_limits()", positional=True)
 
     def wakeup_tags(self, queues: Sequence[str]) -> dict[str, str]:
         """``pgfence.wakeup_tags``: {queue: the NOTIFY pgfence_enqueue payload an enqueue

@@ -104,6 +104,20 @@ class QueueStats:
 
 
 @dataclass(frozen=True)
+class QueueLimit:
+    """One row of ``pgfence.queue_limits()``: a paused or capped queue, and how many of its
+    jobs are processing now."""
+
+    queue: str
+    paused_at: Optional[datetime]
+    paused_by: Optional[str]
+    max_running: Optional[int]
+    running: int
+    limited_at: Optional[datetime]
+    limited_by: Optional[str]
+
+
+@dataclass(frozen=True)
 class SweeperHealth:
     """``pgfence.sweeper_health()``: whether the background sweeper runs.
 

@@ -1,15 +1,19 @@
--- Deploy pgfence:functions/claim to pg (reworked after @v0.4.0)
--- requires: functions/claim@v0.4.0
+-- Deploy pgfence:functions/claim to pg (reworked after @v0.6.0)
+-- requires: functions/claim@v0.6.0
 -- requires: tables/jobs_claim_order
 -- requires: tables/secret_key
 -- requires: functions/_checks
 -- requires: functions/_rules
+-- requires: functions/queue_controls
 --
 -- claim, claim_results (claimed, its old name, kept as an alias) and their helpers,
 -- whole. Changed after @v0.4.0: claim's checks that name a bad argument and its
 -- search over a list of queues are functions of their own (_claim_refuse,
 -- _claim_from_list); claimed() is named claim_results() (a name that does not read
--- like a yes/no question); claimed() stays, deprecated, calling it.
+-- like a yes/no question); claimed() stays, deprecated, calling it. Changed after
+-- @v0.6.0: while any queue is paused or capped (pgfence.queue_controls has a row),
+-- claim picks through _claim_controlled (functions/queue_controls); otherwise as
+-- before, after one look at that table.
 
 BEGIN;
 
@@ -95,7 +99,8 @@ END $$;
 COMMENT ON FUNCTION pgfence._claim_refuse(text, text[], interval, integer) IS
   'Private: raise the error naming claim''s first bad argument (worker_id, queues, lease, max_jobs, isolation).';
 
--- claim over a list of queues (more than one distinct name): the ids of the jobs it
+-- claim over a list of queues (claim: more than one distinct name; _claim_controlled:
+-- one or more): the ids of the jobs it
 -- locked (FOR NO KEY UPDATE SKIP LOCKED), at most max_jobs, NULL for none, runnable
 -- as_of claim's time; how they are found is told at claim below. Runs inside claim,
 -- with claim's settings (generic plans, no JIT, no sequential scan).
@@ -309,8 +314,16 @@ BEGIN
         v_queue := queues[1];  -- (one name, maybe repeated)
     END IF;
 
-    -- 1. Pick and lock, in claim order, SKIP LOCKED: only the rows returned.
-    IF queues IS NULL THEN
+    -- 1. Pick and lock, in claim order, SKIP LOCKED: only the rows returned. While a
+    --    queue is paused or capped, _claim_controlled picks (it keeps to the rules).
+    IF EXISTS (SELECT FROM pgfence.queue_controls) THEN
+        v_ids := pgfence._claim_controlled(queues, max_jobs, v_now);
+        -- (it may have waited for another claim of a capped queue: the claim time and
+        -- the lease start once the jobs are ours, so an attempt's recorded claim never
+        -- precedes the end of the one whose slot it took)
+        v_now := clock_timestamp();
+        v_prefix := pgfence._request_prefix(request_id, v_now);
+    ELSIF queues IS NULL THEN
         -- Every queue: the claim order over all queues.
         SELECT array_agg(c.id ORDER BY c.priority DESC, c.available_at, c.id) INTO v_ids
           FROM (SELECT j.id, j.priority, j.available_at
@@ -366,7 +379,9 @@ COMMENT ON FUNCTION pgfence.claim(text, text[], interval, integer, uuid) IS
 $$Claim 0..max_jobs (1..1000) runnable jobs for worker_id from queues (NULL = all; else 1..10000 names),
 priority DESC, available_at, id order, each with a fresh attempt_token and a lease (1 ms..1 day) from
 clock_timestamp(). Reclaims a batch of expired leases first (same rule as the sweep). Never hands one job to
-two callers, and locks only the jobs it returns. request_id (optional, fresh per call):
+two callers, and locks only the jobs it returns. Takes nothing from a paused queue (pause_queue) and never more
+than a capped queue's free slots (set_queue_limit; a capped queue's jobs come after the others' in a claim over
+several queues). request_id (optional, fresh per call):
 pgfence.claim_results(worker_id, ARRAY[request_id]) finds what this call took if its reply is lost. Needs READ
 COMMITTED (PF004 otherwise). Errors: 22004, 22023.$$;
 

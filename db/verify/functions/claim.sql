@@ -28,4 +28,8 @@ SELECT 1 / has_function_privilege('pgfence_worker', 'pgfence.claim_results(text,
 SELECT 1 / (prosrc LIKE '%pgfence.secret_key%')::int
   FROM pg_proc WHERE oid = 'pgfence._lock_request(uuid)'::regprocedure;
 
+-- (the rework after @v0.6.0: queue controls)
+SELECT 1 / (prosrc LIKE '%pgfence._claim_controlled(%')::int
+  FROM pg_proc WHERE oid = 'pgfence.claim(text, text[], interval, integer, uuid)'::regprocedure;
+
 ROLLBACK;
