@@ -874,9 +874,79 @@ def claims_concurrent(dsn: str, connections: int = 64, jobs: int = 200_000, max_
             "p95_ms": percentile(times, 95) * 1000 if times else None, "errors": errors}
 
 
+def capped_queue(dsn: str, cap: int = 8, hold_s: float = 0.02, connections: int = 16, max_jobs: int = 4,
+                 seconds: float = 10.0) -> dict[str, Any]:
+    """A queue capped at `cap` running jobs (set_queue_limit), drained by `connections`
+    threads each looping over claim(max_jobs), a hold of `hold_s` per batch (the handler)
+    and complete_many, for `seconds`, while a sampler counts the queue's processing jobs:
+    the rate (at the cap it is about cap / hold_s), the most seen running (never above
+    the cap), and how many claims came back empty."""
+    queue = new_queue("capped")
+    batch_enqueue(dsn, queue, max(2000, int(3 * seconds * cap / hold_s)), 10000)
+    settle(dsn, ["pgfence.jobs"])
+    stop = threading.Event()
+    lock = threading.Lock()
+    done: list[int] = []
+    empty = [0]
+    running: list[int] = []
+    errors: list[str] = []
+
+    def run(k: int) -> None:
+        try:
+            with connect(dsn) as c:
+                while not stop.is_set():
+                    got = c.execute("SELECT id, attempt_token FROM pgfence.claim(%s, ARRAY[%s], '1 minute', %s)",
+                                    (f"bench-cap-{k}", queue, max_jobs)).fetchall()
+                    if not got:
+                        with lock:
+                            empty[0] += 1
+                        time.sleep(0.001)
+                        continue
+                    time.sleep(hold_s)
+                    c.execute("SELECT count(*) FROM pgfence.complete_many(%s::bigint[], %s::uuid[])",
+                              ([g[0] for g in got], [g[1] for g in got]))
+                    with lock:
+                        done.extend(g[0] for g in got)
+        except Exception as exc:  # reported with the result
+            errors.append(str(exc))
+
+    def sample() -> None:
+        with connect(dsn) as c:
+            while not stop.is_set():
+                running.append(int(c.execute("SELECT count(*) FROM pgfence.jobs WHERE queue = %s"
+                                             " AND status = 'processing'", (queue,)).fetchone()[0]))  # type: ignore[index]
+                time.sleep(0.005)
+
+    with connect(dsn) as c:
+        c.execute("SELECT pgfence.set_queue_limit(%s, %s)", (queue, cap))
+    threads = [threading.Thread(target=run, args=(k,), daemon=True) for k in range(connections)]
+    sampler = threading.Thread(target=sample, daemon=True)
+    try:
+        sampler.start()
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        time.sleep(seconds)
+        stop.set()
+        for t in threads:
+            t.join(60)
+        wall = time.perf_counter() - t0
+        sampler.join(10)
+    finally:
+        stop.set()
+        with connect(dsn) as c:
+            c.execute("SELECT pgfence.set_queue_limit(%s, NULL)", (queue,))
+        cleanup(dsn, queue)
+    return {"cap": cap, "hold_s": hold_s, "connections": connections, "max_jobs": max_jobs, "seconds": wall,
+            "done": len(done), "rate": len(done) / wall if wall else 0.0, "expected_rate": cap / hold_s,
+            "max_running": max(running) if running else None, "samples": len(running),
+            "empty_claims": empty[0], "duplicates": len(done) - len(set(done)), "errors": errors}
+
+
 def claims_by_queue_count(admin_dsn: str, counts: tuple[int, ...] = (1, 100, 1000, 10000), jobs: int = 100_000,
                           max_jobs: int = 10, calls: int = 200, seconds: float = 4.0,
-                          versions: tuple[tuple[str, Optional[str]], ...] = (("before", "@v0.3.0"), ("now", None))
+                          versions: tuple[tuple[str, Optional[str]], ...] = (("before", "@v0.3.0"), ("now", None),
+                                                                             ("controlled", None))
                           ) -> dict[str, Any]:
     """A claim of max_jobs from `jobs` queued jobs spread over N queues, for each N of
     counts: with queues => NULL and with the explicit list of all N queues. Each call runs
@@ -885,7 +955,9 @@ def claims_by_queue_count(admin_dsn: str, counts: tuple[int, ...] = (1, 100, 100
     p95 over `calls` calls (at most `seconds` per case). Rows locked: while one claim's
     transaction is open, a second session counts the queued rows it can lock (SKIP
     LOCKED); the rest are the claim's. Each version (a plan tag, or the tree) in a
-    database of its own, both in this session, alternating case by case."""
+    database of its own, all in this session, alternating case by case. "controlled" is
+    the tree with one other queue paused: claims then take the flow-control path
+    (_claim_controlled), which must keep the same bound."""
     from common import dsn_for_db, recreate_database
     dbs = {}
     for name, to in versions:
@@ -893,6 +965,9 @@ def claims_by_queue_count(admin_dsn: str, counts: tuple[int, ...] = (1, 100, 100
         recreate_database(admin_dsn, db)
         dbs[name] = dsn_for_db(admin_dsn, db)
         _deploy(dbs[name], to)
+        if name == "controlled":
+            with connect(dbs[name]) as c:
+                c.execute("SELECT pgfence.pause_queue('bench-paused')")
     out: dict[str, Any] = {"jobs": jobs, "max_jobs": max_jobs, "cases": []}
     for n in counts:
         names = [f"q{i:05d}" for i in range(n)]

@@ -284,6 +284,15 @@ def claims_table(po: Optional[dict[str, Any]]) -> str:
             what = "NULL" if shape == "NULL" else f"all {n:,} names"
             lines.append(f"| {v} | {n:,} | {what} | {c['median_ms']:.2f} | {c['p95_ms']:.2f} | {c['returned']} |"
                          f" {c['locked_extra']:,} | {ratio} |")
+    cq = (po or {}).get("capped")
+    if cq and cq.get("rate"):
+        lines += ["", f"A capped queue (`set_queue_limit` {cq['cap']}; {cq['connections']} connections each looping"
+                      f" over claim {cq['max_jobs']}, a {cq['hold_s'] * 1000:.0f} ms hold and complete_many,"
+                      f" {cq['seconds']:.1f} s): {cq['rate']:,.0f} jobs/s against cap / hold ="
+                      f" {cq['expected_rate']:,.0f}; at most {cq['max_running']} running in {cq['samples']:,}"
+                      f" samples (cap {cq['cap']}); {cq['empty_claims']:,} claims found the cap full; jobs handed"
+                      f" out twice: {cq['duplicates']}" + (f"; errors: {len(cq['errors'])}" if cq.get("errors") else "")
+                      + "."]
     c64 = (po or {}).get("claims_64")
     if c64 and c64.get("median_ms") is not None:
         lines += ["", f"From {c64['connections']} worker connections at once (each a loop of claim"

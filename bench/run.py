@@ -282,6 +282,13 @@ def run_pgfence_only(cfg: Config, dsn: str) -> dict[str, Any]:
     out["claims"] = guarded(holder, "claims over many queues",
                             lambda: pf.claims_by_queue_count(dsn, jobs=cfg.claim_jobs, calls=cfg.claim_calls,
                                                              seconds=cfg.claim_seconds))
+    log("pgfence capped queue: set_queue_limit 8, 16 claimers holding each batch 20 ms")
+    out["capped"] = guarded(holder, "capped queue",
+                            lambda: pf.capped_queue(dsn, 8, 0.02, 16, 4, 4.0 if cfg.quick else 10.0))
+    if out["capped"]:
+        cq = out["capped"]
+        log(f"  {cq['rate']:,.0f} jobs/s (cap / hold = {cq['expected_rate']:,.0f}), at most {cq['max_running']}"
+            f" running in {cq['samples']:,} samples, {cq['duplicates']} handed out twice")
     log("pgfence claims from 64 worker connections at once: claim of 10 + complete_many, one queue")
     out["claims_64"] = guarded(holder, "claims from 64 connections",
                                lambda: pf.claims_concurrent(dsn, 64, 200_000 if not cfg.quick else 50_000, 10,
