@@ -156,18 +156,57 @@ def test_set_queue_limit_refuses_bad_input_and_changes_nothing(conn: Conn, queue
     assert one(conn, "SELECT count(*) FROM pgfence.queue_controls") == 1
 
 
-def test_a_claim_counting_a_capped_queue_makes_the_next_one_wait_and_count_again(
-        dsn: str, conn: Conn, tx_conn: Conn, queue: str) -> None:
-    """Two claims of a capped queue never count at once: the second waits for the
-    first to commit, then sees its jobs running."""
+def test_a_claim_holding_a_capped_queue_makes_the_others_skip_it_until_it_commits(
+        conn: Conn, conn2: Conn, tx_conn: Conn, queue: str) -> None:
+    """Two claims of a capped queue never count at once: while one that took from it is
+    uncommitted, the others take nothing from that queue (without waiting, so a caller's
+    long transaction stalls no claimer and no two claims deadlock) but still take from
+    the others; once it commits, the next claim counts its jobs as running."""
+    other = queue + "_other"
     _enqueue_n(conn, queue, 5)
-    conn.execute("SELECT pgfence.set_queue_limit(%s, 2)", (queue,))
-    held = claim(tx_conn, [queue], max_jobs=2)  # an open transaction holding the queue's slots
+    theirs = enqueue(conn, other)
+    conn.execute("SELECT pgfence.set_queue_limit(%s, 3)", (queue,))
+    held = claim(tx_conn, [queue], max_jobs=2)  # an open transaction holding the queue's row
     assert len(held) == 2
-    blocked = start_blocked(dsn, conn, "SELECT count(*) FROM pgfence.claim('w2', ARRAY[%s], max_jobs => 5)",
-                            (queue,))
+    assert claim(conn2, [queue], max_jobs=5) == []
+    assert [c["id"] for c in claim(conn2, [queue, other], max_jobs=5)] == [theirs]
     tx_conn.commit()
-    assert blocked.finish().rows == [(0,)]
+    assert len(claim(conn2, [queue], max_jobs=5)) == 1  # 2 running: one slot left
+    assert claim(conn2, [queue], max_jobs=5) == []
+
+
+def test_claims_in_two_transactions_over_two_capped_queues_do_not_deadlock(
+        dsn: str, conn: Conn, queue: str) -> None:
+    a, b = queue + "_a", queue + "_b"
+    for q in (a, b):
+        _enqueue_n(conn, q, 4)
+        conn.execute("SELECT pgfence.set_queue_limit(%s, 2)", (q,))
+    with connect(dsn, autocommit=False) as t1, connect(dsn, autocommit=False) as t2:
+        assert len(claim(t1, [a])) == 1
+        assert len(claim(t2, [b])) == 1
+        assert claim(t1, [b]) == [] and claim(t2, [a]) == []  # each skips the other's queue
+        t1.commit()
+        t2.commit()
+    assert _running(conn, a) == 1 and _running(conn, b) == 1
+
+
+def test_resume_and_uncap_keep_a_concurrent_operator_change(dsn: str, conn: Conn, tx_conn: Conn,
+                                                            queue: str) -> None:
+    """resume_queue and set_queue_limit(NULL) lock the row first: an uncommitted pause or
+    cap of another operator is waited for and kept, not lost to a DELETE."""
+    conn.execute("SELECT pgfence.set_queue_limit(%s, 4)", (queue,))
+    tx_conn.execute("SELECT pgfence.pause_queue(%s)", (queue,))
+    blocked = start_blocked(dsn, conn, "SELECT pgfence.set_queue_limit(%s, NULL)", (queue,))
+    tx_conn.commit()
+    assert blocked.finish().error is None
+    assert conn.execute("SELECT max_running, paused_at IS NOT NULL FROM pgfence.queue_controls WHERE queue = %s",
+                        (queue,)).fetchone() == (None, True)
+    tx_conn.execute("SELECT pgfence.set_queue_limit(%s, 4)", (queue,))
+    blocked = start_blocked(dsn, conn, "SELECT pgfence.resume_queue(%s)", (queue,))
+    tx_conn.commit()
+    assert blocked.finish().rows == [(True,)]
+    assert conn.execute("SELECT max_running, paused_at FROM pgfence.queue_controls WHERE queue = %s",
+                        (queue,)).fetchone() == (4, None)
 
 
 def test_sixteen_claimers_never_run_more_than_the_cap(dsn: str, conn: Conn, queue: str) -> None:

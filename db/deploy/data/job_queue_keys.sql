@@ -18,15 +18,20 @@
 -- Nothing here holds the queue for the length of a scan: the fill commits every 10,000
 -- job ids; NOT NULL is proven by a NOT VALID check validated under SHARE UPDATE
 -- EXCLUSIVE; each unique index is built CONCURRENTLY; a key is then swapped onto its
--- index in a catalog-only step under ACCESS EXCLUSIVE, taken with lock_timeout 100 ms
--- and retried (so claims wait at most 100 ms behind a try). bench/upgrade_rate.py
+-- index in a catalog-only step under ACCESS EXCLUSIVE. Every ACCESS EXCLUSIVE lock is
+-- taken with lock_timeout 100 ms and retried (pg_temp.locked, db/include/lock_retry.sql),
+-- so claims and completions wait at most 100 ms behind a try. bench/upgrade_rate.py
 -- measures the swap at 1,000,000 jobs (docs/storage.md has the figure).
 --
 -- (No transaction: the fill commits each batch and CREATE INDEX CONCURRENTLY cannot
--- run in one. Re-runnable: every step looks first whether it is done, and an index a
--- failed run left invalid is dropped and built again.)
+-- run in one. Re-runnable: every step looks first whether it is done; an index a failed
+-- build left invalid is dropped and built again, a valid one is kept. If this change
+-- fails, sqitch reverts the changes before it in the same run: the revert of
+-- tables/job_queue_keys first puts back the keys without queue, so the writers of
+-- @v0.6.0 find theirs.)
 
 SET client_min_messages = warning;  -- (the IF EXISTS and rename notices of the steps below)
+\ir ../../include/lock_retry.sql
 
 -- 1. The queue of the rows written before the reworked writers: from the job in
 -- pgfence.jobs, else from its history row; a row whose job is gone from both is one
@@ -59,65 +64,63 @@ BEGIN
 END $$;
 
 -- 2. NOT NULL without a scan under ACCESS EXCLUSIVE: a NOT VALID check (an instant),
--- validated while writes go on, lets SET NOT NULL skip its own scan. (These tables are
--- written only when an attempt ends otherwise than done, or a call is refused.)
-SET lock_timeout = '5s';
--- (first, a check a failed run left behind)
-SELECT format('ALTER TABLE %s DROP CONSTRAINT %I', c.conrelid::regclass, c.conname)
-  FROM pg_constraint c
- WHERE c.connamespace = 'pgfence'::regnamespace AND c.conname LIKE '%\_queue\_set'
-\gexec
-SELECT format('ALTER TABLE pgfence.%I ADD CONSTRAINT %I CHECK (queue IS NOT NULL) NOT VALID', t, t || '_queue_set'),
-       format('ALTER TABLE pgfence.%I VALIDATE CONSTRAINT %I', t, t || '_queue_set'),
-       format('ALTER TABLE pgfence.%I ALTER COLUMN queue SET NOT NULL', t),
-       format('ALTER TABLE pgfence.%I DROP CONSTRAINT %I', t, t || '_queue_set')
+-- validated while writes go on (SHARE UPDATE EXCLUSIVE), lets SET NOT NULL skip its own
+-- scan. (A check a failed run left behind is used as it is.)
+SELECT format('SELECT pg_temp.locked(ARRAY[%L])',
+              format('ALTER TABLE pgfence.%I ADD CONSTRAINT %I CHECK (queue IS NOT NULL) NOT VALID', t, t || '_queue_set'))
   FROM unnest(ARRAY['attempts', 'rejections', 'rejection_overflow']) AS t
- WHERE NOT (SELECT a.attnotnull FROM pg_attribute a
+ WHERE NOT EXISTS (SELECT FROM pg_constraint c WHERE c.conrelid = format('pgfence.%I', t)::regclass
+                                                AND c.conname = t || '_queue_set')
+   AND NOT (SELECT a.attnotnull FROM pg_attribute a
              WHERE a.attrelid = format('pgfence.%I', t)::regclass AND a.attname = 'queue')
 \gexec
-RESET lock_timeout;
+SELECT format('ALTER TABLE pgfence.%I VALIDATE CONSTRAINT %I', t, t || '_queue_set'),
+       format('SELECT pg_temp.locked(ARRAY[%L, %L])',
+              format('ALTER TABLE pgfence.%I ALTER COLUMN queue SET NOT NULL', t),
+              format('ALTER TABLE pgfence.%I DROP CONSTRAINT %I', t, t || '_queue_set'))
+  FROM unnest(ARRAY['attempts', 'rejections', 'rejection_overflow']) AS t
+ WHERE EXISTS (SELECT FROM pg_constraint c WHERE c.conrelid = format('pgfence.%I', t)::regclass
+                                            AND c.conname = t || '_queue_set')
+\gexec
 
--- 3. The unique indexes with queue, built while writes go on (a leftover of a failed
--- build is dropped first).
-SELECT 'DROP INDEX CONCURRENTLY IF EXISTS pgfence.jobs_id_queue_key',
-       'CREATE UNIQUE INDEX CONCURRENTLY jobs_id_queue_key ON pgfence.jobs (id, queue)'
+-- 3. The unique indexes with queue, built while writes go on: an invalid one a failed
+-- build left is dropped first, a valid one kept.
+SELECT format('DROP INDEX CONCURRENTLY pgfence.%I', c.relname)
+  FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid
+ WHERE c.relnamespace = 'pgfence'::regnamespace AND NOT i.indisvalid
+   AND c.relname IN ('jobs_id_queue_key', 'rejection_overflow_queue_key', 'rejections_slot_queue_idx')
+\gexec
+SELECT 'CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS jobs_id_queue_key ON pgfence.jobs (id, queue)'
  WHERE (SELECT indnatts FROM pg_index WHERE indexrelid = 'pgfence.jobs_pkey'::regclass) = 1
 \gexec
-SELECT 'DROP INDEX CONCURRENTLY IF EXISTS pgfence.rejection_overflow_queue_key',
-       'CREATE UNIQUE INDEX CONCURRENTLY rejection_overflow_queue_key ON pgfence.rejection_overflow (job_id, queue)'
+SELECT 'CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS rejection_overflow_queue_key'
+       ' ON pgfence.rejection_overflow (job_id, queue)'
  WHERE (SELECT indnatts FROM pg_index WHERE indexrelid = 'pgfence.rejection_overflow_pkey'::regclass) = 1
 \gexec
--- The slot's unique index is no constraint: the new one replaces the old under its name.
--- (_record_rejection's insert names no conflict target, so it works with either.)
-SELECT 'DROP INDEX CONCURRENTLY IF EXISTS pgfence.rejections_slot_queue_idx',
-       'CREATE UNIQUE INDEX CONCURRENTLY rejections_slot_queue_idx ON pgfence.rejections (job_id, queue, slot)',
-       'DROP INDEX CONCURRENTLY IF EXISTS pgfence.rejections_slot_idx',
-       'ALTER INDEX pgfence.rejections_slot_queue_idx RENAME TO rejections_slot_idx'
- WHERE coalesce((SELECT indnatts FROM pg_index WHERE indexrelid = to_regclass('pgfence.rejections_slot_idx')), 0) <> 3
+-- The slot's unique index is no constraint: the new one replaces the old under its name,
+-- the old dropped only once the new is valid. (_record_rejection's insert names no
+-- conflict target, so it works with either.)
+SELECT 'CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS rejections_slot_queue_idx'
+       ' ON pgfence.rejections (job_id, queue, slot)'
+ WHERE (SELECT indnatts FROM pg_index WHERE indexrelid = to_regclass('pgfence.rejections_slot_idx')) = 2
+\gexec
+SELECT 'DROP INDEX CONCURRENTLY pgfence.rejections_slot_idx'
+ WHERE (SELECT indnatts FROM pg_index WHERE indexrelid = to_regclass('pgfence.rejections_slot_idx')) = 2
+   AND (SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass('pgfence.rejections_slot_queue_idx'))
+\gexec
+SELECT 'ALTER INDEX pgfence.rejections_slot_queue_idx RENAME TO rejections_slot_idx'
+ WHERE to_regclass('pgfence.rejections_slot_idx') IS NULL
+   AND (SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass('pgfence.rejections_slot_queue_idx'))
 \gexec
 
--- 4. The primary keys onto the new indexes: a catalog change under ACCESS EXCLUSIVE
--- (no scan: the columns are NOT NULL and the index is built), each try waiting at most
--- 100 ms for the lock, so the claims queued behind it wait no longer than that.
-DO $$
-BEGIN
-    FOR i IN 1..600 LOOP
-        BEGIN
-            PERFORM set_config('lock_timeout', '100ms', true);
-            IF (SELECT indnatts FROM pg_index WHERE indexrelid = 'pgfence.jobs_pkey'::regclass) = 1 THEN
-                ALTER TABLE pgfence.jobs DROP CONSTRAINT jobs_pkey;
-                ALTER TABLE pgfence.jobs ADD CONSTRAINT jobs_pkey PRIMARY KEY USING INDEX jobs_id_queue_key;
-            END IF;
-            IF (SELECT indnatts FROM pg_index WHERE indexrelid = 'pgfence.rejection_overflow_pkey'::regclass) = 1 THEN
-                ALTER TABLE pgfence.rejection_overflow DROP CONSTRAINT rejection_overflow_pkey;
-                ALTER TABLE pgfence.rejection_overflow
-                    ADD CONSTRAINT rejection_overflow_pkey PRIMARY KEY USING INDEX rejection_overflow_queue_key;
-            END IF;
-            RETURN;
-        EXCEPTION WHEN lock_not_available THEN
-            PERFORM pg_sleep(0.05);
-        END;
-    END LOOP;
-    RAISE EXCEPTION 'data/job_queue_keys: pgfence.jobs stayed locked for 600 tries of 100 ms'
-        USING ERRCODE = 'lock_not_available', HINT = 'Deploy again when long transactions on pgfence.jobs have ended.';
-END $$;
+-- 4. The primary keys onto the new indexes: a catalog change under ACCESS EXCLUSIVE (no
+-- scan: the columns are NOT NULL and the index is built).
+SELECT 'SELECT pg_temp.locked(ARRAY[''ALTER TABLE pgfence.jobs DROP CONSTRAINT jobs_pkey'','
+       ' ''ALTER TABLE pgfence.jobs ADD CONSTRAINT jobs_pkey PRIMARY KEY USING INDEX jobs_id_queue_key''])'
+ WHERE (SELECT indnatts FROM pg_index WHERE indexrelid = 'pgfence.jobs_pkey'::regclass) = 1
+\gexec
+SELECT 'SELECT pg_temp.locked(ARRAY[''ALTER TABLE pgfence.rejection_overflow DROP CONSTRAINT rejection_overflow_pkey'','
+       ' ''ALTER TABLE pgfence.rejection_overflow ADD CONSTRAINT rejection_overflow_pkey'
+       ' PRIMARY KEY USING INDEX rejection_overflow_queue_key''])'
+ WHERE (SELECT indnatts FROM pg_index WHERE indexrelid = 'pgfence.rejection_overflow_pkey'::regclass) = 1
+\gexec

@@ -38,18 +38,20 @@ CREATE OR REPLACE FUNCTION pgfence.resume_queue(queue text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE
-    v_was boolean;
+    v_row pgfence.queue_controls;
 BEGIN
     PERFORM pgfence._check_name('queue', queue);
-    UPDATE pgfence.queue_controls c SET paused_at = NULL, paused_by = NULL
-     WHERE c.queue = queue AND c.paused_at IS NOT NULL AND c.max_running IS NOT NULL
-    RETURNING true INTO v_was;
-    IF v_was IS NULL THEN
-        DELETE FROM pgfence.queue_controls c
-         WHERE c.queue = queue AND c.paused_at IS NOT NULL AND c.max_running IS NULL
-        RETURNING true INTO v_was;
+    -- The row first, locked (a concurrent pause or cap waits, or is waited for, and its
+    -- change is what is read), then one change to it.
+    SELECT * INTO v_row FROM pgfence.queue_controls c WHERE c.queue = queue FOR NO KEY UPDATE;
+    IF NOT FOUND OR v_row.paused_at IS NULL THEN
+        RETURN false;
+    ELSIF v_row.max_running IS NULL THEN
+        DELETE FROM pgfence.queue_controls c WHERE c.queue = queue;
+    ELSE
+        UPDATE pgfence.queue_controls c SET paused_at = NULL, paused_by = NULL WHERE c.queue = queue;
     END IF;
-    RETURN coalesce(v_was, false);
+    RETURN true;
 END $$;
 COMMENT ON FUNCTION pgfence.resume_queue(text) IS
   'Operator: let claims take from a paused queue again; returns true when it was paused. Errors: 22004, 22023.';
@@ -58,6 +60,8 @@ COMMENT ON FUNCTION pgfence.resume_queue(text) IS
 CREATE OR REPLACE FUNCTION pgfence.set_queue_limit(queue text, max_running integer) RETURNS void
 LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
+DECLARE
+    v_row pgfence.queue_controls;
 BEGIN
     PERFORM pgfence._check_name('queue', queue);
     IF max_running IS NOT NULL THEN
@@ -67,17 +71,25 @@ BEGIN
         ON CONFLICT ON CONSTRAINT queue_controls_pkey DO UPDATE
             SET max_running = excluded.max_running, limited_at = excluded.limited_at,
                 limited_by = excluded.limited_by;
+        RETURN;
+    END IF;
+    -- No cap: the row locked first (as resume_queue), then kept for a pause or deleted.
+    SELECT * INTO v_row FROM pgfence.queue_controls c WHERE c.queue = queue FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    ELSIF v_row.paused_at IS NULL THEN
+        DELETE FROM pgfence.queue_controls c WHERE c.queue = queue;
     ELSE
-        UPDATE pgfence.queue_controls c SET max_running = NULL, limited_at = clock_timestamp(),
-                                            limited_by = pgfence._invoker()
-         WHERE c.queue = queue AND c.paused_at IS NOT NULL;
-        DELETE FROM pgfence.queue_controls c WHERE c.queue = queue AND c.paused_at IS NULL;
+        UPDATE pgfence.queue_controls c
+           SET max_running = NULL, limited_at = clock_timestamp(), limited_by = pgfence._invoker()
+         WHERE c.queue = queue;
     END IF;
 END $$;
 COMMENT ON FUNCTION pgfence.set_queue_limit(text, integer) IS
 $$Operator: claim never lets more than max_running (1..1000000) jobs of queue be processing at once, across all
-workers; NULL removes the cap. Jobs running beyond a lowered cap finish; claims take again once fewer run. A
-lease that expired but is not yet reclaimed counts as running until it is. Errors: 22004, 22023.$$;
+workers; NULL removes the cap. It binds the claims that start after it commits (one already running may take
+its max_jobs). Jobs running beyond a lowered cap finish; claims take again once fewer run. A lease that expired
+but is not yet reclaimed counts as running until it is. Errors: 22004, 22023.$$;
 
 -- The queues with a control, and how many of their jobs are processing now.
 CREATE OR REPLACE FUNCTION pgfence.queue_limits()
@@ -95,6 +107,7 @@ COMMENT ON FUNCTION pgfence.queue_limits() IS
 
 -- claim's pick while some queue has a control (claim calls it only then): the ids of
 -- the jobs locked (FOR NO KEY UPDATE SKIP LOCKED), at most max_jobs, NULL for none.
+-- The controls are read once; a queue is either claimed in 1 (no control then) or in 2.
 --   1. The asked-for queues without a control, as claim takes them: a list through
 --      _claim_from_list; every queue (NULL) through a window of the first
 --      4 * max_jobs + 64 runnable jobs in claim order, keeping the uncontrolled ones, or,
@@ -103,9 +116,11 @@ COMMENT ON FUNCTION pgfence.queue_limits() IS
 --      jobs_claim_idx per queue) less the controlled ones.
 --   2. Then each capped, unpaused queue asked for that has a runnable job, in name
 --      order, while max_jobs is not reached: its row of queue_controls is locked FOR NO
---      KEY UPDATE (claims of a capped queue count one at a time, and the lock is held
---      until the claim commits, so the next one counts its jobs), its processing jobs
---      counted, and at most max_running minus those taken.
+--      KEY UPDATE SKIP LOCKED (held until the claim commits, so the claim that takes it
+--      next counts this one's jobs as processing), its processing jobs counted, and at
+--      most max_running minus those taken. A row another claim holds is skipped: that
+--      queue gives nothing to this claim (the caller claims again), so claims never wait
+--      for one another here, however long a caller's transaction, and never deadlock.
 -- So a claim over several queues takes a capped queue's jobs after the others', not in
 -- strict priority order across them. Paused queues are never read.
 CREATE OR REPLACE FUNCTION pgfence._claim_controlled(queues text[], max_jobs integer, as_of timestamptz)
@@ -114,6 +129,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := as_of;
     v_ctl jsonb;
+    v_capped text[];
     v_free text[];
     v_cand bigint[];
     v_seen bigint;
@@ -123,9 +139,14 @@ DECLARE
     v_need integer;
     v_max integer;
     v_running integer;
-    c record;
+    v_queue text;
 BEGIN
-    SELECT coalesce(jsonb_object_agg(q.queue, true), '{}') INTO v_ctl FROM pgfence.queue_controls q;
+    SELECT coalesce(jsonb_object_agg(q.queue, true), '{}'),
+           coalesce(array_agg(q.queue ORDER BY q.queue)
+                        FILTER (WHERE q.paused_at IS NULL AND q.max_running IS NOT NULL
+                                  AND (queues IS NULL OR q.queue = ANY (queues))), '{}')
+      INTO v_ctl, v_capped
+      FROM pgfence.queue_controls q;
     IF queues IS NOT NULL THEN
         SELECT array_agg(DISTINCT q.name) INTO v_free FROM unnest(queues) AS q(name) WHERE NOT v_ctl ? q.name;
     ELSE
@@ -161,23 +182,21 @@ BEGIN
     END IF;
     v_ids := coalesce(v_ids, '{}');
 
-    FOR c IN SELECT q.queue FROM pgfence.queue_controls q
-              WHERE q.paused_at IS NULL AND q.max_running IS NOT NULL
-                AND (queues IS NULL OR q.queue = ANY (queues))
-              ORDER BY q.queue LOOP
+    FOREACH v_queue IN ARRAY v_capped LOOP
         v_need := max_jobs - cardinality(v_ids);
         EXIT WHEN v_need <= 0;
         CONTINUE WHEN NOT EXISTS (SELECT FROM pgfence.jobs j
-                                   WHERE j.status = 'queued' AND j.queue = c.queue AND j.available_at <= v_now);
+                                   WHERE j.status = 'queued' AND j.queue = v_queue AND j.available_at <= v_now);
+        v_max := NULL;
         SELECT q.max_running INTO v_max FROM pgfence.queue_controls q
-         WHERE q.queue = c.queue AND q.paused_at IS NULL
-           FOR NO KEY UPDATE;
-        CONTINUE WHEN v_max IS NULL;  -- paused or uncapped meanwhile
-        SELECT count(*) INTO v_running FROM pgfence.jobs j WHERE j.status = 'processing' AND j.queue = c.queue;
+         WHERE q.queue = v_queue AND q.paused_at IS NULL
+           FOR NO KEY UPDATE SKIP LOCKED;
+        CONTINUE WHEN v_max IS NULL;  -- another claim counts it now, or paused or uncapped meanwhile
+        SELECT count(*) INTO v_running FROM pgfence.jobs j WHERE j.status = 'processing' AND j.queue = v_queue;
         CONTINUE WHEN v_running >= v_max;
         SELECT array_agg(p.id) INTO v_got
           FROM (SELECT j.id FROM pgfence.jobs j
-                 WHERE j.status = 'queued' AND j.queue = c.queue AND j.available_at <= v_now
+                 WHERE j.status = 'queued' AND j.queue = v_queue AND j.available_at <= v_now
                  ORDER BY j.priority DESC, j.available_at, j.id
                  LIMIT least(v_need, v_max - v_running)
                    FOR NO KEY UPDATE SKIP LOCKED) p;
@@ -186,7 +205,7 @@ BEGIN
     RETURN CASE WHEN cardinality(v_ids) > 0 THEN v_ids END;
 END $$;
 COMMENT ON FUNCTION pgfence._claim_controlled(text[], integer, timestamptz) IS
-  'Private: claim''s pick while a queue is paused or capped: nothing from paused queues, at most max_running processing per capped queue (its control row locked while counting); the locked ids, or NULL.';
+  'Private: claim''s pick while a queue is paused or capped: nothing from paused queues, at most max_running processing per capped queue (its control row locked SKIP LOCKED while counting, until the claim commits); the locked ids, or NULL.';
 
 INSERT INTO pgfence.routine_grants (routine, roles) VALUES
     ('pause_queue',     '{pgfence_operator}'),
