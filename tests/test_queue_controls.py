@@ -21,11 +21,14 @@ Conn = psycopg.Connection[Any]
 
 
 @pytest.fixture(autouse=True)
-def no_controls_left(conn: Conn) -> Iterator[None]:
-    """Every control a test made is removed after it: while any queue has one, every
-    claim of the shared test database takes the controlled path."""
+def no_controls_left(conn: Conn, queue: str) -> Iterator[None]:
+    """Every control a test made is removed after it (while any queue has one, every
+    claim of the shared test database takes the controlled path), and so are the jobs of
+    its queues: leases left to expire would be reclaimed later by other tests' claims
+    (a claim reclaims the oldest expired leases first, max_jobs of them)."""
     yield
     conn.execute("DELETE FROM pgfence.queue_controls")
+    conn.execute("DELETE FROM pgfence.jobs WHERE starts_with(queue, %s)", (queue,))
 
 
 def _enqueue_n(conn: Conn, queue: str, n: int) -> list[int]:
