@@ -85,11 +85,10 @@ def main() -> int:
             c.execute("VACUUM ANALYZE pgfence.jobs")
             c.execute("VACUUM ANALYZE pgfence.attempts")
         rows = "done jobs" if args.step == "history" else "queued jobs"
-        steps = (("deploy (move into the history)", ("deploy",)),
-                 ("revert --to @v0.5.0 (move back)", ("revert", "-y", "--to", tag)))
-        if args.step == "keys":
-            steps = (("deploy (queue into the keys)", ("deploy",)),
-                     ("revert --to @v0.6.0 (the keys without queue)", ("revert", "-y", "--to", tag)))
+        moved = (("move into the history", "move back") if args.step == "history"
+                 else ("queue into the keys", "the keys without queue"))
+        steps = ((f"deploy ({moved[0]})", ("deploy",)),
+                 (f"revert --to {tag} ({moved[1]})", ("revert", "-y", "--to", tag)))
         for what, sqitch_args in steps:
             slowest = [0.0]
             calls = [0]

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from support.api import claim, complete, enqueue, release, start_blocked
-from support.db import assert_error, connect, job, one, sql_error
+from support.db import assert_error, connect, delete_queues, job, one, queue_count, sql_error
 
 Conn = psycopg.Connection[Any]
 
@@ -28,16 +28,13 @@ def no_controls_left(conn: Conn, queue: str) -> Iterator[None]:
     (a claim reclaims the oldest expired leases first, max_jobs of them)."""
     yield
     conn.execute("DELETE FROM pgfence.queue_controls")
-    conn.execute("DELETE FROM pgfence.jobs WHERE starts_with(queue, %s)", (queue,))
+    delete_queues(conn, [r[0] for r in conn.execute(
+        "SELECT DISTINCT queue FROM pgfence.all_jobs WHERE starts_with(queue, %s)", (queue,))])
 
 
 def _enqueue_n(conn: Conn, queue: str, n: int) -> list[int]:
     return [r[0] for r in conn.execute(
         "SELECT id FROM pgfence.enqueue_many(array_fill('k'::text, ARRAY[%s]), queue => %s)", (n, queue))]
-
-
-def _running(conn: Conn, queue: str) -> int:
-    return int(one(conn, "SELECT count(*) FROM pgfence.jobs WHERE queue = %s AND status = 'processing'", (queue,)))
 
 
 # ------------------------------------------------------------------ pause --
@@ -102,7 +99,7 @@ def test_a_capped_queue_hands_out_only_its_free_slots(conn: Conn, queue: str) ->
     complete(conn, first[0]["id"], first[0]["attempt_token"])  # a slot frees
     release(conn, first[1]["id"], first[1]["attempt_token"])   # and another
     again = claim(conn, [queue], max_jobs=10)
-    assert len(again) == 2 and _running(conn, queue) == 3
+    assert len(again) == 2 and queue_count(conn, queue, "processing") == 3
     limits = conn.execute("SELECT max_running, running FROM pgfence.queue_limits() WHERE queue = %s",
                           (queue,)).fetchone()
     assert limits == (3, 3)
@@ -117,7 +114,7 @@ def test_a_reclaimed_lease_frees_its_slot_and_an_expired_one_counts_until_reclai
     # an expired lease still counts as running; claim's own recovery reclaims it first
     # (the job goes back to the queue), and then the slot is free
     got = claim(conn, [queue], max_jobs=5)
-    assert len(got) == 1 and _running(conn, queue) == 1
+    assert len(got) == 1 and queue_count(conn, queue, "processing") == 1
     assert one(conn, "SELECT outcome FROM pgfence.attempts WHERE job_id = %s", (c["id"],)) == "reclaimed"
 
 
@@ -190,7 +187,7 @@ def test_claims_in_two_transactions_over_two_capped_queues_do_not_deadlock(
         assert claim(t1, [b]) == [] and claim(t2, [a]) == []  # each skips the other's queue
         t1.commit()
         t2.commit()
-    assert _running(conn, a) == 1 and _running(conn, b) == 1
+    assert queue_count(conn, a, "processing") == 1 and queue_count(conn, b, "processing") == 1
 
 
 def test_resume_and_uncap_keep_a_concurrent_operator_change(dsn: str, conn: Conn, tx_conn: Conn,
@@ -247,7 +244,7 @@ def test_sixteen_claimers_never_run_more_than_the_cap(dsn: str, conn: Conn, queu
     def sampler() -> None:
         with connect(dsn) as c:
             while not stop.is_set():
-                seen.append(_running(c, queue))
+                seen.append(queue_count(c, queue, "processing"))
 
     threads = [threading.Thread(target=claimer, args=(k,)) for k in range(16)]
     s = threading.Thread(target=sampler)
