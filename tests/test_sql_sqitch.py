@@ -434,3 +434,74 @@ def test_sqitch_upgrades_a_database_deployed_at_v0_6_0_and_reverts_to_it(scratch
         c.execute("SELECT pgfence.fail(%s, %s, 'again', '0 seconds')", (fresh, t))
         c.execute("SELECT pgfence.complete_many(ARRAY[%s]::bigint[], ARRAY[%s]::uuid[])", (fresh, t))
         assert c.execute("SELECT count(*) FROM pgfence.rejections WHERE job_id = %s", (fresh,)).fetchone() == (1,)
+
+
+def catalog(c: Conn) -> dict[str, Any]:
+    """Schema pgfence as the catalog has it: every routine (signature, source, options,
+    privileges), every table's columns, constraints, indexes, policies and grants. A
+    revert restores the version before exactly when this compares equal."""
+    def rows(sql: str) -> list[tuple[Any, ...]]:
+        return c.execute(sql).fetchall()
+    return {
+        "routines": rows("SELECT p.oid::regprocedure::text, md5(p.prosrc), p.proconfig, p.proacl::text,"
+                         " p.prosecdef, pg_get_function_result(p.oid),"
+                         " obj_description(p.oid, 'pg_proc') IS NOT NULL"
+                         " FROM pg_proc p WHERE p.pronamespace = 'pgfence'::regnamespace ORDER BY 1"),
+        "columns": rows("SELECT a.attrelid::regclass::text, a.attname, format_type(a.atttypid, a.atttypmod),"
+                        " a.attnotnull, pg_get_expr(d.adbin, d.adrelid)"
+                        " FROM pg_attribute a JOIN pg_class r ON r.oid = a.attrelid"
+                        " LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum"
+                        " WHERE r.relnamespace = 'pgfence'::regnamespace AND r.relkind IN ('r', 'p', 'v')"
+                        " AND r.relispartition = false AND a.attnum > 0 AND NOT a.attisdropped ORDER BY 1, 2"),
+        "constraints": rows("SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid)"
+                            " FROM pg_constraint WHERE connamespace = 'pgfence'::regnamespace"
+                            " AND conrelid IN (SELECT oid FROM pg_class WHERE NOT relispartition) ORDER BY 1, 2"),
+        "indexes": rows("SELECT indexrelid::regclass::text, pg_get_indexdef(indexrelid) FROM pg_index i"
+                        " JOIN pg_class r ON r.oid = i.indrelid WHERE r.relnamespace = 'pgfence'::regnamespace"
+                        " AND NOT r.relispartition ORDER BY 1"),
+        "policies": rows("SELECT tablename, policyname, roles::text, cmd, qual, with_check FROM pg_policies"
+                         " WHERE schemaname = 'pgfence' ORDER BY 1, 2"),
+        "grants": rows("SELECT oid::regclass::text, relacl::text FROM pg_class"
+                       " WHERE relnamespace = 'pgfence'::regnamespace AND NOT relispartition ORDER BY 1"),
+    }
+
+
+def test_sqitch_upgrades_a_database_deployed_at_v0_7_0_and_reverts_to_it(scratch_dsn: str) -> None:
+    """The flow-control changes after @v0.7.0 deploy over a database in use and revert to
+    it exactly: a lease taken before the upgrade completes after it, a paused and a
+    capped queue keep their controls, and `sqitch revert --to @v0.7.0` leaves the
+    catalog as @v0.7.0 made it, with the jobs still there and working."""
+    target = sqitch_target(scratch_dsn)
+    _ok(sqitch("deploy", "--to", "@v0.7.0", target=target), "deploy --to @v0.7.0")
+    with connect(scratch_dsn) as c:
+        before = catalog(c)
+        c.execute("SELECT pgfence.pause_sweeper()")
+        live = c.execute("SELECT pgfence.enqueue('k', queue => 'up7')").fetchone()[0]  # type: ignore[index]
+        [(token,)] = c.execute("SELECT attempt_token FROM pgfence.claim('w1', ARRAY['up7'], '1 hour')").fetchall()
+        queued = c.execute("SELECT pgfence.enqueue('k', queue => 'up7', idempotency_key => 'q')").fetchone()[0]  # type: ignore[index]
+        c.execute("SELECT pgfence.pause_queue('paused7')")
+        c.execute("SELECT pgfence.set_queue_limit('capped7', 2)")
+        controls = c.execute("SELECT queue, paused_at IS NOT NULL, max_running FROM pgfence.queue_controls"
+                             " ORDER BY queue").fetchall()
+
+    _ok(sqitch("deploy", target=target), "deploy (upgrade)")
+    _ok(sqitch("verify", target=target), "verify (upgraded)")
+    with connect(scratch_dsn) as c:
+        assert c.execute("SELECT queue, paused_at IS NOT NULL, max_running FROM pgfence.queue_controls"
+                         " ORDER BY queue").fetchall() == controls
+        c.execute("SELECT pgfence.complete(%s, %s)", (live, token))  # the lease from before the upgrade
+        assert c.execute("SELECT status FROM pgfence.all_jobs WHERE id = %s", (live,)).fetchone() == ("done",)
+        assert c.execute("SELECT pgfence.enqueue('k', queue => 'up7', idempotency_key => 'q')").fetchone() == (queued,)
+
+    _ok(sqitch("revert", "-y", "--to", "@v0.7.0", target=target), "revert --to @v0.7.0")
+    _ok(sqitch("verify", target=target), "verify (reverted)")
+    with connect(scratch_dsn) as c:
+        after = catalog(c)
+        for part in before:
+            assert after[part] == before[part], part
+        assert c.execute("SELECT queue, paused_at IS NOT NULL, max_running FROM pgfence.queue_controls"
+                         " ORDER BY queue").fetchall() == controls
+        assert c.execute("SELECT status FROM pgfence.all_jobs WHERE id = %s", (live,)).fetchone() == ("done",)
+        [(again, t)] = c.execute("SELECT id, attempt_token FROM pgfence.claim('w2', ARRAY['up7'])").fetchall()
+        assert again == queued
+        c.execute("SELECT pgfence.complete(%s, %s)", (again, t))
