@@ -69,22 +69,14 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _seconds(text: str) -> timedelta:
-    """A positive number of seconds (``--timeout``)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text!r}")
-    return timedelta(seconds=value)
+def _duration(text: str) -> timedelta:
+    """``--timeout``: a positive number of seconds."""
+    return timedelta(seconds=_positive_seconds(text))
 
 
-def _seconds_or_zero(text: str) -> timedelta:
-    """0 or a positive number of seconds (``--unique-for``)."""
-    if text.strip() in ("0", "0.0"):
-        return timedelta(0)
-    return _seconds(text)
+def _duration_or_zero(text: str) -> timedelta:
+    """``--unique-for``: 0 or a positive number of seconds."""
+    return timedelta(seconds=_nonnegative_seconds(text))
 
 
 def _nonnegative_int(text: str) -> int:
@@ -197,9 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--recovery-policy", choices=("auto", "manual"), default="auto",
                    help="when a lease expires: auto requeues, manual sends to manual_review (default auto)")
     e.add_argument("--idempotency-key", metavar="KEY", help="at most one live or done job per (queue, key)")
-    e.add_argument("--timeout", type=_seconds, metavar="SECONDS",
+    e.add_argument("--timeout", type=_duration, metavar="SECONDS",
                    help="run timeout of each attempt (default: the queue's, else none)")
-    e.add_argument("--unique-for", type=_seconds_or_zero, metavar="SECONDS",
+    e.add_argument("--unique-for", type=_duration_or_zero, metavar="SECONDS",
                    help="how long a done job keeps holding its key: 0 not at all, else until its creation "
                         "plus that (default: its retention)")
     e.set_defaults(func=cmd_enqueue)
