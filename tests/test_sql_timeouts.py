@@ -292,3 +292,20 @@ def test_the_timeout_bounds_are_inclusive(conn: Conn, queue: str) -> None:
     lo = enqueue(conn, queue, timeout="1 millisecond")
     hi = enqueue(conn, queue, timeout="30 days")
     assert (_timeout_of(conn, lo), _timeout_of(conn, hi)) == (dt.timedelta(milliseconds=1), dt.timedelta(days=30))
+
+
+def test_a_complete_begun_before_the_deadline_wins_over_the_reclaim(dsn: str, conn: Conn, queue: str) -> None:
+    """complete decides by the time it began: one that took the row before the deadline and
+    commits after it wins; the reclaim meanwhile passes over the locked row (SKIP LOCKED)."""
+    job_id = enqueue(conn, queue, timeout="300 milliseconds")
+    token = claim_job(conn, queue, job_id)
+    with psycopg.connect(dsn) as tx:  # (autocommit off: the transaction stays open)
+        tx.execute("SELECT pgfence.complete(%s, %s, '{\"ok\": true}')", (job_id, token))
+        _wait_deadline(conn, job_id)
+        reclaim_expired(conn)
+        assert job(conn, job_id)["status"] == "processing"  # (our transaction has not committed)
+        tx.commit()
+    r = job(conn, job_id)
+    assert (r["status"], r["result"]) == ("done", {"ok": True})
+    assert rows(conn, "SELECT outcome FROM pgfence.all_attempts WHERE job_id = %s", (job_id,)) == [
+        {"outcome": "done"}]
