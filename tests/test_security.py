@@ -548,6 +548,9 @@ CALLS: dict[str, str] = {
     "set_queue_limit": "SELECT pgfence.set_queue_limit(%(q)s, 2)",
     "queue_limits": "SELECT count(*) FROM pgfence.queue_limits()",
     "select_queue_controls": "SELECT count(*) FROM pgfence.queue_controls",
+    "set_queue_timeout": "SELECT pgfence.set_queue_timeout(%(q)s, '1 hour')",
+    "queue_timeouts": "SELECT count(*) FROM pgfence.queue_timeouts()",
+    "select_queue_timeouts": "SELECT count(*) FROM pgfence.queue_timeouts",
     # private helpers: nobody but the owner
     "_reclaim": "SELECT * FROM pgfence._reclaim(1)",
     "_recover": "SELECT * FROM pgfence._recover(ARRAY[%(id)s]::bigint[], ARRAY[%(tok)s]::uuid[], 'x', true)",
@@ -557,6 +560,7 @@ CALLS: dict[str, str] = {
     "_check_isolation": "SELECT pgfence._check_isolation('x')",
     "_backoff": "SELECT pgfence._backoff(1)",
     "_fence_detail": "SELECT pgfence._fence_detail('done', NULL, NULL, NULL, NULL)",
+    "_end_timed_out": "SELECT pgfence._end_timed_out(ARRAY[%(id)s]::bigint[], ARRAY[%(tok)s]::uuid[])",
     "_may_read": "SELECT pgfence._may_read('x')",
     "_may_read_job": "SELECT pgfence._may_read_job(%(id)s)",
     "_claim_refuse": "SELECT pgfence._claim_refuse('w', NULL, '1 minute', 1)",
@@ -612,7 +616,8 @@ GRANTED: dict[str, set[str]] = {
                "select_rejection_overflow", "select_sweeper_status", "select_retention",
                "maintain_history", "set_history_partition_width", "select_finished_jobs", "select_all_jobs",
                "select_all_attempts", "select_held_keys", "select_history_partitions", "select_history_settings",
-               "pause_queue", "resume_queue", "set_queue_limit", "queue_limits", "select_queue_controls"},
+               "pause_queue", "resume_queue", "set_queue_limit", "queue_limits", "select_queue_controls",
+               "set_queue_timeout", "queue_timeouts", "select_queue_timeouts"},
     "t_nobody": set(),
 }
 # (t_oper, run_sweeper) is granted but cannot work: see test_operator_can_run_the_background_sweeper.

@@ -23,7 +23,7 @@ import pytest
 
 from pgfence import Client, Interrupted, Job, Limits, Outcome, PermanentFailure, RawJson, RetryAfter
 from pgfence.handlers import run_handler
-from pgfence.heartbeats import Heartbeats, chunks, interval
+from pgfence.heartbeats import AFTER_EXPIRY, Heartbeats, chunks, interval
 from pgfence.ledger import Entry, Ledger, LockedLedger, Result
 from pgfence.reporter import MAX_REPORT_BATCH, Reporter, due, split, take_batch
 from pgfence.stopping import Stop, install_signals
@@ -492,3 +492,23 @@ def test_the_reporter_and_the_heartbeats_against_the_database(client: Client, qu
         ("cancelled", None), ("queued", None), ("queued", None), ("cancelled", None)]
     assert (c["completed"], c["failed"], c["released"], c["lease_lost"]) == (0, 1, 1, 2)
     assert rows[ids[1]].last_error == "Boom" and ledger.held == {} and not ledger.unreported()
+
+
+def test_heartbeats_ask_once_just_after_a_capped_lease_ends_and_never_spin() -> None:
+    """A run timeout caps a lease at the deadline: the next round comes just after that end
+    (AFTER_EXPIRY), not a third of the lease later; once a round was made for an end, a
+    clock running ahead (the database accepted the heartbeat, same end) cannot make the
+    rounds spin: the regular interval applies again."""
+    now = datetime.now(timezone.utc)
+    ledger = Ledger()
+    [capped, plain] = ledger.admit([job(1), job(2)])[0]
+    capped.expires, plain.expires = now + timedelta(seconds=2), now + timedelta(seconds=30)
+    hb = Heartbeats(FakeRenews(set()), ledger, worker_id=W, lease=timedelta(seconds=30), counters=counters())
+    assert hb.next_wait(now) == pytest.approx(2 + AFTER_EXPIRY)
+    assert hb.next_wait(now + timedelta(seconds=3)) == 0.01  # due
+    capped.expires = now - timedelta(seconds=1)  # (as if the deadline had passed)
+    hb.beat()  # accepted by the fake: no lease_expires_at in its reply, the end stays
+    assert hb.next_wait() == pytest.approx(10.0, abs=0.5)
+    # A new end (a heartbeat that renewed it) is asked about again.
+    capped.expires = datetime.now(timezone.utc) + timedelta(seconds=1)
+    assert hb.next_wait() < 1.5

@@ -69,6 +69,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _duration(text: str) -> timedelta:
+    """``--timeout``: a positive number of seconds."""
+    return timedelta(seconds=_positive_seconds(text))
+
+
+def _duration_or_zero(text: str) -> timedelta:
+    """``--unique-for``: 0 or a positive number of seconds."""
+    return timedelta(seconds=_nonnegative_seconds(text))
+
+
 def _nonnegative_int(text: str) -> int:
     value = _int(text)
     if value < 0:
@@ -179,6 +189,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--recovery-policy", choices=("auto", "manual"), default="auto",
                    help="when a lease expires: auto requeues, manual sends to manual_review (default auto)")
     e.add_argument("--idempotency-key", metavar="KEY", help="at most one live or done job per (queue, key)")
+    e.add_argument("--timeout", type=_duration, metavar="SECONDS",
+                   help="run timeout of each attempt (default: the queue's, else none)")
+    e.add_argument("--unique-for", type=_duration_or_zero, metavar="SECONDS",
+                   help="how long a done job keeps holding its key: 0 not at all, else until its creation "
+                        "plus that (default: its retention)")
     e.set_defaults(func=cmd_enqueue)
 
     s = command("stats", "jobs per queue and status, and the sweeper's health",
@@ -210,11 +225,13 @@ def build_parser() -> argparse.ArgumentParser:
                 "Flow control per queue (operators): 'pause' makes claims take nothing from QUEUE (jobs "
                 "already claimed finish; enqueue still works), 'resume' undoes it, 'limit' caps how many "
                 "of its jobs are processing at once across every worker ('none' removes the cap), "
-                "'list' prints the paused and capped queues with their running jobs.")
-    q.add_argument("action", choices=("pause", "resume", "limit", "list"), help="what to do")
+                "'timeout' sets the default run timeout in seconds of its jobs enqueued from now on "
+                "('none' removes it), 'list' prints the paused and capped queues with their running jobs.")
+    q.add_argument("action", choices=("pause", "resume", "limit", "timeout", "list"), help="what to do")
     q.add_argument("queue", metavar="QUEUE", nargs="?", help="the queue (not for 'list')")
     q.add_argument("max_running", metavar="MAX_RUNNING", nargs="?", type=_limit, default=_NOT_GIVEN,
-                   help="for 'limit': a positive number, or 'none' to remove the cap")
+                   help="for 'limit': a positive number, or 'none' to remove the cap; for 'timeout': "
+                        "seconds, or 'none'")
     q.set_defaults(func=cmd_queue)
 
     r = command("reclaim", "reclaim every expired lease now",
@@ -331,7 +348,8 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     def body(client: Client, conn: psycopg.Connection[Any]) -> int:
         job_id = client.enqueue(args.kind, payload, queue=args.queue, priority=args.priority,
                                 run_at=args.run_at, max_attempts=args.max_attempts,
-                                recovery_policy=args.recovery_policy, idempotency_key=args.idempotency_key)
+                                recovery_policy=args.recovery_policy, idempotency_key=args.idempotency_key,
+                                timeout=args.timeout, unique_for=args.unique_for)
         print(job_id)
         return 0
     return _with_client(args, body)
@@ -533,11 +551,12 @@ def cmd_queue(args: argparse.Namespace) -> int:
             raise CliError("'queue list' takes no QUEUE", hint="run 'pgfence queue list'", code=2)
     elif args.queue is None:
         raise CliError(f"'queue {args.action}' needs a QUEUE", hint=f"run 'pgfence queue {args.action} NAME'", code=2)
-    if args.action == "limit" and args.max_running is _NOT_GIVEN:
-        raise CliError("'queue limit' needs MAX_RUNNING",
-                       hint="pass a positive number, or 'none' to remove the cap", code=2)
-    if args.action != "limit" and args.max_running is not _NOT_GIVEN:
-        raise CliError(f"'queue {args.action}' takes no MAX_RUNNING", hint="only 'queue limit' does", code=2)
+    if args.action in ("limit", "timeout") and args.max_running is _NOT_GIVEN:
+        raise CliError(f"'queue {args.action}' needs MAX_RUNNING",
+                       hint="pass a positive number, or 'none' to remove it", code=2)
+    if args.action not in ("limit", "timeout") and args.max_running is not _NOT_GIVEN:
+        raise CliError(f"'queue {args.action}' takes no MAX_RUNNING", hint="only 'queue limit' and 'queue timeout' do",
+                       code=2)
 
     def body(client: Client, conn: psycopg.Connection[Any]) -> int:
         name = printable(args.queue or "")
@@ -549,6 +568,11 @@ def cmd_queue(args: argparse.Namespace) -> int:
             client.set_queue_limit(args.queue, args.max_running)
             print(f"queue {name}: no cap" if args.max_running is None
                   else f"queue {name}: at most {args.max_running} running")
+        elif args.action == "timeout":
+            client.set_queue_timeout(args.queue, None if args.max_running is None
+                                     else timedelta(seconds=args.max_running))
+            print(f"queue {name}: no default run timeout" if args.max_running is None
+                  else f"queue {name}: run timeout {args.max_running}s for jobs enqueued from now on")
         else:
             rows = client.queue_limits()
             if not rows:

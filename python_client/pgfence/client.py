@@ -182,23 +182,34 @@ class Client:
 
     def enqueue(self, kind: str, payload: Any = None, *, queue: str = "default", priority: int = 0,
                 run_at: Optional[datetime] = None, max_attempts: int = 3,
-                recovery_policy: str = "auto", idempotency_key: Optional[str] = None) -> int:
+                recovery_policy: str = "auto", idempotency_key: Optional[str] = None,
+                timeout: Optional[timedelta] = None, unique_for: Optional[timedelta] = None) -> int:
         """``pgfence.enqueue``: one job; returns its id (an existing job's id when
-        ``idempotency_key`` matches a live or done job of the queue)."""
+        ``idempotency_key`` matches a live or done job of the queue that holds it).
+
+        ``timeout`` (default ``None``: the queue's default, :meth:`set_queue_timeout`, or
+        none): the run timeout of each attempt; past it the attempt ends as ``timed_out``
+        and the job follows its ``recovery_policy``. ``unique_for`` (default ``None``: a
+        done job holds its key for its retention): ``timedelta(0)`` holds the key only while
+        the job is queued, processing or in manual_review; a period holds it until the
+        job's creation plus that period."""
         return int(self._scalar(
             "SELECT pgfence.enqueue(kind => %s, payload => %s, queue => %s, priority => %s, "
-            "run_at => %s, max_attempts => %s, recovery_policy => %s, idempotency_key => %s)",
+            "run_at => %s, max_attempts => %s, recovery_policy => %s, idempotency_key => %s, "
+            "timeout => %s::interval, unique_for => %s::interval)",
             (kind, Jsonb({} if payload is None else payload), queue, priority, _aware(run_at),
-             max_attempts, recovery_policy, idempotency_key)))
+             max_attempts, recovery_policy, idempotency_key, timeout, unique_for)))
 
     def enqueue_many(self, kinds: Sequence[str], payloads: Optional[Sequence[Any]] = None, *,
                      queue: str = "default", priorities: Optional[Sequence[int]] = None,
                      run_ats: Optional[Sequence[Optional[datetime]]] = None, max_attempts: int = 3,
                      recovery_policy: str = "auto",
-                     idempotency_keys: Optional[Sequence[Optional[str]]] = None) -> list[Enqueued]:
+                     idempotency_keys: Optional[Sequence[Optional[str]]] = None,
+                     timeout: Optional[timedelta] = None, unique_for: Optional[timedelta] = None) -> list[Enqueued]:
         """``pgfence.enqueue_many``: up to 10,000 jobs into one queue in one call.
 
         Parallel sequences; returns one :class:`Enqueued` per input, in input order.
+        ``timeout`` and ``unique_for``: one value for the batch, as :meth:`enqueue`'s.
         """
         # Payloads travel as one JSON array that the server unpacks in order: one
         # json.dumps and one jsonb parse instead of a jsonb[] literal of escaped
@@ -208,7 +219,7 @@ class Client:
             params.append(json.dumps([{} if p is None else p for p in payloads]))
         params += [queue, None if priorities is None else list(priorities),
                    None if run_ats is None else [_aware(t) for t in run_ats], max_attempts, recovery_policy,
-                   None if idempotency_keys is None else list(idempotency_keys)]
+                   None if idempotency_keys is None else list(idempotency_keys), timeout, unique_for]
         query = _ENQUEUE_MANY.format(payloads="NULL" if payloads is None else _PAYLOADS_FROM_JSON_ARRAY)
         return self._rows(Enqueued, query, params, positional=True)
 
@@ -420,6 +431,17 @@ class Client:
         self._scalar("SELECT pgfence.set_queue_limit(queue => %s, max_running => %s::integer)",
                      (queue, max_running))
 
+    def set_queue_timeout(self, queue: str, timeout: Optional[timedelta]) -> None:
+        """``pgfence.set_queue_timeout``: the run timeout (1 ms..30 days) of ``queue``'s jobs
+        enqueued from now on without one of their own (operators); ``None`` removes it."""
+        self._scalar("SELECT pgfence.set_queue_timeout(queue => %s, timeout => %s::interval)", (queue, timeout))
+
+    def queue_timeouts(self) -> dict[str, timedelta]:
+        """``pgfence.queue_timeouts()``: {queue: its default run timeout} (operators)."""
+        with self._call() as conn:
+            rows = conn.execute("SELECT queue, timeout FROM pgfence.queue_timeouts()").fetchall()
+        return {str(q): t for q, t in rows}
+
     def queue_limits(self) -> list[QueueLimit]:
         """``pgfence.queue_limits()``: the paused and capped queues, with their running jobs."""
         return self._rows(QueueLimit,
@@ -488,7 +510,7 @@ _FENCE_ARRAYS = "job_ids => %b::bigint[], attempt_tokens => %b::uuid[]"
 
 _ENQUEUE_MANY = ("SELECT ordinal, id, created FROM pgfence.enqueue_many(kinds => %s, payloads => {payloads}, "
                  "queue => %s, priorities => %s, run_ats => %s, max_attempts => %s, recovery_policy => %s, "
-                 "idempotency_keys => %s)")
+                 "idempotency_keys => %s, timeout => %s::interval, unique_for => %s::interval)")
 _PAYLOADS_FROM_JSON_ARRAY = ("ARRAY(SELECT p.value FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS p(value, ord)"
                              " ORDER BY p.ord)")
 

@@ -8,13 +8,23 @@ result is never reported; an attempt that never started is dropped at once. A re
 for an attempt whose outcome is already being reported changes nothing: the reporter
 learns from the database whether that outcome counted. A connection failure skips the
 round (the next one comes ``lease / 3`` later, well before the leases end).
+
+A run timeout (``enqueue(timeout=...)``) caps a lease at the attempt's deadline: the
+database never extends it further and refuses the heartbeats after it. So that a
+handler's ``should_stop()`` turns true right after the deadline, not up to ``lease / 3``
+later, a round also comes just after the earliest lease end the database returned
+(``Entry.expires``), once per such end. Only the database decides: this clock (the
+local one) only picks when to ask, and a skewed clock makes that round come early (the
+heartbeat is accepted, and the regular rounds go on) or late (at most the regular
+interval).
 """
 
 from __future__ import annotations
 
+import time
 import uuid
-from datetime import timedelta
-from typing import Any, Callable, Iterator, Protocol, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
 
 from ._text import escaped_logger
 from .ledger import Entry, Ledger
@@ -37,6 +47,13 @@ def interval(lease: timedelta) -> float:
     return max(lease.total_seconds() / 3.0, 0.01)
 
 
+#: How long after a lease's end (as the database returned it) its extra round comes.
+AFTER_EXPIRY = 0.05
+#: How often, at most, the heartbeat thread looks at the held leases' ends between two
+#: rounds (a job claimed meanwhile may have a lease that ends before the next round).
+RECHECK = 0.25
+
+
 def chunks(entries: Sequence[Entry], size: int) -> Iterator[Sequence[Entry]]:
     """``entries`` in calls of at most ``size`` (the database's batch limit)."""
     for start in range(0, len(entries), size):
@@ -57,15 +74,36 @@ class Heartbeats:
         self.counters = counters
         self.limits = limits
         self.interval = interval(lease)
+        # The lease ends an extra round was made for, by job id (one round per end).
+        self._asked: dict[int, datetime] = {}
 
     def run(self, done: Callable[[float], Any]) -> None:
-        """Beat every ``interval`` until ``done(timeout)`` (an Event's ``wait``) is true."""
-        while not done(self.interval):
-            self.beat()
+        """Beat every ``interval``, or sooner just after a lease capped by a run timeout
+        ends, until ``done(timeout)`` (an Event's ``wait``) is true."""
+        next_beat = time.monotonic() + self.interval
+        while True:
+            if done(max(min(next_beat - time.monotonic(), self.next_wait(), RECHECK), 0.0)):
+                return
+            if time.monotonic() >= next_beat or self.next_wait() <= 0.01:
+                self.beat()
+                next_beat = time.monotonic() + self.interval
+
+    def next_wait(self, now: Optional[datetime] = None) -> float:
+        """Seconds until the next round: ``interval``, or less when a held lease ends
+        sooner (a run timeout's deadline) and no round was made for that end yet."""
+        now = now or datetime.now(timezone.utc)
+        wait = self.interval
+        for e in self.ledger.held_entries():
+            if e.expires is not None and self._asked.get(e.id) != e.expires:
+                wait = min(wait, (e.expires - now).total_seconds() + AFTER_EXPIRY)
+        return max(wait, 0.01)
 
     def beat(self) -> None:
         """One round: renew every held lease; revoke the attempts whose renewal was refused."""
         entries = self.ledger.held_entries()
+        now = datetime.now(timezone.utc)
+        self._asked = {e.id: e.expires for e in entries
+                       if e.expires is not None and (e.expires - now).total_seconds() + AFTER_EXPIRY <= 0.01}
         for chunk in chunks(entries, self.limits.batch):
             try:
                 outcomes = self.calls.heartbeat_many([e.job.id for e in chunk], [e.job.attempt_token for e in chunk],
@@ -76,6 +114,8 @@ class Heartbeats:
                 break
             for entry, o in zip(chunk, outcomes):
                 if o.accepted:
+                    if o.lease_expires_at is not None:
+                        entry.expires = o.lease_expires_at
                     continue
                 if not self.ledger.revoke(entry):
                     continue  # its outcome is being reported: the reporter learns the truth
