@@ -499,6 +499,9 @@ CALLS: dict[str, str] = {
     "fail_many": "SELECT * FROM pgfence.fail_many(ARRAY[%(id)s]::bigint[], ARRAY[%(tok)s]::uuid[], ARRAY['boom'])",
     "release": "SELECT pgfence.release(%(id)s, %(tok)s)",
     "release_many": "SELECT * FROM pgfence.release_many(ARRAY[%(id)s]::bigint[], ARRAY[%(tok)s]::uuid[])",
+    "snooze": "SELECT pgfence.snooze(%(id)s, %(tok)s, '1 minute')",
+    "snooze_many": "SELECT * FROM pgfence.snooze_many(ARRAY[%(id)s]::bigint[], ARRAY[%(tok)s]::uuid[],"
+                   " ARRAY['1 minute']::interval[])",
     "report_rejection": "SELECT pgfence.report_rejection(%(id)s, %(tok)s, 'complete')",
     "sweeper_last_pass": "SELECT pgfence.sweeper_last_pass()",
     "requeue": "SELECT pgfence.requeue(%(id)s)",
@@ -565,6 +568,7 @@ CALLS: dict[str, str] = {
     "_check_enqueue_many_inputs": "SELECT pgfence._check_enqueue_many_inputs(ARRAY['k'], NULL, 'q', NULL, NULL, 3,"
                                   " 'auto', NULL)",
     "_check_fail_inputs": "SELECT pgfence._check_fail_inputs(1, ARRAY['e'], NULL, NULL)",
+    "_check_snooze_delay": "SELECT pgfence._check_snooze_delay('delay', '1 minute')",
     "_maintain_history": "SELECT count(*) FROM pgfence._maintain_history()",
     "_history_partition_name": "SELECT pgfence._history_partition_name(now())",
     "_utc_literal": "SELECT pgfence._utc_literal(now())",
@@ -597,7 +601,7 @@ CALLS: dict[str, str] = {
 }
 
 FENCED = {"claim", "heartbeat", "heartbeat_many", "complete", "complete_many", "fail", "fail_many",
-          "release", "release_many", "report_rejection"}
+          "release", "release_many", "snooze", "snooze_many", "report_rejection"}
 READ_API = {"limits", "job", "attempts_of", "rejections_of", "rejections_not_stored"}
 GRANTED: dict[str, set[str]] = {
     "t_prod_a": {"schema_version", "enqueue", "enqueue_many", "select_jobs", "select_finished_jobs",

@@ -434,3 +434,42 @@ def test_sqitch_upgrades_a_database_deployed_at_v0_6_0_and_reverts_to_it(scratch
         c.execute("SELECT pgfence.fail(%s, %s, 'again', '0 seconds')", (fresh, t))
         c.execute("SELECT pgfence.complete_many(ARRAY[%s]::bigint[], ARRAY[%s]::uuid[])", (fresh, t))
         assert c.execute("SELECT count(*) FROM pgfence.rejections WHERE job_id = %s", (fresh,)).fetchone() == (1,)
+
+
+def test_sqitch_upgrades_a_database_deployed_at_v0_7_0_and_reverts_to_it(scratch_dsn: str) -> None:
+    """Snooze after @v0.7.0: `sqitch deploy` from @v0.7.0 adds snooze and the outcome snoozed,
+    leases from before stay valid and can be snoozed; `sqitch revert --to @v0.7.0` restores
+    the reworked routines and the outcome list exactly, a snoozed attempt kept as released."""
+    target = sqitch_target(scratch_dsn)
+    _ok(sqitch("deploy", "--to", "@v0.7.0", target=target), "deploy --to @v0.7.0")
+    reworked = ["pgfence.report_rejection(bigint, uuid, text)", "pgfence.limits()"]
+
+    def state(c: Conn) -> dict[str, Any]:
+        out: dict[str, Any] = {r: c.execute("SELECT proacl::text, proconfig, md5(prosrc) FROM pg_proc"
+                                            " WHERE oid = %s::regprocedure", (r,)).fetchone() for r in reworked}
+        out["outcomes"] = c.execute("SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+                                    " WHERE conname = 'attempts_outcome_valid'").fetchone()
+        return out
+
+    with connect(scratch_dsn) as c:
+        before = state(c)
+        c.execute("SELECT pgfence.pause_sweeper()")
+        job_id = c.execute("SELECT pgfence.enqueue('k', queue => 'q1')").fetchone()[0]  # type: ignore[index]
+        [(token,)] = c.execute("SELECT attempt_token FROM pgfence.claim('w1', ARRAY['q1'], '1 hour')").fetchall()
+
+    out = _ok(sqitch("deploy", target=target), "deploy (upgrade)")
+    assert "+ functions/snooze" in out, out
+    _ok(sqitch("verify", target=target), "verify (upgraded)")
+    with connect(scratch_dsn) as c:
+        assert c.execute("SELECT pgfence.snooze(%s, %s, '1 hour')", (job_id, token)).fetchone() == ("queued",)
+        assert c.execute("SELECT attempt, outcome FROM pgfence.attempts_of(%s)", (job_id,)).fetchall() == [
+            (1, "snoozed")]
+
+    _ok(sqitch("revert", "-y", "--to", "@v0.7.0", target=target), "revert --to @v0.7.0")
+    _ok(sqitch("verify", target=target), "verify (reverted)")
+    with connect(scratch_dsn) as c:
+        assert state(c) == before
+        assert c.execute("SELECT to_regprocedure('pgfence.snooze(bigint, uuid, interval)')").fetchone() == (None,)
+        assert c.execute("SELECT attempt, outcome FROM pgfence.attempts_of(%s)", (job_id,)).fetchall() == [
+            (1, "released")]
+        assert c.execute("SELECT status FROM pgfence.job(%s)", (job_id,)).fetchone() == ("queued",)

@@ -330,6 +330,24 @@ class Client:
             f"{_FENCE_ARRAYS}, started => %s)",
             (list(job_ids), list(attempt_tokens), started))
 
+    def snooze(self, job_id: int, attempt_token: uuid.UUID, delay: timedelta) -> str:
+        """``pgfence.snooze``: back to the queue after ``delay`` (more than 0, at most 365 days),
+        the attempt recorded ``snoozed`` and not counted toward ``max_attempts``; returns the new
+        status (``queued``; past 100 snoozes of the job the attempt fails instead: ``queued`` or
+        ``failed``). Raises :class:`LeaseLost`."""
+        return str(self._fenced("snooze", job_id, attempt_token,
+            "SELECT pgfence.snooze(job_id => %s, attempt_token => %s, delay => %s)",
+            (job_id, attempt_token, delay)))
+
+    def snooze_many(self, job_ids: Sequence[int], attempt_tokens: Sequence[uuid.UUID],
+                    delays: Sequence[timedelta]) -> list[Outcome]:
+        """``pgfence.snooze_many``: snooze many attempts in one call; per-job outcome (an
+        accepted row past the snooze cap has a ``detail`` saying the attempt failed instead)."""
+        return self._rows(Outcome,
+            "SELECT id, accepted, status, detail FROM pgfence.snooze_many("
+            f"{_FENCE_ARRAYS}, delays => %s::interval[])",
+            (list(job_ids), list(attempt_tokens), list(delays)))
+
     # -- operator ---------------------------------------------------------
 
     def reclaim_expired(self, max_jobs: int = 50) -> list[Reclaimed]:
