@@ -549,6 +549,7 @@ CALLS: dict[str, str] = {
     "pause_queue": "SELECT pgfence.pause_queue(%(q)s)",
     "resume_queue": "SELECT pgfence.resume_queue(%(q)s)",
     "set_queue_limit": "SELECT pgfence.set_queue_limit(%(q)s, 2)",
+    "set_queue_rate_limit": "SELECT pgfence.set_queue_rate_limit(%(q)s, 2, '1 second')",
     "queue_limits": "SELECT count(*) FROM pgfence.queue_limits()",
     "select_queue_controls": "SELECT count(*) FROM pgfence.queue_controls",
     # private helpers: nobody but the owner
@@ -565,6 +566,8 @@ CALLS: dict[str, str] = {
     "_claim_refuse": "SELECT pgfence._claim_refuse('w', NULL, '1 minute', 1)",
     "_claim_from_list": "SELECT pgfence._claim_from_list(ARRAY['a', 'b'], 1, clock_timestamp())",
     "_claim_controlled": "SELECT pgfence._claim_controlled(ARRAY['a', 'b'], 1, clock_timestamp())",
+    "_rate_tokens": "SELECT pgfence._rate_tokens(1, '1 second', 1, now(), now())",
+    "_rate_allowance": "SELECT pgfence._rate_allowance(1, '1 second', 1, now(), now())",
     "_check_enqueue_many_inputs": "SELECT pgfence._check_enqueue_many_inputs(ARRAY['k'], NULL, 'q', NULL, NULL, 3,"
                                   " 'auto', NULL)",
     "_check_fail_inputs": "SELECT pgfence._check_fail_inputs(1, ARRAY['e'], NULL, NULL)",
@@ -616,7 +619,8 @@ GRANTED: dict[str, set[str]] = {
                "select_rejection_overflow", "select_sweeper_status", "select_retention",
                "maintain_history", "set_history_partition_width", "select_finished_jobs", "select_all_jobs",
                "select_all_attempts", "select_held_keys", "select_history_partitions", "select_history_settings",
-               "pause_queue", "resume_queue", "set_queue_limit", "queue_limits", "select_queue_controls"},
+               "pause_queue", "resume_queue", "set_queue_limit", "set_queue_rate_limit", "queue_limits",
+               "select_queue_controls"},
     "t_nobody": set(),
 }
 # (t_oper, run_sweeper) is granted but cannot work: see test_operator_can_run_the_background_sweeper.

@@ -438,10 +438,21 @@ class Client:
         self._scalar("SELECT pgfence.set_queue_limit(queue => %s, max_running => %s::integer)",
                      (queue, max_running))
 
+    def set_queue_rate_limit(self, queue: str, max_claims: Optional[int],
+                             per: timedelta = timedelta(seconds=1)) -> None:
+        """``pgfence.set_queue_rate_limit``: claims hand out at most ``max_claims`` (1..1,000,000)
+        jobs of ``queue`` per ``per`` (1 ms..1 day) across every worker, by a token bucket (a
+        burst of ``max_claims`` after an idle spell); the rest stay queued (operators).
+        ``None`` removes the limit."""
+        self._scalar("SELECT pgfence.set_queue_rate_limit(queue => %s, max_claims => %s::integer, per => %s)",
+                     (queue, max_claims, per))
+
     def queue_limits(self) -> list[QueueLimit]:
-        """``pgfence.queue_limits()``: the paused and capped queues, with their running jobs."""
+        """``pgfence.queue_limits()``: the paused, capped and rate-limited queues, with their
+        running jobs and the claims a rate limit allows now."""
         return self._rows(QueueLimit,
-            "SELECT queue, paused_at, paused_by, max_running, running, limited_at, limited_by"
+            "SELECT queue, paused_at, paused_by, max_running, running, limited_at, limited_by, max_claims,"
+            " claims_per, claims_available, rate_limited_at, rate_limited_by"
             " FROM pgfence.queue_limits()", positional=True)
 
     def wakeup_tags(self, queues: Sequence[str]) -> dict[str, str]:
