@@ -147,16 +147,21 @@ def test_pause_and_resume_keep_the_rate_limit(conn: Conn, queue: str) -> None:
     assert claim(conn, [queue], max_jobs=10) == []
 
 
-def test_a_claim_over_every_queue_respects_the_rate_limit(conn: Conn, queue: str) -> None:
+def test_a_claim_over_several_queues_takes_the_others_and_the_rate_limits_allowance(conn: Conn, queue: str) -> None:
+    other = queue + "_free"
     _enqueue_n(conn, queue, 6)
+    _enqueue_n(conn, other, 3)
     _limit(conn, queue, 2, "1 day")
+    got = claim(conn, [queue, other], max_jobs=10)
+    assert sorted(c["queue"] for c in got) == [queue, queue] + [other] * 3
+    assert claim(conn, [queue, other], max_jobs=10) == []
+    # over every queue (other tests' jobs may fill max_jobs first: only the bound is sure)
     everything = claim(conn, None, max_jobs=1000)
-    got = [c for c in everything if c["queue"] == queue]
     others = [c for c in everything if c["queue"] != queue]
     if others:  # other tests' jobs: given back as never claimed
         conn.execute("SELECT count(*) FROM pgfence.release_many(%s::bigint[], %s::uuid[], started => false)",
                      ([c["id"] for c in others], [c["attempt_token"] for c in others]))
-    assert len(got) == 2
+    assert [c for c in everything if c["queue"] == queue] == []
     assert queue_count(conn, queue, "queued") == 4
 
 

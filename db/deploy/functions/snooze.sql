@@ -79,13 +79,16 @@ BEGIN
     v_note := array_fill(NULL::text, ARRAY[n]);
     -- The current attempts locked first, in id order (as every batch call locks), so
     -- that the count of snoozes and what follows see the same rows; the inputs at the cap.
+    -- (Each input looked up by primary key, in id order, locking as it goes: a join could
+    -- be driven from jobs_reclaim_idx over every processing job; see fail_many.)
     WITH held AS (
-        SELECT x.id, i.ord::integer AS ord
-          FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord)
-          JOIN pgfence.jobs x ON x.id = i.id AND x.attempt_token = i.token
-         WHERE x.status = 'processing'
-         ORDER BY x.id
-           FOR NO KEY UPDATE OF x
+        SELECT j.id, i.ord
+          FROM (SELECT t.id, t.token, t.ord::integer AS ord, 'processing'::text AS held
+                  FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS t(id, token, ord)
+                 ORDER BY t.id) i
+          CROSS JOIN LATERAL (SELECT x.id FROM pgfence.jobs x
+                               WHERE x.id = i.id AND x.attempt_token = i.token AND x.status = i.held
+                                 FOR NO KEY UPDATE) j
     )
     SELECT array_agg(h.ord ORDER BY h.ord) INTO v_over
       FROM held h
