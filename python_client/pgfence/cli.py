@@ -433,7 +433,7 @@ def _history_line(client: Client) -> str:
         counts = client.history_summary(timedelta(hours=1))
     except psycopg.errors.InsufficientPrivilege:
         return "last hour: attempt history needs the pgfence_operator role"
-    outcomes = ["done", "failed", "reclaimed", "released", "cancelled"]
+    outcomes = ["done", "failed", "reclaimed", "released", "cancelled", "snoozed"]
     parts = [f"{o} {counts.get(o, 0)}" for o in outcomes]
     return f"last hour: attempts {', '.join(parts)}; refused stale calls {counts.get('rejected', 0)}"
 

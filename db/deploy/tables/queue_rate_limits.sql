@@ -7,22 +7,28 @@
 -- claims_per, up to max_claims (the burst after an idle spell). A row may now hold only a
 -- rate limit (queue_controls_some).
 
+\ir ../../include/lock_retry.sql
+
 BEGIN;
 
-ALTER TABLE pgfence.queue_controls
-    ADD COLUMN max_claims       integer CONSTRAINT queue_controls_max_claims CHECK (max_claims BETWEEN 1 AND 1000000),
-    ADD COLUMN claims_per       interval CONSTRAINT queue_controls_claims_per
-                                         CHECK (claims_per BETWEEN interval '1 millisecond' AND interval '1 day'),
-    ADD COLUMN rate_tokens      double precision,
-    ADD COLUMN rate_refilled_at timestamptz,
-    ADD COLUMN rate_limited_at  timestamptz,
-    ADD COLUMN rate_limited_by  text,
-    ADD CONSTRAINT queue_controls_rate_whole CHECK (
-        (max_claims IS NULL) = (claims_per IS NULL) AND (max_claims IS NULL) = (rate_tokens IS NULL)
-        AND (max_claims IS NULL) = (rate_refilled_at IS NULL));
-ALTER TABLE pgfence.queue_controls DROP CONSTRAINT queue_controls_some;
-ALTER TABLE pgfence.queue_controls ADD CONSTRAINT queue_controls_some
-    CHECK (paused_at IS NOT NULL OR max_running IS NOT NULL OR max_claims IS NOT NULL);
+-- (ACCESS EXCLUSIVE on a table every claim reads: taken with lock_timeout 100 ms and
+-- retried, pg_temp.locked, so claims wait at most 100 ms behind a try. The columns have
+-- no default, so adding them rewrites nothing; the checks read the table's few rows.)
+SELECT pg_temp.locked(ARRAY[
+    'ALTER TABLE pgfence.queue_controls '
+    'ADD COLUMN max_claims integer CONSTRAINT queue_controls_max_claims CHECK (max_claims BETWEEN 1 AND 1000000), '
+    'ADD COLUMN claims_per interval CONSTRAINT queue_controls_claims_per '
+    '    CHECK (claims_per BETWEEN interval ''1 millisecond'' AND interval ''1 day''), '
+    'ADD COLUMN rate_tokens double precision, '
+    'ADD COLUMN rate_refilled_at timestamptz, '
+    'ADD COLUMN rate_limited_at timestamptz, '
+    'ADD COLUMN rate_limited_by text, '
+    'ADD CONSTRAINT queue_controls_rate_whole CHECK ('
+    '    (max_claims IS NULL) = (claims_per IS NULL) AND (max_claims IS NULL) = (rate_tokens IS NULL) '
+    '    AND (max_claims IS NULL) = (rate_refilled_at IS NULL)), '
+    'DROP CONSTRAINT queue_controls_some, '
+    'ADD CONSTRAINT queue_controls_some '
+    '    CHECK (paused_at IS NOT NULL OR max_running IS NOT NULL OR max_claims IS NOT NULL)']);
 
 COMMENT ON TABLE pgfence.queue_controls IS
 $$Queues that are paused (claim takes nothing from them), capped (at most max_running of their jobs processing
