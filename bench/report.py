@@ -293,6 +293,15 @@ def claims_table(po: Optional[dict[str, Any]]) -> str:
                       f" samples (cap {cq['cap']}); {cq['empty_claims']:,} claims found the cap full; jobs handed"
                       f" out twice: {cq['duplicates']}" + (f"; errors: {len(cq['errors'])}" if cq.get("errors") else "")
                       + "."]
+    rq = (po or {}).get("rated")
+    if rq and rq.get("rate"):
+        lines += ["", f"A rate-limited queue (`set_queue_rate_limit` {rq['max_claims']} per {rq['per_s']:g} s;"
+                      f" {rq['connections']} connections each looping over claim {rq['max_jobs']} and complete_many,"
+                      f" {rq['seconds']:.1f} s): {rq['rate']:,.1f} claims/s after the first interval against the"
+                      f" limit's {rq['limit_rate']:,.0f}/s (ratio {rq['ratio']:.3f}); {rq['first_interval']:,} in the"
+                      f" first interval (a full bucket allows up to {2 * rq['max_claims']:,}); {rq['empty_claims']:,}"
+                      " claims came back empty" + (f"; errors: {len(rq['errors'])}" if rq.get("errors") else "")
+                      + "."]
     c64 = (po or {}).get("claims_64")
     if c64 and c64.get("median_ms") is not None:
         lines += ["", f"From {c64['connections']} worker connections at once (each a loop of claim"

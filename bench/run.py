@@ -289,6 +289,13 @@ def run_pgfence_only(cfg: Config, dsn: str) -> dict[str, Any]:
         cq = out["capped"]
         log(f"  {cq['rate']:,.0f} jobs/s (cap / hold = {cq['expected_rate']:,.0f}), at most {cq['max_running']}"
             f" running in {cq['samples']:,} samples, {cq['duplicates']} handed out twice")
+    log("pgfence rate-limited queue: set_queue_rate_limit 200 per second, 8 claimers of 10 completing at once, 60 s")
+    out["rated"] = guarded(holder, "rate-limited queue",
+                           lambda: pf.rate_limited_queue(dsn, 200, 1.0, 8, 10, 5.0 if cfg.quick else 60.0))
+    if out["rated"]:
+        rq = out["rated"]
+        log(f"  {rq['rate']:,.1f} claims/s after the first second against {rq['limit_rate']:,.0f}/s: ratio"
+            f" {rq['ratio']:.3f}; first second {rq['first_interval']} (burst up to {2 * rq['max_claims']})")
     log("pgfence claims from 64 worker connections at once: claim of 10 + complete_many, one queue")
     out["claims_64"] = guarded(holder, "claims from 64 connections",
                                lambda: pf.claims_concurrent(dsn, 64, 200_000 if not cfg.quick else 50_000, 10,

@@ -499,6 +499,9 @@ CALLS: dict[str, str] = {
     "fail_many": "SELECT * FROM pgfence.fail_many(ARRAY[%(id)s]::bigint[], ARRAY[%(tok)s]::uuid[], ARRAY['boom'])",
     "release": "SELECT pgfence.release(%(id)s, %(tok)s)",
     "release_many": "SELECT * FROM pgfence.release_many(ARRAY[%(id)s]::bigint[], ARRAY[%(tok)s]::uuid[])",
+    "snooze": "SELECT pgfence.snooze(%(id)s, %(tok)s, '1 minute')",
+    "snooze_many": "SELECT * FROM pgfence.snooze_many(ARRAY[%(id)s]::bigint[], ARRAY[%(tok)s]::uuid[],"
+                   " ARRAY['1 minute']::interval[])",
     "report_rejection": "SELECT pgfence.report_rejection(%(id)s, %(tok)s, 'complete')",
     "sweeper_last_pass": "SELECT pgfence.sweeper_last_pass()",
     "requeue": "SELECT pgfence.requeue(%(id)s)",
@@ -546,6 +549,7 @@ CALLS: dict[str, str] = {
     "pause_queue": "SELECT pgfence.pause_queue(%(q)s)",
     "resume_queue": "SELECT pgfence.resume_queue(%(q)s)",
     "set_queue_limit": "SELECT pgfence.set_queue_limit(%(q)s, 2)",
+    "set_queue_rate_limit": "SELECT pgfence.set_queue_rate_limit(%(q)s, 2, '1 second')",
     "queue_limits": "SELECT count(*) FROM pgfence.queue_limits()",
     "select_queue_controls": "SELECT count(*) FROM pgfence.queue_controls",
     "set_queue_timeout": "SELECT pgfence.set_queue_timeout(%(q)s, '1 hour')",
@@ -566,9 +570,12 @@ CALLS: dict[str, str] = {
     "_claim_refuse": "SELECT pgfence._claim_refuse('w', NULL, '1 minute', 1)",
     "_claim_from_list": "SELECT pgfence._claim_from_list(ARRAY['a', 'b'], 1, clock_timestamp())",
     "_claim_controlled": "SELECT pgfence._claim_controlled(ARRAY['a', 'b'], 1, clock_timestamp())",
+    "_rate_tokens": "SELECT pgfence._rate_tokens(1, '1 second', 1, now(), now())",
+    "_rate_allowance": "SELECT pgfence._rate_allowance(1, '1 second', 1, now(), now())",
     "_check_enqueue_many_inputs": "SELECT pgfence._check_enqueue_many_inputs(ARRAY['k'], NULL, 'q', NULL, NULL, 3,"
                                   " 'auto', NULL)",
     "_check_fail_inputs": "SELECT pgfence._check_fail_inputs(1, ARRAY['e'], NULL, NULL)",
+    "_check_snooze_delay": "SELECT pgfence._check_snooze_delay('delay', '1 minute')",
     "_maintain_history": "SELECT count(*) FROM pgfence._maintain_history()",
     "_history_partition_name": "SELECT pgfence._history_partition_name(now())",
     "_utc_literal": "SELECT pgfence._utc_literal(now())",
@@ -601,7 +608,7 @@ CALLS: dict[str, str] = {
 }
 
 FENCED = {"claim", "heartbeat", "heartbeat_many", "complete", "complete_many", "fail", "fail_many",
-          "release", "release_many", "report_rejection"}
+          "release", "release_many", "snooze", "snooze_many", "report_rejection"}
 READ_API = {"limits", "job", "attempts_of", "rejections_of", "rejections_not_stored"}
 GRANTED: dict[str, set[str]] = {
     "t_prod_a": {"schema_version", "enqueue", "enqueue_many", "select_jobs", "select_finished_jobs",
@@ -616,8 +623,8 @@ GRANTED: dict[str, set[str]] = {
                "select_rejection_overflow", "select_sweeper_status", "select_retention",
                "maintain_history", "set_history_partition_width", "select_finished_jobs", "select_all_jobs",
                "select_all_attempts", "select_held_keys", "select_history_partitions", "select_history_settings",
-               "pause_queue", "resume_queue", "set_queue_limit", "queue_limits", "select_queue_controls",
-               "set_queue_timeout", "queue_timeouts", "select_queue_timeouts"},
+               "pause_queue", "resume_queue", "set_queue_limit", "set_queue_rate_limit", "queue_limits",
+               "select_queue_controls", "set_queue_timeout", "queue_timeouts", "select_queue_timeouts"},
     "t_nobody": set(),
 }
 # (t_oper, run_sweeper) is granted but cannot work: see test_operator_can_run_the_background_sweeper.

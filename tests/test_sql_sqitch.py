@@ -573,3 +573,60 @@ def test_sqitch_upgrade_from_v0_7_0_keeps_timeouts_and_unique_keys_working_and_r
         assert c.execute("SELECT pgfence.enqueue('k', queue => 'q5', idempotency_key => 'x')").fetchone() == (keyed,)
         c.execute("SELECT pgfence.complete(%s, %s)", (old, old_token))
         c.execute("SELECT pgfence.resume_sweeper()")
+
+
+def test_sqitch_upgrade_from_v0_7_0_keeps_snoozes_and_rate_limits_working_and_reverts(scratch_dsn: str) -> None:
+    """Snooze and rate limits after @v0.7.0: `sqitch deploy` from @v0.7.0 adds snooze and the
+    outcome snoozed (leases from before stay valid and can be snoozed) and the rate limit on
+    pgfence.queue_controls (a cap from before stays); `sqitch revert --to @v0.7.0` restores
+    the reworked routines, the outcome list and the table exactly, a snoozed attempt kept as
+    released, a queue that had only a rate limit unlimited again, the cap kept."""
+    target = sqitch_target(scratch_dsn)
+    _ok(sqitch("deploy", "--to", "@v0.7.0", target=target), "deploy --to @v0.7.0")
+    reworked = ["pgfence.report_rejection(bigint, uuid, text)", "pgfence.limits()", "pgfence.queue_limits()",
+                "pgfence._claim_controlled(text[], integer, timestamptz)", "pgfence.resume_queue(text)",
+                "pgfence.set_queue_limit(text, integer)"]
+
+    def state(c: Conn) -> dict[str, Any]:
+        out: dict[str, Any] = {r: c.execute("SELECT proacl::text, proconfig, md5(prosrc) FROM pg_proc"
+                                            " WHERE oid = %s::regprocedure", (r,)).fetchone() for r in reworked}
+        out["outcomes"] = c.execute("SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+                                    " WHERE conname = 'attempts_outcome_valid'").fetchone()
+        out["controls"] = c.execute("SELECT array_agg(attname::text ORDER BY attnum) FROM pg_attribute"
+                                    " WHERE attrelid = 'pgfence.queue_controls'::regclass AND attnum > 0"
+                                    " AND NOT attisdropped").fetchone()
+        out["controls_checks"] = c.execute("SELECT array_agg(pg_get_constraintdef(oid) ORDER BY conname)"
+                                           " FROM pg_constraint WHERE conrelid = 'pgfence.queue_controls'::regclass"
+                                           ).fetchone()
+        return out
+
+    with connect(scratch_dsn) as c:
+        before = state(c)
+        c.execute("SELECT pgfence.pause_sweeper()")
+        job_id = c.execute("SELECT pgfence.enqueue('k', queue => 'q1')").fetchone()[0]  # type: ignore[index]
+        [(token,)] = c.execute("SELECT attempt_token FROM pgfence.claim('w1', ARRAY['q1'], '1 hour')").fetchall()
+        c.execute("SELECT pgfence.set_queue_limit('capped', 2)")
+
+    out = _ok(sqitch("deploy", target=target), "deploy (upgrade)")
+    assert "+ functions/snooze" in out and "+ tables/queue_rate_limits" in out, out
+    _ok(sqitch("verify", target=target), "verify (upgraded)")
+    with connect(scratch_dsn) as c:
+        assert c.execute("SELECT pgfence.snooze(%s, %s, '1 hour')", (job_id, token)).fetchone() == ("queued",)
+        assert c.execute("SELECT attempt, outcome FROM pgfence.attempts_of(%s)", (job_id,)).fetchall() == [
+            (1, "snoozed")]
+        c.execute("SELECT pgfence.set_queue_rate_limit('capped', 5, '1 minute')")
+        c.execute("SELECT pgfence.set_queue_rate_limit('rated', 1, '1 minute')")
+        c.execute("SELECT pgfence.enqueue_many(ARRAY['k', 'k'], queue => 'rated')")
+        assert len(c.execute("SELECT * FROM pgfence.claim('w', ARRAY['rated'], max_jobs => 2)").fetchall()) == 1
+        assert c.execute("SELECT queue, max_running, max_claims FROM pgfence.queue_limits()").fetchall() == [
+            ("capped", 2, 5), ("rated", None, 1)]
+
+    _ok(sqitch("revert", "-y", "--to", "@v0.7.0", target=target), "revert --to @v0.7.0")
+    _ok(sqitch("verify", target=target), "verify (reverted)")
+    with connect(scratch_dsn) as c:
+        assert state(c) == before
+        assert c.execute("SELECT to_regprocedure('pgfence.snooze(bigint, uuid, interval)')").fetchone() == (None,)
+        assert c.execute("SELECT attempt, outcome FROM pgfence.attempts_of(%s)", (job_id,)).fetchall() == [
+            (1, "released")]
+        assert c.execute("SELECT status FROM pgfence.job(%s)", (job_id,)).fetchone() == ("queued",)
+        assert c.execute("SELECT queue, max_running FROM pgfence.queue_limits()").fetchall() == [("capped", 2)]

@@ -21,7 +21,7 @@ from typing import Any, Optional, Sequence
 import psycopg
 import pytest
 
-from pgfence import Client, Interrupted, Job, Limits, Outcome, PermanentFailure, RawJson, RetryAfter
+from pgfence import Client, Interrupted, Job, Limits, Outcome, PermanentFailure, RawJson, RetryAfter, Snooze
 from pgfence.handlers import run_handler
 from pgfence.heartbeats import AFTER_EXPIRY, Heartbeats, chunks, interval
 from pgfence.ledger import Entry, Ledger, LockedLedger, Result
@@ -37,7 +37,7 @@ def job(job_id: int, attempt: int = 1, kind: str = "k") -> Job:
 
 
 def counters() -> dict[str, int]:
-    return {"claimed": 0, "completed": 0, "failed": 0, "lease_lost": 0, "released": 0}
+    return {"claimed": 0, "completed": 0, "failed": 0, "lease_lost": 0, "released": 0, "snoozed": 0}
 
 
 # ------------------------------------------------------------- the ledger ----
@@ -194,6 +194,8 @@ def test_a_batch_splits_into_void_released_completed_and_failed() -> None:
     batch = [Result(a, True), Result(b, False, interrupted=True), Result(c, True), Result(d, False, "x")]
     s = split(batch)
     assert [[r.entry.id for r in part] for part in (s.void, s.interrupted, s.done, s.failed)] == [[1], [2], [3], [4]]
+    e = ledger.admit([job(5)])[0][0]
+    assert [r.entry.id for r in split([Result(e, False, None, snooze=timedelta(seconds=1))]).snoozed] == [5]
 
 
 class FakeCalls:
@@ -232,6 +234,12 @@ class FakeCalls:
         self._call("release" if started else "release unstarted", job_ids, [])
         return [Outcome(i, i not in self.stale, None if i in self.stale else "queued", None) for i in job_ids]
 
+    def snooze_many(self, job_ids: Sequence[int], attempt_tokens: Sequence[uuid.UUID],
+                    delays: Sequence[timedelta]) -> list[Outcome]:
+        self._call("snooze", job_ids, list(delays))
+        return [Outcome(i, i not in self.stale, "processing" if i in self.stale else "queued",
+                        "the lease was taken over" if i in self.stale else None) for i in job_ids]
+
 
 def reporter(calls: FakeCalls, ledger: Ledger, *, hurried: bool = False,
              limits: Limits = Limits()) -> tuple[Reporter, dict[str, int], list[float]]:
@@ -248,6 +256,24 @@ def test_accepted_outcomes_are_counted_and_settled_in_one_call_each() -> None:
     rep.report(batch)
     assert [(name, ids) for name, ids, _ in calls.sent] == [("complete", [1, 3]), ("fail", [2])]
     assert (c["completed"], c["failed"], c["lease_lost"]) == (2, 1, 0)
+    assert ledger.held == {} and ledger.finishing == set()
+
+
+def test_snoozed_outcomes_go_in_one_snooze_many_call_and_a_refused_one_marks_its_lease_lost() -> None:
+    ledger, calls = Ledger(), FakeCalls()
+    entries, _ = ledger.admit([job(1), job(2), job(3)])
+    batch = []
+    for entry, outcome in zip(entries, [Result(entries[0], True, None),
+                                        Result(entries[1], False, None, snooze=timedelta(minutes=1)),
+                                        Result(entries[2], False, None, snooze=timedelta(seconds=5))]):
+        assert ledger.take() is entry
+        ledger.finish(outcome)
+        batch.append(outcome)
+    calls.stale = {3}
+    rep, c, _ = reporter(calls, ledger)
+    rep.report(batch)
+    assert calls.sent == [("complete", [1], [None]), ("snooze", [2, 3], [timedelta(minutes=1), timedelta(seconds=5)])]
+    assert (c["completed"], c["snoozed"], c["failed"], c["lease_lost"]) == (1, 1, 0, 1)
     assert ledger.held == {} and ledger.finishing == set()
 
 
@@ -447,6 +473,23 @@ def test_a_handler_outcome_names_the_retry_bound_of_the_limits() -> None:
     short = run_handler(entry, {"later": later}, W, Limits(retry_in_max_s=86400))
     assert short.retry_in is None and short.value is not None
     assert short.value.startswith("RetryAfter with delay datetime.timedelta(days=2) outside 0..1 days")
+
+
+def test_a_handler_raising_snooze_asks_for_a_snooze_within_the_limits() -> None:
+    def later(j: Job) -> Any:
+        raise Snooze(timedelta(days=2))
+
+    def never(j: Job) -> Any:
+        raise Snooze(timedelta(0))
+
+    entry = Entry(job(1, kind="later"))
+    got = run_handler(entry, {"later": later}, W)
+    assert (got.ok, got.snooze, got.value, got.retry_in) == (False, timedelta(days=2), None, None)
+    short = run_handler(entry, {"later": later}, W, Limits(snooze_max_s=86400))
+    assert short.snooze is None and short.value is not None
+    assert short.value.startswith("Snooze with delay datetime.timedelta(days=2) outside (0, 1 days]")
+    zero = run_handler(Entry(job(1, kind="never")), {"never": never}, W)
+    assert zero.snooze is None and (zero.value or "").startswith("Snooze with delay")
 
 
 def test_a_handler_outcome_says_what_the_handler_did() -> None:

@@ -221,17 +221,21 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("job_id", metavar="ID", type=_positive_int, help="the job id")
     c.set_defaults(func=cmd_cancel)
 
-    q = command("queue", "pause, resume or cap a queue, or list the paused and capped ones",
+    q = command("queue", "pause, resume, cap or rate-limit a queue, or list the controlled ones",
                 "Flow control per queue (operators): 'pause' makes claims take nothing from QUEUE (jobs "
                 "already claimed finish; enqueue still works), 'resume' undoes it, 'limit' caps how many "
-                "of its jobs are processing at once across every worker ('none' removes the cap), "
-                "'timeout' sets the default run timeout in seconds of its jobs enqueued from now on "
-                "('none' removes it), 'list' prints the paused and capped queues with their running jobs.")
-    q.add_argument("action", choices=("pause", "resume", "limit", "timeout", "list"), help="what to do")
+                "of its jobs are processing at once across every worker ('none' removes the cap), 'rate' "
+                "lets claims hand out at most N of its jobs per --per seconds (a token bucket; 'none' "
+                "removes it), 'timeout' sets the default run timeout in seconds of its jobs enqueued from "
+                "now on ('none' removes it), 'list' prints the paused, capped and rate-limited queues with "
+                "their running jobs.")
+    q.add_argument("action", choices=("pause", "resume", "limit", "rate", "timeout", "list"), help="what to do")
     q.add_argument("queue", metavar="QUEUE", nargs="?", help="the queue (not for 'list')")
-    q.add_argument("max_running", metavar="MAX_RUNNING", nargs="?", type=_limit, default=_NOT_GIVEN,
-                   help="for 'limit': a positive number, or 'none' to remove the cap; for 'timeout': "
-                        "seconds, or 'none'")
+    q.add_argument("max_running", metavar="N", nargs="?", type=_limit, default=_NOT_GIVEN,
+                   help="for 'limit': MAX_RUNNING; for 'rate': MAX_CLAIMS; for 'timeout': SECONDS; a positive "
+                        "number, or 'none' to remove the cap, the rate limit or the timeout")
+    q.add_argument("--per", type=_positive_seconds, default=None, metavar="SECONDS",
+                   help="for 'rate': the interval of MAX_CLAIMS, in seconds (default 1; 0.001..86400)")
     q.set_defaults(func=cmd_queue)
 
     r = command("reclaim", "reclaim every expired lease now",
@@ -446,7 +450,7 @@ def _history_line(client: Client) -> str:
         counts = client.history_summary(timedelta(hours=1))
     except psycopg.errors.InsufficientPrivilege:
         return "last hour: attempt history needs the pgfence_operator role"
-    outcomes = ["done", "failed", "reclaimed", "released", "cancelled"]
+    outcomes = ["done", "failed", "reclaimed", "released", "cancelled", "snoozed"]
     parts = [f"{o} {counts.get(o, 0)}" for o in outcomes]
     return f"last hour: attempts {', '.join(parts)}; refused stale calls {counts.get('rejected', 0)}"
 
@@ -545,18 +549,27 @@ def _limit(text: str) -> Optional[int]:
     return _positive_int(text)
 
 
+def _rate_text(max_claims: int, per: timedelta) -> str:
+    seconds = per.total_seconds()
+    return f"at most {max_claims} claimed per {seconds:g} second{'' if seconds == 1 else 's'}"
+
+
 def cmd_queue(args: argparse.Namespace) -> int:
     if args.action == "list":
         if args.queue is not None:
             raise CliError("'queue list' takes no QUEUE", hint="run 'pgfence queue list'", code=2)
     elif args.queue is None:
         raise CliError(f"'queue {args.action}' needs a QUEUE", hint=f"run 'pgfence queue {args.action} NAME'", code=2)
-    if args.action in ("limit", "timeout") and args.max_running is _NOT_GIVEN:
-        raise CliError(f"'queue {args.action}' needs MAX_RUNNING",
-                       hint="pass a positive number, or 'none' to remove it", code=2)
-    if args.action not in ("limit", "timeout") and args.max_running is not _NOT_GIVEN:
-        raise CliError(f"'queue {args.action}' takes no MAX_RUNNING", hint="only 'queue limit' and 'queue timeout' do",
-                       code=2)
+    needs = {"limit": "MAX_RUNNING", "rate": "MAX_CLAIMS", "timeout": "SECONDS"}
+    removes = {"limit": "cap", "rate": "rate limit", "timeout": "default run timeout"}
+    if args.action in needs and args.max_running is _NOT_GIVEN:
+        raise CliError(f"'queue {args.action}' needs {needs[args.action]}",
+                       hint=f"pass a positive number, or 'none' to remove the {removes[args.action]}", code=2)
+    if args.action not in needs and args.max_running is not _NOT_GIVEN:
+        raise CliError(f"'queue {args.action}' takes no MAX_RUNNING, MAX_CLAIMS or SECONDS",
+                       hint="only 'queue limit', 'queue rate' and 'queue timeout' do", code=2)
+    if args.action != "rate" and args.per is not None:
+        raise CliError(f"'queue {args.action}' takes no --per", hint="only 'queue rate' does", code=2)
 
     def body(client: Client, conn: psycopg.Connection[Any]) -> int:
         name = printable(args.queue or "")
@@ -573,15 +586,22 @@ def cmd_queue(args: argparse.Namespace) -> int:
                                      else timedelta(seconds=args.max_running))
             print(f"queue {name}: no default run timeout" if args.max_running is None
                   else f"queue {name}: run timeout {args.max_running}s for jobs enqueued from now on")
+        elif args.action == "rate":
+            per = timedelta(seconds=args.per if args.per is not None else 1.0)
+            client.set_queue_rate_limit(args.queue, args.max_running, per)
+            print(f"queue {name}: no rate limit" if args.max_running is None
+                  else f"queue {name}: {_rate_text(args.max_running, per)}")
         else:
             rows = client.queue_limits()
             if not rows:
-                print("no queue is paused or capped")
+                print("no queue is paused, capped or rate-limited")
             for r in rows:
                 paused = (f"paused since {r.paused_at.isoformat(sep=' ', timespec='seconds')} by {printable(r.paused_by or '')}"
                           if r.paused_at else "running")
                 cap = f"{r.running}/{r.max_running} running" if r.max_running is not None else f"{r.running} running, no cap"
-                print(f"{printable(r.queue)}: {paused}; {cap}")
+                rate = (f"; {_rate_text(r.max_claims, r.claims_per)} ({r.claims_available} available now)"
+                        if r.max_claims is not None and r.claims_per is not None else "")
+                print(f"{printable(r.queue)}: {paused}; {cap}{rate}")
         return 0
     return _with_client(args, body)
 

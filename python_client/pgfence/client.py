@@ -341,6 +341,24 @@ class Client:
             f"{_FENCE_ARRAYS}, started => %s)",
             (list(job_ids), list(attempt_tokens), started))
 
+    def snooze(self, job_id: int, attempt_token: uuid.UUID, delay: timedelta) -> str:
+        """``pgfence.snooze``: back to the queue after ``delay`` (more than 0, at most 365 days),
+        the attempt recorded ``snoozed`` and not counted toward ``max_attempts``; returns the new
+        status (``queued``; past 100 snoozes of the job the attempt fails instead: ``queued`` or
+        ``failed``). Raises :class:`LeaseLost`."""
+        return str(self._fenced("snooze", job_id, attempt_token,
+            "SELECT pgfence.snooze(job_id => %s, attempt_token => %s, delay => %s)",
+            (job_id, attempt_token, delay)))
+
+    def snooze_many(self, job_ids: Sequence[int], attempt_tokens: Sequence[uuid.UUID],
+                    delays: Sequence[timedelta]) -> list[Outcome]:
+        """``pgfence.snooze_many``: snooze many attempts in one call; per-job outcome (an
+        accepted row past the snooze cap has a ``detail`` saying the attempt failed instead)."""
+        return self._rows(Outcome,
+            "SELECT id, accepted, status, detail FROM pgfence.snooze_many("
+            f"{_FENCE_ARRAYS}, delays => %s::interval[])",
+            (list(job_ids), list(attempt_tokens), list(delays)))
+
     # -- operator ---------------------------------------------------------
 
     def reclaim_expired(self, max_jobs: int = 50) -> list[Reclaimed]:
@@ -442,10 +460,21 @@ class Client:
             rows = conn.execute("SELECT queue, timeout FROM pgfence.queue_timeouts()").fetchall()
         return {str(q): t for q, t in rows}
 
+    def set_queue_rate_limit(self, queue: str, max_claims: Optional[int],
+                             per: timedelta = timedelta(seconds=1)) -> None:
+        """``pgfence.set_queue_rate_limit``: claims hand out at most ``max_claims`` (1..1,000,000)
+        jobs of ``queue`` per ``per`` (1 ms..1 day) across every worker, by a token bucket (a
+        burst of ``max_claims`` after an idle spell); the rest stay queued (operators).
+        ``None`` removes the limit."""
+        self._scalar("SELECT pgfence.set_queue_rate_limit(queue => %s, max_claims => %s::integer, per => %s)",
+                     (queue, max_claims, per))
+
     def queue_limits(self) -> list[QueueLimit]:
-        """``pgfence.queue_limits()``: the paused and capped queues, with their running jobs."""
+        """``pgfence.queue_limits()``: the paused, capped and rate-limited queues, with their
+        running jobs and the claims a rate limit allows now."""
         return self._rows(QueueLimit,
-            "SELECT queue, paused_at, paused_by, max_running, running, limited_at, limited_by"
+            "SELECT queue, paused_at, paused_by, max_running, running, limited_at, limited_by, max_claims,"
+            " claims_per, claims_available, rate_limited_at, rate_limited_by"
             " FROM pgfence.queue_limits()", positional=True)
 
     def wakeup_tags(self, queues: Sequence[str]) -> dict[str, str]:

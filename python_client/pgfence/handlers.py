@@ -51,6 +51,18 @@ class RetryAfter(Exception):
         self.delay = delay
 
 
+class Snooze(Exception):
+    """Raise from a handler to run the job again after ``delay`` (more than 0, at most
+    ``Limits.snooze_max_s``, 365 days) without counting the attempt as a failure: the
+    worker reports a fenced ``snooze``, the attempt history records it as ``snoozed``.
+    A job may be snoozed ``Limits.snoozes_per_job`` (100) times; past that the database
+    fails the attempt instead (retried after ``delay`` while attempts remain)."""
+
+    def __init__(self, delay: timedelta, message: str = "") -> None:
+        super().__init__(message or f"snooze for {delay}")
+        self.delay = delay
+
+
 def error_text(exc: BaseException) -> str:
     """Type, message and traceback of ``exc``, storable (see :func:`storable_text`)."""
     try:
@@ -102,7 +114,8 @@ def run_handler(entry: Entry, handlers: Mapping[str, Handler], worker_id: str,
 
     A payload that could not be decoded, an unknown kind, and a result jsonb cannot
     store fail permanently; ``RetryAfter`` with a delay outside what ``fail`` accepts
-    (``limits.max_retry_in``) fails with the default backoff instead."""
+    (``limits.max_retry_in``) fails with the default backoff instead, and so does
+    ``Snooze`` with a delay outside what ``snooze`` accepts (``limits.max_snooze``)."""
     job = entry.job
     if job.payload_error is not None:
         return Result(entry, False, storable_text(
@@ -118,6 +131,13 @@ def run_handler(entry: Entry, handlers: Mapping[str, Handler], worker_id: str,
         return Result(entry, False, None, interrupted=True)
     except PermanentFailure as exc:
         return Result(entry, False, error_text(exc), permanent=True)
+    except Snooze as exc:
+        delay = exc.delay
+        if isinstance(delay, timedelta) and timedelta(0) < delay <= limits.max_snooze:
+            return Result(entry, False, None, snooze=delay)
+        return Result(entry, False, storable_text(
+            f"Snooze with delay {delay!r} outside (0, {limits.snooze_max_s // 86400} days], failed with the "
+            "default backoff instead\n" + error_text(exc)))
     except RetryAfter as exc:
         delay = exc.delay
         if isinstance(delay, timedelta) and timedelta(0) <= delay <= limits.max_retry_in:
@@ -138,5 +158,5 @@ def run_handler(entry: Entry, handlers: Mapping[str, Handler], worker_id: str,
     return Result(entry, True, RawJson(text))
 
 
-__all__ = ["Handler", "Interrupted", "PermanentFailure", "RetryAfter", "run_handler", "error_text",
+__all__ = ["Handler", "Interrupted", "PermanentFailure", "RetryAfter", "Snooze", "run_handler", "error_text",
            "storable_text", "result_json", "MAX_ERROR_CHARS"]

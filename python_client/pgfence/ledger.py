@@ -79,7 +79,8 @@ class Result:
     """A handler's outcome for one attempt, waiting to be reported.
 
     ``value``: the JSON text of the result (``ok``), or the error text. ``retry_in``
-    and ``permanent`` go to ``fail``; ``interrupted`` asks for a fenced release."""
+    and ``permanent`` go to ``fail``; ``interrupted`` asks for a fenced release;
+    ``snooze`` (a delay) asks for a fenced ``snooze``."""
 
     entry: Entry
     ok: bool
@@ -87,6 +88,7 @@ class Result:
     retry_in: Optional[timedelta] = None
     permanent: bool = False
     interrupted: bool = False
+    snooze: Optional[timedelta] = None
 
     @property
     def job(self) -> Job:

@@ -105,8 +105,9 @@ class QueueStats:
 
 @dataclass(frozen=True)
 class QueueLimit:
-    """One row of ``pgfence.queue_limits()``: a paused or capped queue, and how many of its
-    jobs are processing now."""
+    """One row of ``pgfence.queue_limits()``: a paused, capped or rate-limited queue, how
+    many of its jobs are processing now, and for a rate limit (``max_claims`` per
+    ``claims_per``) how many claims its bucket allows now (``claims_available``)."""
 
     queue: str
     paused_at: Optional[datetime]
@@ -115,6 +116,11 @@ class QueueLimit:
     running: int
     limited_at: Optional[datetime]
     limited_by: Optional[str]
+    max_claims: Optional[int] = None
+    claims_per: Optional[timedelta] = None
+    claims_available: Optional[int] = None
+    rate_limited_at: Optional[datetime] = None
+    rate_limited_by: Optional[str] = None
 
 
 @dataclass(frozen=True)

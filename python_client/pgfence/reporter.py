@@ -1,16 +1,16 @@
 """The reporter: who decides when to report an outcome, and what the database's answer means.
 
 Handlers leave their outcomes in the ledger's ``results``. The reporter takes them in
-batches and reports each batch with one ``complete_many`` and one ``fail_many`` call (an
-``Interrupted`` handler's job with one fenced ``release_many``); a job stays held (and
-heartbeated) until the database has accepted or refused its outcome.
+batches and reports each batch with one ``complete_many``, one ``fail_many`` and one
+``snooze_many`` call (an ``Interrupted`` handler's job with one fenced ``release_many``); a
+job stays held (and heartbeated) until the database has accepted or refused its outcome.
 
 * When: :func:`due`: ``flush_batch`` outcomes are waiting, the oldest has waited
   ``flush_interval``, or the worker is stopping (busy workers report in few, large calls).
 * Which: :func:`take_batch`: at most ``max_batch`` outcomes, one per job id (two attempts
   of one job go in separate calls, which refuse duplicate ids).
 * What: :func:`split`: a lost attempt's outcome is void and never reported; the rest
-  are released, completed or failed.
+  are released, snoozed, completed or failed.
 * The answers: an accepted outcome is counted, a refused one (its token was no longer
   current) marks the attempt's lease lost. A call refused for its values, not its tokens,
   is retried one outcome at a time to find the one refused: a result the database
@@ -66,6 +66,9 @@ class Calls(Protocol):
     def release_many(self, job_ids: Sequence[int], attempt_tokens: Sequence[uuid.UUID], *,
                      started: bool = True) -> list[Outcome]: ...
 
+    def snooze_many(self, job_ids: Sequence[int], attempt_tokens: Sequence[uuid.UUID],
+                    delays: Sequence[timedelta]) -> list[Outcome]: ...
+
 
 class Bell(Protocol):
     """What the flusher sleeps on while idle (a threading.Event that handlers set)."""
@@ -99,10 +102,11 @@ def take_batch(results: deque[Result], max_batch: int) -> list[Result]:
 @dataclass
 class Split:
     """A batch by what becomes of it: ``void`` (the attempt was lost: never reported),
-    ``interrupted`` (released), ``done`` (completed), ``failed`` (failed)."""
+    ``interrupted`` (released), ``snoozed`` (snoozed), ``done`` (completed), ``failed`` (failed)."""
 
     void: list[Result] = field(default_factory=list)
     interrupted: list[Result] = field(default_factory=list)
+    snoozed: list[Result] = field(default_factory=list)
     done: list[Result] = field(default_factory=list)
     failed: list[Result] = field(default_factory=list)
 
@@ -115,6 +119,8 @@ def split(batch: Sequence[Result]) -> Split:
             s.void.append(r)
         elif r.interrupted:
             s.interrupted.append(r)
+        elif r.snooze is not None:
+            s.snoozed.append(r)
         elif r.ok:
             s.done.append(r)
         else:
@@ -200,6 +206,8 @@ class Reporter:
             self.complete(s.done)
         if s.failed:
             self.fail(s.failed)
+        if s.snoozed:
+            self.snooze(s.snoozed)
 
     def retrying(self, call: Callable[[], T]) -> T:
         """Retry a fenced batch call through connection failures. Safe: complete, fail
@@ -268,10 +276,17 @@ class Reporter:
         if outcomes is not None:
             self._answers(failed, outcomes, "failed")
 
+    def snooze(self, snoozed: list[Result]) -> None:
+        outcomes = self._send(snoozed, self.snooze, self._snooze_refused, lambda: self.calls.snooze_many(
+            [r.job.id for r in snoozed], [r.job.attempt_token for r in snoozed],
+            [r.snooze or timedelta(0) for r in snoozed]))
+        if outcomes is not None:
+            self._answers(snoozed, outcomes, "snoozed")
+
     def _send(self, results: list[Result], each: Callable[[list[Result]], None],
               refused_one: Callable[[Result, Exception], None],
               call: Callable[[], list[Outcome]]) -> Optional[list[Outcome]]:
-        """The outcomes of ``call`` (complete_many or fail_many for ``results``), through
+        """The outcomes of ``call`` (complete_many, fail_many or snooze_many for ``results``), through
         retrying; None when they were dealt with here instead: given up after a second
         signal, or refused for their values (not their tokens), when each result goes
         alone through ``each`` to find the one refused, which ``refused_one`` handles."""
@@ -311,6 +326,14 @@ class Reporter:
             f"FailureNotStorable: the database refused this failure ({type(exc).__name__}: {exc})"),
             permanent=r.permanent)])
 
+    def _snooze_refused(self, r: Result, exc: Exception) -> None:
+        """The database refused a snooze for its value (not its token): fail the attempt
+        instead, with the default backoff."""
+        log.error("job %s kind=%s attempt=%s: the database refused its snooze (%s); failing the attempt",
+                  r.job.id, r.job.kind, r.job.attempts, str(exc).strip())
+        self.fail([Result(r.entry, False, storable_text(
+            f"SnoozeNotStorable: the database refused this snooze ({type(exc).__name__}: {exc})"))])
+
     def _abandon(self, results: list[Result]) -> None:
         """A second signal during an outage: these outcomes are not reported (their leases
         expire and the reclaim rule applies, as after a crash)."""
@@ -333,6 +356,9 @@ class Reporter:
                 self.counters[verb] += 1
                 if verb == "completed":
                     log.info("completed job %s kind=%s attempt=%s", job.id, job.kind, job.attempts)
+                elif verb == "snoozed":
+                    log.info("snoozed job %s kind=%s attempt=%s for %s -> %s%s", job.id, job.kind, job.attempts,
+                             r.snooze, o.status if o else "?", f" ({o.detail})" if o and o.detail else "")
                 else:
                     log.info("failed job %s kind=%s attempt=%s -> %s: %s", job.id, job.kind, job.attempts,
                              o.status if o else "?", (r.value or "").splitlines()[0][:200])
@@ -340,7 +366,7 @@ class Reporter:
                 r.entry.lost = True
                 self.counters["lease_lost"] += 1
                 log.warning("job %s kind=%s attempt=%s: lease lost, %s refused: %s", job.id, job.kind,
-                            job.attempts, "complete" if verb == "completed" else "fail", o.detail)
+                            job.attempts, {"completed": "complete", "snoozed": "snooze"}.get(verb, "fail"), o.detail)
         self.ledger.settle([r.entry for r in results])
 
 

@@ -62,7 +62,7 @@ BEGIN
         -- heartbeats every job in flight, including one whose outcome is on its way) is
         -- refused but is no stale worker: it is not recorded. (A healthy worker draining
         -- 20,000 jobs with a 1.5 s lease recorded 624 such "refusals".)
-        SELECT array_agg(v_acc[i.ord] OR pgfence._attempt_ended(i.id, i.token, '{done,failed,released}')
+        SELECT array_agg(v_acc[i.ord] OR pgfence._attempt_ended(i.id, i.token, '{done,failed,released,snoozed}')
                          ORDER BY i.ord)
           INTO v_quiet
           FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord);
