@@ -121,7 +121,7 @@ def test_the_cli_sets_a_queues_timeout_and_enqueues_with_timeout_and_unique_for(
         assert int(run_cli(dsn, "enqueue", "k", "--queue", queue, "--idempotency-key", "x").stdout) != job_id
         for args, fragment in ((("enqueue", "k", "--queue", queue, "--timeout", "0"), "more than 0"),
                                (("enqueue", "k", "--queue", queue, "--unique-for", "-1"), "0 or more"),
-                               (("queue", "timeout", queue), "needs MAX_RUNNING")):
+                               (("queue", "timeout", queue), "needs SECONDS")):
             r = run_cli(dsn, *args)
             assert r.returncode == 2 and fragment in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
     finally:
