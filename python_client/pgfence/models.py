@@ -118,6 +118,36 @@ class QueueLimit:
 
 
 @dataclass(frozen=True)
+class Schedule:
+    """One row of ``pgfence.schedules()``: a schedule, its job options and when it fires.
+
+    ``cron`` (in ``time_zone``) or ``every`` is set, not both; ``next_fire_at`` is the
+    next slot (it only moves forward), ``last_slot`` the last slot fired, at
+    ``last_fire_at``, as job ``last_job_id``. Its jobs' ``enqueued_by`` is ``created_by``.
+    """
+
+    name: str
+    cron: Optional[str]
+    every: Optional[timedelta]
+    kind: str
+    payload: Any
+    queue: str
+    priority: int
+    max_attempts: int
+    recovery_policy: str
+    time_zone: str
+    catch_up: str
+    paused_at: Optional[datetime]
+    paused_by: Optional[str]
+    created_at: datetime
+    created_by: str
+    next_fire_at: datetime
+    last_fire_at: Optional[datetime]
+    last_slot: Optional[datetime]
+    last_job_id: Optional[int]
+
+
+@dataclass(frozen=True)
 class SweeperHealth:
     """``pgfence.sweeper_health()``: whether the background sweeper runs.
 
