@@ -415,3 +415,98 @@ def test_python_client_schedules_lists_pauses_fires_and_unschedules(client: Any,
     with pytest.raises(InvalidArgument):
         client.pause_schedule(name + "_none")
     assert client.unschedule(name) is True and client.unschedule(name) is False
+
+
+# ------------------------------------------------------------------ without pg_cron --
+def test_call_sweep_fires_due_schedules_as_the_workers_stand_in_sweeper_does(client: Any, conn: Conn, name: str,
+                                                                             sweep_paused: Conn) -> None:
+    """What drives schedules without pg_cron: the Python worker's stand-in sweeper runs
+    CALL pgfence.sweep() (Client.sweep), which fires due slots after its reclaims."""
+    conn.execute("SELECT pgfence.schedule(%s, kind => 'h', queue => %s, every => '1 hour', catch_up => 'all')",
+                 (name, name))
+    _backdate(conn, name, "date_trunc('hour', clock_timestamp()) - interval '1 hour'")
+    client.sweep()
+    assert len(_ledger(conn, name)) == 2 and len(_jobs(conn, name)) == 2
+    client.sweep()
+    assert len(_jobs(conn, name)) == 2
+
+
+# ------------------------------------------------------------------ CLI --
+def test_cli_schedule_add_list_pause_resume_remove(dsn: str, conn: Conn, name: str) -> None:
+    from support.processes import run_cli
+    out = run_cli(dsn, "schedule", "add", name, "report", '{"a": 1}', "--cron", "30 2 * * *",
+                  "--time-zone", "Europe/Berlin", "--queue", name, "--catch-up", "all")
+    assert out.returncode == 0 and out.stdout.startswith(f"schedule {name}: first slot "), out.stderr
+    again = run_cli(dsn, "schedule", "add", name, "report", "--every", "10")
+    assert again.returncode == 1 and "exists" in again.stderr and "hint: pass replace" in again.stderr
+    assert run_cli(dsn, "schedule", "add", name, "report", "--every", "10", "--replace").returncode == 0
+    listed = run_cli(dsn, "schedule", "list").stdout
+    [line] = [ln for ln in listed.splitlines() if ln.startswith(name + ":")]
+    assert "every 10s" in line and "kind report" in line and "last never" in line
+    assert run_cli(dsn, "schedule", "pause", name).stdout == f"schedule {name} paused\n"
+    assert "paused since" in [ln for ln in run_cli(dsn, "schedule", "list").stdout.splitlines()
+                              if ln.startswith(name + ":")][0]
+    assert run_cli(dsn, "schedule", "resume", name).stdout == f"schedule {name} resumed\n"
+    bad = run_cli(dsn, "schedule", "add", name + "_x", "k", "--cron", "0 0 * * 9")
+    assert bad.returncode == 1 and "day of week" in bad.stderr
+    assert run_cli(dsn, "schedule", "remove", name).stdout == f"schedule {name} removed\n"
+    assert run_cli(dsn, "schedule", "remove", name).stdout == f"no schedule {name}\n"
+
+
+def test_cli_schedule_list_escapes_what_it_prints(dsn: str, conn: Conn, name: str) -> None:
+    from support.processes import run_cli
+    hostile = "x\x1b[31mRED\nforged: line\u202eevil\x07"
+    conn.execute("INSERT INTO pgfence.schedules (name, every, kind, queue, created_at, created_by, next_fire_at,"
+                 " paused_at, paused_by) VALUES (%s, '1 hour', %s, %s, now(), 'postgres', 'infinity', now(), %s)",
+                 (name + hostile, "k" + hostile, name, "p" + hostile))
+    out = run_cli(dsn, "schedule", "list")
+    assert out.returncode == 0, out.stderr
+    assert not any(c in out.stdout for c in "\x1b\x07\u202e")
+    assert not any(ln.startswith("forged") for ln in out.stdout.splitlines())
+    assert "\\u001b[31mRED\\u000aforged" in out.stdout
+
+
+# ------------------------------------------------------------------ upgrade --
+def test_sqitch_upgrades_a_database_deployed_at_v0_7_0_and_reverts_to_it(scratch_dsn: str) -> None:
+    """`sqitch deploy` from @v0.7.0 adds schedules (and sweeps that fire them) next to live
+    jobs; `sqitch revert --to @v0.7.0` drops them and restores the sweep exactly; the jobs
+    schedules enqueued stay."""
+    from support.db import sqitch, sqitch_target
+    target = sqitch_target(scratch_dsn)
+
+    def ok(r: Any, what: str) -> None:
+        assert r.returncode == 0, f"{what}: {r.stdout}\n{r.stderr}"
+
+    reworked = ["pgfence.sweep(bigint, integer)", "pgfence.sweeper_step(pgfence.sweeper_state)",
+                "pgfence.run_sweeper(interval, timestamptz)"]
+
+    def state(c: Conn) -> dict[str, Any]:
+        return {r: c.execute("SELECT proacl::text, proconfig, md5(prosrc) FROM pg_proc WHERE oid = %s::regprocedure",
+                             (r,)).fetchone() for r in reworked}
+
+    ok(sqitch("deploy", "--to", "@v0.7.0", target=target), "deploy --to @v0.7.0")
+    with connect(scratch_dsn) as c:
+        before = state(c)
+        live = one(c, "SELECT pgfence.enqueue('k', queue => 'q1')")
+    ok(sqitch("deploy", target=target), "deploy (upgrade)")
+    ok(sqitch("verify", target=target), "verify (upgraded)")
+    with connect(scratch_dsn) as c:
+        assert state(c) != before
+        c.execute("SELECT pgfence.schedule('s1', kind => 'tick', queue => 'q1', every => '1 hour', catch_up => 'all')")
+        c.execute("UPDATE pgfence.schedules SET next_fire_at = date_trunc('hour', clock_timestamp())")
+        c.execute("CALL pgfence.sweep()")
+        assert one(c, "SELECT count(*) FROM pgfence.jobs WHERE queue = 'q1' AND kind = 'tick'") == 1
+    ok(sqitch("revert", "-y", "--to", "@v0.7.0", target=target), "revert --to @v0.7.0")
+    ok(sqitch("verify", target=target), "verify (reverted)")
+    with connect(scratch_dsn) as c:
+        assert state(c) == before
+        assert c.execute("SELECT to_regclass('pgfence.schedules'), to_regclass('pgfence.schedule_slots'),"
+                         " to_regprocedure('pgfence.fire_schedules(integer)'),"
+                         " to_regprocedure('pgfence.cron_next(text, timestamptz, text)')").fetchone() \
+            == (None, None, None, None)
+        assert one(c, "SELECT count(*) FROM pgfence.routine_grants WHERE routine IN ('schedule', 'fire_schedules',"
+                      " 'cron_next')") == 0
+        assert one(c, "SELECT count(*) FROM pgfence.jobs WHERE queue = 'q1'") == 2  # live and the scheduled one
+        assert one(c, "SELECT status FROM pgfence.jobs WHERE id = %s", (live,)) == "queued"
+        c.execute("CALL pgfence.sweep()")
+    ok(sqitch("deploy", target=target), "deploy again")

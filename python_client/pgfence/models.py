@@ -122,7 +122,7 @@ class Schedule:
     """One row of ``pgfence.schedules()``: a schedule, its job options and when it fires.
 
     ``cron`` (in ``time_zone``) or ``every`` is set, not both; ``next_fire_at`` is the
-    next slot (it only moves forward), ``last_slot`` the last slot fired, at
+    next slot (it only moves forward; ``None``: none within 3700 days), ``last_slot`` the last slot fired, at
     ``last_fire_at``, as job ``last_job_id``. Its jobs' ``enqueued_by`` is ``created_by``.
     """
 
@@ -141,7 +141,7 @@ class Schedule:
     paused_by: Optional[str]
     created_at: datetime
     created_by: str
-    next_fire_at: datetime
+    next_fire_at: Optional[datetime]
     last_fire_at: Optional[datetime]
     last_slot: Optional[datetime]
     last_job_id: Optional[int]

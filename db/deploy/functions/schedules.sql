@@ -269,13 +269,13 @@ RETURNS TABLE(name text, cron text, every interval, kind text, payload jsonb, qu
               last_fire_at timestamptz, last_slot timestamptz, last_job_id bigint)
 LANGUAGE sql STABLE AS $$
     SELECT s.name, s.cron, s.every, s.kind, s.payload, s.queue, s.priority, s.max_attempts, s.recovery_policy,
-           s.time_zone, s.catch_up, s.paused_at, s.paused_by, s.created_at, s.created_by, s.next_fire_at,
-           s.last_fire_at, s.last_slot, s.last_job_id
+           s.time_zone, s.catch_up, s.paused_at, s.paused_by, s.created_at, s.created_by,
+           CASE WHEN isfinite(s.next_fire_at) THEN s.next_fire_at END, s.last_fire_at, s.last_slot, s.last_job_id
       FROM pgfence.schedules s
      ORDER BY s.name
 $$;
 COMMENT ON FUNCTION pgfence.schedules() IS
-  'Operator: every schedule by name: its cron or every, job options, time zone, catch_up, pause, creator, next slot (next_fire_at), last slot fired and when, and its job.';
+  'Operator: every schedule by name: its cron or every, job options, time zone, catch_up, pause, creator, next slot (next_fire_at; NULL: none within 3700 days), last slot fired and when, and its job.';
 
 -- Enqueue the due slots of due schedules: at most max_slots jobs. Returns how many.
 -- Concurrency: each schedule's row is taken FOR NO KEY UPDATE SKIP LOCKED (another firer skips
