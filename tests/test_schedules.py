@@ -269,29 +269,49 @@ def test_the_ledger_keeps_the_newest_1000_slots_per_schedule(conn: Conn, name: s
     assert len(ledger) == 1000 and ledger[-1][0] == datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
 
 
-def test_a_failing_fire_is_logged_by_the_sweeper_and_reclaims_go_on(conn: Conn, name: str) -> None:
-    """A schedule whose job cannot be enqueued (a kind stored before a rule, here written
-    by hand): the sweeper records the failure in last_error and its passes go on."""
+def test_a_schedule_that_cannot_fire_keeps_its_error_and_the_others_fire(conn: Conn, name: str,
+                                                                         sweep_paused: Conn) -> None:
+    """A schedule whose job cannot be enqueued (a kind stored before a rule, written here
+    by hand) is rolled back alone: its error is kept on its row, it stays due, and the
+    other schedules fire; once fixed it fires and the error is cleared."""
     conn.execute("INSERT INTO pgfence.schedules (name, every, kind, queue, created_at, created_by, next_fire_at)"
-                 " VALUES (%s, '1 second', E'bad\\nkind', %s, now(), 'postgres', now())", (name, name))
+                 " VALUES (%s, '1 hour', E'bad\\nkind', %s, now(), 'postgres',"
+                 " date_trunc('hour', clock_timestamp()))", (name + "_bad", name))
+    conn.execute("SELECT pgfence.schedule(%s, kind => 'good', queue => %s, every => '1 hour')", (name + "_good", name))
+    _backdate(conn, name + "_good", "date_trunc('hour', clock_timestamp())")
+    assert one(conn, "SELECT pgfence.fire_schedules()") == 1
+    assert [j["kind"] for j in _jobs(conn, name)] == ["good"]
+    bad = rows(conn, "SELECT * FROM pgfence.schedules() WHERE name = %s", (name + "_bad",))[0]
+    assert bad["last_error"].startswith("pgfence: invalid kind") and "22023" in bad["last_error"]
+    assert bad["last_error_at"] is not None and bad["last_fire_at"] is None
+    assert bad["next_fire_at"] <= datetime.now(UTC)  # still due: tried again
+    conn.execute("UPDATE pgfence.schedules SET kind = 'fixed' WHERE name = %s", (name + "_bad",))
+    assert one(conn, "SELECT pgfence.fire_schedules()") == 1
+    assert one(conn, "SELECT last_error FROM pgfence.schedules() WHERE name = %s", (name + "_bad",)) is None
+
+
+def test_a_failing_fire_is_logged_by_the_sweeper_and_its_passes_go_on(conn: Conn, name: str) -> None:
+    """fire_schedules failing as a whole (here: its table renamed away for a moment) is
+    recorded in sweeper_status.last_error, and the sweeper's passes go on."""
+    conn.execute("SET lock_timeout = '30s'")
+    conn.execute("ALTER TABLE pgfence.schedules RENAME TO schedules_away")
     try:
         deadline = time.monotonic() + 90
         last = None
         while time.monotonic() < deadline:
             last = conn.execute("SELECT last_error, last_error_at, last_pass_at FROM pgfence.sweeper_health()"
                                 ).fetchone()
-            if last and last[0] and last[0].startswith("fire_schedules failed") and last[1] > datetime.now(UTC) \
-                    - timedelta(seconds=30):
+            if last and last[0] and last[0].startswith("fire_schedules failed") \
+                    and last[1] > datetime.now(UTC) - timedelta(seconds=30):
                 break
             time.sleep(0.2)
-        assert last and last[0].startswith("fire_schedules failed") and "22023" in last[0], last
-        passed = last[2]
-        while one(conn, "SELECT last_pass_at FROM pgfence.sweeper_health()") == passed \
-                and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert one(conn, "SELECT last_pass_at FROM pgfence.sweeper_health()") > passed
     finally:
-        conn.execute("DELETE FROM pgfence.schedules WHERE name = %s", (name,))
+        conn.execute("ALTER TABLE pgfence.schedules_away RENAME TO schedules")
+    assert last and last[0].startswith("fire_schedules failed") and "42P01" in last[0], last
+    passed = last[2]
+    while one(conn, "SELECT last_pass_at FROM pgfence.sweeper_health()") == passed and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert one(conn, "SELECT last_pass_at FROM pgfence.sweeper_health()") > passed
 
 
 # ------------------------------------------------------------------ bad input --
@@ -457,12 +477,14 @@ def test_cli_schedule_list_escapes_what_it_prints(dsn: str, conn: Conn, name: st
     from support.processes import run_cli
     hostile = "x\x1b[31mRED\nforged: line\u202eevil\x07"
     conn.execute("INSERT INTO pgfence.schedules (name, every, kind, queue, created_at, created_by, next_fire_at,"
-                 " paused_at, paused_by) VALUES (%s, '1 hour', %s, %s, now(), 'postgres', 'infinity', now(), %s)",
-                 (name + hostile, "k" + hostile, name, "p" + hostile))
+                 " paused_at, paused_by, last_error, last_error_at) VALUES (%s, '1 hour', %s, %s, now(), 'postgres',"
+                 " 'infinity', now(), %s, %s, now())",
+                 (name + hostile, "k" + hostile, name, "p" + hostile, "e" + hostile))
     out = run_cli(dsn, "schedule", "list")
     assert out.returncode == 0, out.stderr
     assert not any(c in out.stdout for c in "\x1b\x07\u202e")
     assert not any(ln.startswith("forged") for ln in out.stdout.splitlines())
+    assert "failing since" in out.stdout
     assert "\\u001b[31mRED\\u000aforged" in out.stdout
 
 

@@ -635,7 +635,8 @@ def cmd_schedule(args: argparse.Namespace) -> int:
                          if r.paused_at else f"next {_when(r.next_fire_at)}")
                 print(f"{printable(r.name)}: {when}; kind {printable(r.kind)} queue {printable(r.queue)};"
                       f" catch-up {printable(r.catch_up)}; {state}; last {_when(r.last_fire_at)}"
-                      f"{'' if r.last_job_id is None else f' (job {r.last_job_id})'}; by {printable(r.created_by)}")
+                      f"{'' if r.last_job_id is None else f' (job {r.last_job_id})'}; by {printable(r.created_by)}"
+                      f"{'' if r.last_error is None else f'; failing since {_when(r.last_error_at)}: {printable(r.last_error)}'}")
         return 0
     return _with_client(args, body)
 

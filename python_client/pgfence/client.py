@@ -464,7 +464,7 @@ class Client:
         return self._rows(Schedule,
             "SELECT name, cron, every, kind, payload, queue, priority, max_attempts, recovery_policy, time_zone,"
             " catch_up, paused_at, paused_by, created_at, created_by, next_fire_at, last_fire_at, last_slot,"
-            " last_job_id FROM pgfence.schedules()", positional=True)
+            " last_job_id, last_error, last_error_at FROM pgfence.schedules()", positional=True)
 
     def fire_schedules(self, max_slots: int = 100) -> int:
         """``pgfence.fire_schedules``: enqueue the due slots of every schedule now (at most

@@ -123,7 +123,8 @@ class Schedule:
 
     ``cron`` (in ``time_zone``) or ``every`` is set, not both; ``next_fire_at`` is the
     next slot (it only moves forward; ``None``: none within 3700 days), ``last_slot`` the last slot fired, at
-    ``last_fire_at``, as job ``last_job_id``. Its jobs' ``enqueued_by`` is ``created_by``.
+    ``last_fire_at``, as job ``last_job_id``; ``last_error``: why its last fire failed
+    (cleared when a slot fires). Its jobs' ``enqueued_by`` is ``created_by``.
     """
 
     name: str
@@ -145,6 +146,8 @@ class Schedule:
     last_fire_at: Optional[datetime]
     last_slot: Optional[datetime]
     last_job_id: Optional[int]
+    last_error: Optional[str]
+    last_error_at: Optional[datetime]
 
 
 @dataclass(frozen=True)

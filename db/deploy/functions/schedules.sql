@@ -266,16 +266,18 @@ CREATE OR REPLACE FUNCTION pgfence.schedules()
 RETURNS TABLE(name text, cron text, every interval, kind text, payload jsonb, queue text, priority integer,
               max_attempts integer, recovery_policy text, time_zone text, catch_up text, paused_at timestamptz,
               paused_by text, created_at timestamptz, created_by text, next_fire_at timestamptz,
-              last_fire_at timestamptz, last_slot timestamptz, last_job_id bigint)
+              last_fire_at timestamptz, last_slot timestamptz, last_job_id bigint, last_error text,
+              last_error_at timestamptz)
 LANGUAGE sql STABLE AS $$
     SELECT s.name, s.cron, s.every, s.kind, s.payload, s.queue, s.priority, s.max_attempts, s.recovery_policy,
            s.time_zone, s.catch_up, s.paused_at, s.paused_by, s.created_at, s.created_by,
-           CASE WHEN isfinite(s.next_fire_at) THEN s.next_fire_at END, s.last_fire_at, s.last_slot, s.last_job_id
+           CASE WHEN isfinite(s.next_fire_at) THEN s.next_fire_at END, s.last_fire_at, s.last_slot, s.last_job_id, s.last_error,
+           s.last_error_at
       FROM pgfence.schedules s
      ORDER BY s.name
 $$;
 COMMENT ON FUNCTION pgfence.schedules() IS
-  'Operator: every schedule by name: its cron or every, job options, time zone, catch_up, pause, creator, next slot (next_fire_at; NULL: none within 3700 days), last slot fired and when, and its job.';
+  'Operator: every schedule by name: its cron or every, job options, time zone, catch_up, pause, creator, next slot (next_fire_at; NULL: none within 3700 days), last slot fired and when, its job, and why its last fire failed (last_error, last_error_at).';
 
 -- Enqueue the due slots of due schedules: at most max_slots jobs. Returns how many.
 -- Concurrency: each schedule's row is taken FOR NO KEY UPDATE SKIP LOCKED (another firer skips
@@ -304,26 +306,43 @@ BEGIN
         v_slots := pgfence._schedule_due(s, v_now, 100);
         v_next := NULL;
         v_mine := 0;
-        FOR i IN 1..coalesce(cardinality(v_slots), 0) LOOP
-            IF v_fired >= max_slots THEN
-                v_next := v_slots[i];  -- the rest at the next call
-                EXIT;
-            END IF;
-            CONTINUE WHEN EXISTS (SELECT FROM pgfence.schedule_slots l WHERE l.schedule = s.name AND l.slot = v_slots[i]);
-            v_id := pgfence.enqueue(s.kind, s.payload, s.queue, s.priority, NULL, s.max_attempts, s.recovery_policy);
-            UPDATE pgfence.jobs j SET enqueued_by = s.created_by WHERE j.id = v_id AND j.queue = s.queue;
-            INSERT INTO pgfence.schedule_slots (schedule, slot, job_id, fired_at)
-            VALUES (s.name, v_slots[i], v_id, clock_timestamp());
-            v_fired := v_fired + 1;
-            v_mine := v_mine + 1;
-            v_last_slot := v_slots[i];
-            v_last_id := v_id;
-        END LOOP;
+        -- One schedule whose job cannot be enqueued (a rule newer than the schedule) must
+        -- not stop the others: its slots are rolled back alone, the error kept on its row
+        -- (schedules().last_error), and it is tried again at the next call.
+        BEGIN
+            FOR i IN 1..coalesce(cardinality(v_slots), 0) LOOP
+                IF v_fired + v_mine >= max_slots THEN
+                    v_next := v_slots[i];  -- the rest at the next call
+                    EXIT;
+                END IF;
+                CONTINUE WHEN EXISTS (SELECT FROM pgfence.schedule_slots l
+                                       WHERE l.schedule = s.name AND l.slot = v_slots[i]);
+                v_id := pgfence.enqueue(s.kind, s.payload, s.queue, s.priority, NULL, s.max_attempts,
+                                        s.recovery_policy);
+                UPDATE pgfence.jobs j SET enqueued_by = s.created_by WHERE j.id = v_id AND j.queue = s.queue;
+                INSERT INTO pgfence.schedule_slots (schedule, slot, job_id, fired_at)
+                VALUES (s.name, v_slots[i], v_id, clock_timestamp());
+                v_mine := v_mine + 1;
+                v_last_slot := v_slots[i];
+                v_last_id := v_id;
+            END LOOP;
+        EXCEPTION WHEN OTHERS THEN
+            RAISE WARNING 'pgfence: schedule % could not fire: % (SQLSTATE %)',
+                pgfence._printable(s.name), pgfence._printable(SQLERRM), SQLSTATE;
+            UPDATE pgfence.schedules x
+               SET last_error = left(format('%s (SQLSTATE %s)', SQLERRM, SQLSTATE), 10000),
+                   last_error_at = clock_timestamp()
+             WHERE x.name = s.name;
+            CONTINUE;
+        END;
+        v_fired := v_fired + v_mine;
         UPDATE pgfence.schedules x
            SET next_fire_at = greatest(x.next_fire_at, coalesce(v_next, pgfence._schedule_next(s, v_now))),
                last_fire_at = CASE WHEN v_mine > 0 THEN clock_timestamp() ELSE x.last_fire_at END,
                last_slot    = CASE WHEN v_mine > 0 THEN v_last_slot ELSE x.last_slot END,
-               last_job_id  = CASE WHEN v_mine > 0 THEN v_last_id ELSE x.last_job_id END
+               last_job_id  = CASE WHEN v_mine > 0 THEN v_last_id ELSE x.last_job_id END,
+               last_error   = CASE WHEN v_mine > 0 THEN NULL ELSE x.last_error END,
+               last_error_at = CASE WHEN v_mine > 0 THEN NULL ELSE x.last_error_at END
          WHERE x.name = s.name;
         IF v_mine > 0 THEN
             -- The ledger keeps the newest 1000 slots per schedule (older ones are behind
@@ -339,7 +358,8 @@ END $$;
 COMMENT ON FUNCTION pgfence.fire_schedules(integer) IS
 $$Operator: enqueue the due slots of the unpaused schedules, at most max_slots (1..10000, default 100) jobs, each
 slot exactly once (its ledger row in pgfence.schedule_slots is written with its job; schedules another call is
-firing are skipped). Run by every pass of the background sweeper and by CALL pgfence.sweep(); call it yourself
+firing are skipped). A schedule whose job cannot be enqueued is rolled back alone (WARNING, its last_error) and
+tried again at the next call; the others fire. Run by every pass of the background sweeper and by CALL pgfence.sweep(); call it yourself
 (e.g. from cron every few seconds) where neither runs. Returns the number of jobs enqueued. Errors: 22004,
 22023, PF004.$$;
 

@@ -46,6 +46,8 @@ CREATE TABLE pgfence.schedules (
     last_fire_at    timestamptz,
     last_slot       timestamptz,
     last_job_id     bigint,
+    last_error      text,
+    last_error_at   timestamptz,
     CONSTRAINT schedules_cron_or_every CHECK ((cron IS NULL) <> (every IS NULL)),
     CONSTRAINT schedules_cron_parsed CHECK ((cron IS NULL) = (cron_minutes IS NULL) AND (cron IS NULL) = (cron_hours IS NULL)
         AND (cron IS NULL) = (cron_days IS NULL) AND (cron IS NULL) = (cron_months IS NULL)
@@ -85,6 +87,10 @@ COMMENT ON COLUMN pgfence.schedules.last_fire_at IS
   'When the last slot was fired (by the database clock).';
 COMMENT ON COLUMN pgfence.schedules.last_job_id IS
   'The job the last slot enqueued.';
+COMMENT ON COLUMN pgfence.schedules.last_error IS
+  'Why the last fire of this schedule failed (its job could not be enqueued; retried every pass), until a slot fires.';
+COMMENT ON COLUMN pgfence.schedules.last_error_at IS
+  'When last_error happened.';
 
 CREATE TABLE pgfence.schedule_slots (
     schedule text        NOT NULL REFERENCES pgfence.schedules (name) ON DELETE CASCADE,
