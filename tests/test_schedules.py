@@ -66,9 +66,11 @@ def test_schedule_on_an_existing_name_is_refused_unless_replace(conn: Conn, name
     before = rows(conn, "SELECT * FROM pgfence.schedules WHERE name = %s", (name,))
     assert_error(sql_error(conn, "SELECT pgfence.schedule(%s, '0 0 * * *', 'b')", (name,)), "23505", name)
     assert rows(conn, "SELECT * FROM pgfence.schedules WHERE name = %s", (name,)) == before
-    conn.execute("SELECT pgfence.schedule(%s, kind => 'b', every => '10 seconds', replace => true)", (name,))
-    assert conn.execute("SELECT cron, every, kind FROM pgfence.schedules WHERE name = %s", (name,)).fetchone() \
-        == (None, timedelta(seconds=10), "b")
+    conn.execute("SELECT pgfence.schedule(%s, '0 0 1 1 *', 'a', replace => true)", (name,))
+    nxt = one(conn, "SELECT pgfence.schedule(%s, kind => 'b', every => '10 seconds', replace => true)", (name,))
+    assert conn.execute("SELECT cron, every, kind, next_fire_at FROM pgfence.schedules WHERE name = %s",
+                        (name,)).fetchone() == (None, timedelta(seconds=10), "b", nxt)
+    assert nxt <= datetime.now(UTC) + timedelta(seconds=11)  # not the yearly slot it replaced
 
 
 def test_due_slots_are_enqueued_once_with_the_schedule_options_and_its_creator(

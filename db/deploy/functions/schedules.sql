@@ -178,7 +178,7 @@ BEGIN
             queue = excluded.queue, priority = excluded.priority, max_attempts = excluded.max_attempts,
             recovery_policy = excluded.recovery_policy, time_zone = excluded.time_zone, catch_up = excluded.catch_up,
             created_at = excluded.created_at, created_by = excluded.created_by,
-            next_fire_at = greatest(excluded.next_fire_at, s.next_fire_at)
+            next_fire_at = excluded.next_fire_at  -- after now: every slot fired is behind it
       WHERE replace
     RETURNING s.* INTO v_row;
     IF NOT FOUND THEN
@@ -194,7 +194,7 @@ $$Operator: enqueue kind (payload, queue, priority, max_attempts, recovery_polic
 multiples of it since the Unix epoch). The sweeper's passes fire due slots, each exactly once; catch_up says what a
 downtime's missed slots do: all (each, the newest 100 at most), latest (default: only the newest), none. Jobs get
 enqueued_by = the calling role. A name that exists is refused (23505) unless replace => true (its pause and
-ledger stay). Returns the first slot. Errors: 22004, 22023 (naming the argument, and the cron field), 23505.$$;
+ledger stay; it fires from its next slot after now). Returns the first slot. Errors: 22004, 22023 (naming the argument, and the cron field), 23505.$$;
 
 -- Operator: remove a schedule (and its ledger). Returns whether it existed.
 CREATE OR REPLACE FUNCTION pgfence.unschedule(name text) RETURNS boolean
