@@ -94,6 +94,22 @@ def test_due_slots_are_enqueued_once_with_the_schedule_options_and_its_creator(
     assert len(_jobs(conn, name)) == 3
 
 
+def test_slot_key_puts_each_jobs_slot_into_its_payload_only_when_asked(conn: Conn, name: str,
+                                                                       sweep_paused: Conn) -> None:
+    conn.execute("SELECT pgfence.schedule(%s, kind => 'k', payload => '{\"a\": 1}', queue => %s, every => '1 hour',"
+                 " catch_up => 'all', slot_key => 'slot')", (name, name))
+    conn.execute("SELECT pgfence.schedule(%s, kind => 'k', payload => '{\"a\": 1}', queue => %s, every => '1 hour',"
+                 " catch_up => 'all')", (name + "_plain", name))
+    for n in (name, name + "_plain"):
+        _backdate(conn, n, "date_trunc('hour', clock_timestamp()) - interval '1 hour'")
+    conn.execute("SELECT pgfence.fire_schedules()")
+    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    payloads = sorted((j["payload"] for j in _jobs(conn, name)), key=lambda p: p.get("slot", ""))
+    assert payloads == [{"a": 1}, {"a": 1}] + [
+        {"a": 1, "slot": (hour - timedelta(hours=h)).strftime("%Y-%m-%dT%H:%M:%SZ")} for h in (1, 0)]
+    assert one(conn, "SELECT slot_key FROM pgfence.schedules() WHERE name = %s", (name,)) == "slot"
+
+
 @pytest.mark.parametrize(("catch_up", "fired"), [("all", 4), ("latest", 1), ("none", 0)])
 def test_catch_up_after_downtime(conn: Conn, name: str, sweep_paused: Conn, catch_up: str, fired: int) -> None:
     """Three days of a daily schedule missed: all enqueues each missed slot (3 days ago
@@ -345,10 +361,12 @@ BAD = [
     ({"catch_up": None}, "22004", "catch_up"),
     ({"catch_up": "some"}, "22023", "catch_up"),
     ({"replace": None}, "22004", "replace"),
+    ({"slot_key": ""}, "22023", "slot_key"),
+    ({"slot_key": "a\nb"}, "22023", "slot_key"),
 ]
 _TYPES = {"name": "text", "cron": "text", "kind": "text", "payload": "jsonb", "queue": "text", "priority": "integer",
           "max_attempts": "integer", "recovery_policy": "text", "time_zone": "text", "catch_up": "text",
-          "every": "interval", "replace": "boolean"}
+          "every": "interval", "replace": "boolean", "slot_key": "text"}
 
 
 @pytest.mark.parametrize(("args", "sqlstate", "named"), BAD, ids=[f"{k}={v!r}" for a, _, _ in BAD

@@ -244,6 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
     sa.add_argument("--catch-up", choices=("all", "latest", "none"), default="latest",
                     help="slots missed while nothing fired: all (at most 100), latest (default) or none")
     sa.add_argument("--replace", action="store_true", help="change the schedule if NAME exists")
+    sa.add_argument("--slot-key", metavar="KEY",
+                    help="put each job's slot (ISO 8601, UTC) into its payload under KEY (default: not)")
     for action, summary in (("remove", "remove a schedule (its jobs stay)"),
                             ("pause", "stop a schedule firing until resumed"),
                             ("resume", "fire a paused schedule again, from its next slot")):
@@ -614,7 +616,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
                                     recovery_policy=args.recovery_policy, time_zone=args.time_zone,
                                     catch_up=args.catch_up,
                                     every=None if args.every is None else timedelta(seconds=args.every),
-                                    replace=args.replace)
+                                    replace=args.replace, slot_key=args.slot_key)
             print(f"schedule {name}: first slot {_when(first)}")
         elif action == "remove":
             print(f"schedule {name} removed" if client.unschedule(args.name) else f"no schedule {name}")

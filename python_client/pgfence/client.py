@@ -429,20 +429,21 @@ class Client:
     def schedule(self, name: str, cron: Optional[str] = None, kind: Optional[str] = None, payload: Any = None, *,
                  queue: str = "default", priority: int = 0, max_attempts: int = 3, recovery_policy: str = "auto",
                  time_zone: str = "UTC", catch_up: str = "latest", every: Optional[timedelta] = None,
-                 replace: bool = False) -> datetime:
+                 replace: bool = False, slot_key: Optional[str] = None) -> datetime:
         """``pgfence.schedule``: enqueue ``kind`` at each slot of ``cron`` (5 fields, wall-clock
         times of ``time_zone``) or ``every`` interval (operators); returns the first slot.
 
         Options as :meth:`enqueue`; ``catch_up`` after a downtime: ``"all"`` (each missed
         slot, the newest 100 at most), ``"latest"`` (default) or ``"none"``. An existing
         ``name`` is refused (``psycopg.errors.UniqueViolation``) unless ``replace=True``.
+        ``slot_key``: put each job's slot (ISO 8601, UTC) into its payload under this key.
         """
         value: datetime = self._scalar(
             "SELECT pgfence.schedule(name => %s, cron => %s, kind => %s, payload => %s, queue => %s,"
             " priority => %s, max_attempts => %s, recovery_policy => %s, time_zone => %s, catch_up => %s,"
-            " every => %s::interval, replace => %s)",
+            " every => %s::interval, replace => %s, slot_key => %s)",
             (name, cron, kind, Jsonb({} if payload is None else payload), queue, priority, max_attempts,
-             recovery_policy, time_zone, catch_up, every, replace))
+             recovery_policy, time_zone, catch_up, every, replace, slot_key))
         return value
 
     def unschedule(self, name: str) -> bool:
@@ -463,7 +464,7 @@ class Client:
         """``pgfence.schedules()``: every schedule by name, with its next and last fire time."""
         return self._rows(Schedule,
             "SELECT name, cron, every, kind, payload, queue, priority, max_attempts, recovery_policy, time_zone,"
-            " catch_up, paused_at, paused_by, created_at, created_by, next_fire_at, last_fire_at, last_slot,"
+            " catch_up, slot_key, paused_at, paused_by, created_at, created_by, next_fire_at, last_fire_at, last_slot,"
             " last_job_id, last_error, last_error_at FROM pgfence.schedules()", positional=True)
 
     def fire_schedules(self, max_slots: int = 100) -> int:

@@ -138,6 +138,7 @@ class Schedule:
     recovery_policy: str
     time_zone: str
     catch_up: str
+    slot_key: Optional[str]
     paused_at: Optional[datetime]
     paused_by: Optional[str]
     created_at: datetime

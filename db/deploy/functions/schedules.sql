@@ -110,7 +110,8 @@ CREATE OR REPLACE FUNCTION pgfence.schedule(
     time_zone       text        DEFAULT 'UTC',
     catch_up        text        DEFAULT 'latest',
     every           interval    DEFAULT NULL,
-    replace         boolean     DEFAULT false
+    replace         boolean     DEFAULT false,
+    slot_key        text        DEFAULT NULL
 ) RETURNS timestamptz
 LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
@@ -151,6 +152,9 @@ BEGIN
         PERFORM pgfence._raise_invalid('catch_up', quote_literal(catch_up), 'unknown catch-up rule',
             'pass ''all'' (every missed slot, at most 100), ''latest'' (the newest missed slot) or ''none''');
     END IF;
+    IF slot_key IS NOT NULL THEN
+        PERFORM pgfence._check_name('slot_key', slot_key);
+    END IF;
     IF replace IS NULL THEN
         PERFORM pgfence._raise_null('replace', 'pass true to change an existing schedule, false (default) to refuse');
     END IF;
@@ -166,6 +170,7 @@ BEGIN
     v_row.recovery_policy := recovery_policy;
     v_row.time_zone := time_zone;
     v_row.catch_up := catch_up;
+    v_row.slot_key := slot_key;
     v_row.created_at := v_now;
     v_row.created_by := pgfence._invoker();
     v_row.next_fire_at := pgfence._schedule_next(v_row, v_now);
@@ -177,6 +182,7 @@ BEGIN
             cron_weekdays_any = excluded.cron_weekdays_any, kind = excluded.kind, payload = excluded.payload,
             queue = excluded.queue, priority = excluded.priority, max_attempts = excluded.max_attempts,
             recovery_policy = excluded.recovery_policy, time_zone = excluded.time_zone, catch_up = excluded.catch_up,
+            slot_key = excluded.slot_key,
             created_at = excluded.created_at, created_by = excluded.created_by,
             next_fire_at = excluded.next_fire_at  -- after now: every slot fired is behind it
       WHERE replace
@@ -188,13 +194,14 @@ BEGIN
     END IF;
     RETURN v_row.next_fire_at;
 END $$;
-COMMENT ON FUNCTION pgfence.schedule(text, text, text, jsonb, text, integer, integer, text, text, text, interval, boolean) IS
+COMMENT ON FUNCTION pgfence.schedule(text, text, text, jsonb, text, integer, integer, text, text, text, interval, boolean, text) IS
 $$Operator: enqueue kind (payload, queue, priority, max_attempts, recovery_policy, as enqueue) at each slot of cron
 (5 fields or an @ macro, wall-clock times of time_zone) or of every (1 second..366 days, whole seconds; slots at
 multiples of it since the Unix epoch). The sweeper's passes fire due slots, each exactly once; catch_up says what a
 downtime's missed slots do: all (each, the newest 100 at most), latest (default: only the newest), none. Jobs get
 enqueued_by = the calling role. A name that exists is refused (23505) unless replace => true (its pause and
-ledger stay; it fires from its next slot after now). Returns the first slot. Errors: 22004, 22023 (naming the argument, and the cron field), 23505.$$;
+ledger stay; it fires from its next slot after now). slot_key (NULL: off) puts each job's slot into its payload
+under that key ('2026-01-01T00:00:00Z'). Returns the first slot. Errors: 22004, 22023 (naming the argument, and the cron field), 23505.$$;
 
 -- Operator: remove a schedule (and its ledger). Returns whether it existed.
 CREATE OR REPLACE FUNCTION pgfence.unschedule(name text) RETURNS boolean
@@ -264,13 +271,14 @@ COMMENT ON FUNCTION pgfence.resume_schedule(text) IS
 -- Operator: every schedule with its next and last fire time.
 CREATE OR REPLACE FUNCTION pgfence.schedules()
 RETURNS TABLE(name text, cron text, every interval, kind text, payload jsonb, queue text, priority integer,
-              max_attempts integer, recovery_policy text, time_zone text, catch_up text, paused_at timestamptz,
+              max_attempts integer, recovery_policy text, time_zone text, catch_up text, slot_key text,
+              paused_at timestamptz,
               paused_by text, created_at timestamptz, created_by text, next_fire_at timestamptz,
               last_fire_at timestamptz, last_slot timestamptz, last_job_id bigint, last_error text,
               last_error_at timestamptz)
 LANGUAGE sql STABLE AS $$
     SELECT s.name, s.cron, s.every, s.kind, s.payload, s.queue, s.priority, s.max_attempts, s.recovery_policy,
-           s.time_zone, s.catch_up, s.paused_at, s.paused_by, s.created_at, s.created_by,
+           s.time_zone, s.catch_up, s.slot_key, s.paused_at, s.paused_by, s.created_at, s.created_by,
            CASE WHEN isfinite(s.next_fire_at) THEN s.next_fire_at END, s.last_fire_at, s.last_slot, s.last_job_id, s.last_error,
            s.last_error_at
       FROM pgfence.schedules s
@@ -317,8 +325,11 @@ BEGIN
                 END IF;
                 CONTINUE WHEN EXISTS (SELECT FROM pgfence.schedule_slots l
                                        WHERE l.schedule = s.name AND l.slot = v_slots[i]);
-                v_id := pgfence.enqueue(s.kind, s.payload, s.queue, s.priority, NULL, s.max_attempts,
-                                        s.recovery_policy);
+                v_id := pgfence.enqueue(s.kind,
+                                        CASE WHEN s.slot_key IS NULL THEN s.payload
+                                             ELSE s.payload || jsonb_build_object(s.slot_key,
+                                                 to_char(v_slots[i] AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')) END,
+                                        s.queue, s.priority, NULL, s.max_attempts, s.recovery_policy);
                 UPDATE pgfence.jobs j SET enqueued_by = s.created_by WHERE j.id = v_id AND j.queue = s.queue;
                 INSERT INTO pgfence.schedule_slots (schedule, slot, job_id, fired_at)
                 VALUES (s.name, v_slots[i], v_id, clock_timestamp());

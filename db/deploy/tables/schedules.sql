@@ -38,6 +38,7 @@ CREATE TABLE pgfence.schedules (
     recovery_policy text        NOT NULL DEFAULT 'auto',
     time_zone       text        NOT NULL DEFAULT 'UTC',
     catch_up        text        NOT NULL DEFAULT 'latest',
+    slot_key        text,
     paused_at       timestamptz,
     paused_by       text,
     created_at      timestamptz NOT NULL,
@@ -77,6 +78,8 @@ COMMENT ON COLUMN pgfence.schedules.time_zone IS
   'The zone (a pg_timezone_names name) cron slots are wall-clock times of.';
 COMMENT ON COLUMN pgfence.schedules.catch_up IS
   'Slots missed (sweeper down): all (each, the newest 100 at most), latest (only the newest), none (only a slot at most 1 minute late).';
+COMMENT ON COLUMN pgfence.schedules.slot_key IS
+  'NULL (default): jobs get payload as given; else each job''s payload also holds its slot (ISO 8601, UTC) under this key.';
 COMMENT ON COLUMN pgfence.schedules.created_by IS
   'The role that created (or last replaced) the schedule: the enqueued_by of its jobs, so row-level security shows them to that role.';
 COMMENT ON COLUMN pgfence.schedules.next_fire_at IS

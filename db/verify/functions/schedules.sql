@@ -2,7 +2,7 @@
 
 BEGIN;
 
-SELECT 'pgfence.schedule(text, text, text, jsonb, text, integer, integer, text, text, text, interval, boolean)'::regprocedure,
+SELECT 'pgfence.schedule(text, text, text, jsonb, text, integer, integer, text, text, text, interval, boolean, text)'::regprocedure,
        'pgfence.unschedule(text)'::regprocedure,
        'pgfence.pause_schedule(text)'::regprocedure,
        'pgfence.resume_schedule(text)'::regprocedure,
@@ -12,6 +12,6 @@ SELECT 'pgfence.schedule(text, text, text, jsonb, text, integer, integer, text, 
        'pgfence._schedule_due(pgfence.schedules, timestamptz, integer)'::regprocedure,
        'pgfence._raise_no_schedule(text)'::regprocedure;
 SELECT 1 / has_function_privilege('pgfence_operator', 'pgfence.fire_schedules(integer)', 'EXECUTE')::int;
-SELECT 1 / (NOT has_function_privilege('pgfence_producer', 'pgfence.schedule(text, text, text, jsonb, text, integer, integer, text, text, text, interval, boolean)', 'EXECUTE'))::int;
+SELECT 1 / (NOT has_function_privilege('pgfence_producer', 'pgfence.schedule(text, text, text, jsonb, text, integer, integer, text, text, text, interval, boolean, text)', 'EXECUTE'))::int;
 
 ROLLBACK;
