@@ -122,7 +122,7 @@ class Schedule:
     """One row of ``pgfence.schedules()``: a schedule, its job options and when it fires.
 
     ``cron`` (in ``time_zone``) or ``every`` is set, not both; ``next_fire_at`` is the
-    next slot (it only moves forward; ``None``: none within 3700 days), ``last_slot`` the last slot fired, at
+    next slot (after every slot fired; ``None``: none within 3700 days), ``last_slot`` the last slot fired, at
     ``last_fire_at``, as job ``last_job_id``; ``last_error``: why its last fire failed
     (cleared when a slot fires). Its jobs' ``enqueued_by`` is ``created_by``.
     """

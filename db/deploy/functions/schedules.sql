@@ -11,7 +11,7 @@
 --     sweepers never work one schedule at once), and for each slot inserts its ledger
 --     row (schedule_slots, (schedule, slot) unique) in the transaction of the slot's
 --     enqueue; a slot already in the ledger is never enqueued again, a crash rolls back
---     both, and next_fire_at only moves forward.
+--     both, and next_fire_at is always after every slot fired.
 --   * enqueued_by of a scheduled job is the schedule's created_by (the role that called
 --     schedule()), so row-level security shows it to that role as if it had enqueued it.
 --   * catch_up, for slots missed while nothing fired (sweeper down): all (every missed
@@ -357,7 +357,7 @@ BEGIN
          WHERE x.name = s.name;
         IF v_mine > 0 THEN
             -- The ledger keeps the newest 1000 slots per schedule (older ones are behind
-            -- next_fire_at, which never moves back).
+            -- next_fire_at, which stays after every slot fired).
             DELETE FROM pgfence.schedule_slots l
              WHERE l.schedule = s.name
                AND l.slot < (SELECT k.slot FROM pgfence.schedule_slots k WHERE k.schedule = s.name

@@ -8,7 +8,7 @@
 --   * pgfence.schedules: one row per schedule: its cron expression (parsed once by
 --     schedule() into the arrays of allowed values) or its interval, the options of the
 --     jobs it enqueues, its time zone and catch-up rule, who created it and paused it,
---     and when it fires next (next_fire_at only moves forward).
+--     and when it fires next (next_fire_at is always after every slot fired).
 --   * pgfence.schedule_slots: the ledger, one row per slot fired, (schedule, slot) unique,
 --     written in the transaction of the slot's enqueue: a slot is enqueued once, whatever
 --     the sweepers running at once or a crash between the enqueue and the bookkeeping.
@@ -83,7 +83,7 @@ COMMENT ON COLUMN pgfence.schedules.slot_key IS
 COMMENT ON COLUMN pgfence.schedules.created_by IS
   'The role that created (or last replaced) the schedule: the enqueued_by of its jobs, so row-level security shows them to that role.';
 COMMENT ON COLUMN pgfence.schedules.next_fire_at IS
-  'The next slot to fire; only moves forward (slots before it never fire again).';
+  'The next slot to fire; always after every slot fired (firing moves it forward; replace and resume set it to the next slot after now).';
 COMMENT ON COLUMN pgfence.schedules.last_slot IS
   'The last slot fired.';
 COMMENT ON COLUMN pgfence.schedules.last_fire_at IS
