@@ -238,6 +238,44 @@ def build_parser() -> argparse.ArgumentParser:
                    help="for 'rate': the interval of MAX_CLAIMS, in seconds (default 1; 0.001..86400)")
     q.set_defaults(func=cmd_queue)
 
+    sc = command("schedule", "add, remove, pause, resume or list schedules",
+                 "Schedules (operators): pgfence enqueues a job at each slot of a cron expression (5 fields, "
+                 "in --time-zone) or every fixed interval; the background sweeper fires due slots, each "
+                 "exactly once.")
+    scs = sc.add_subparsers(dest="schedule_action", metavar="ACTION", parser_class=_Parser)
+    scs.required = True
+    sa = scs.add_parser("add", parents=[common], help="create (or with --replace, change) a schedule",
+                        description="pgfence.schedule: enqueue KIND with PAYLOAD_JSON at each slot of --cron or "
+                                    "--every; prints the first slot.")
+    sa.add_argument("name", metavar="NAME", help="the schedule's name")
+    sa.add_argument("kind", metavar="KIND", help="the kind of the jobs it enqueues")
+    sa.add_argument("payload", metavar="PAYLOAD_JSON", nargs="?", default="{}",
+                    help="a JSON object (default {}); '-' reads it from stdin")
+    when = sa.add_mutually_exclusive_group(required=True)
+    when.add_argument("--cron", metavar="EXPR", help="5 fields: minute hour day-of-month month day-of-week "
+                      "(e.g. '*/5 * * * *', '0 3 * * mon-fri'), or @hourly, @daily, ...")
+    when.add_argument("--every", type=_positive_int, metavar="SECONDS",
+                      help="every SECONDS seconds (slots at multiples of it since the Unix epoch)")
+    sa.add_argument("--queue", default="default", help="queue name (default 'default')")
+    sa.add_argument("--priority", type=_int, default=0, help="higher runs first (default 0)")
+    sa.add_argument("--max-attempts", type=_positive_int, default=3, help="claims before dead-lettering (default 3)")
+    sa.add_argument("--recovery-policy", choices=("auto", "manual"), default="auto",
+                    help="when a lease expires: auto requeues, manual sends to manual_review (default auto)")
+    sa.add_argument("--time-zone", default="UTC", help="the zone of the cron's wall-clock times (default UTC)")
+    sa.add_argument("--catch-up", choices=("all", "latest", "none"), default="latest",
+                    help="slots missed while nothing fired: all (at most 100), latest (default) or none")
+    sa.add_argument("--replace", action="store_true", help="change the schedule if NAME exists")
+    sa.add_argument("--slot-key", metavar="KEY",
+                    help="put each job's slot (ISO 8601, UTC) into its payload under KEY (default: not)")
+    for action, summary in (("remove", "remove a schedule (its jobs stay)"),
+                            ("pause", "stop a schedule firing until resumed"),
+                            ("resume", "fire a paused schedule again, from its next slot")):
+        one = scs.add_parser(action, parents=[common], help=summary, description=summary + ".")
+        one.add_argument("name", metavar="NAME", help="the schedule's name")
+    scs.add_parser("list", parents=[common], help="every schedule with its next and last fire time",
+                   description="pgfence.schedules(): every schedule with its next and last fire time.")
+    sc.set_defaults(func=cmd_schedule)
+
     r = command("reclaim", "reclaim every expired lease now",
                 "CALL pgfence.sweep(): reclaim every expired lease now (what the background sweeper "
                 "does every 0.5 s) and print how many jobs were reclaimed.")
@@ -602,6 +640,49 @@ def cmd_queue(args: argparse.Namespace) -> int:
                 rate = (f"; {_rate_text(r.max_claims, r.claims_per)} ({r.claims_available} available now)"
                         if r.max_claims is not None and r.claims_per is not None else "")
                 print(f"{printable(r.queue)}: {paused}; {cap}{rate}")
+        return 0
+    return _with_client(args, body)
+
+
+def _when(value: Optional[datetime]) -> str:
+    return value.isoformat(sep=" ", timespec="seconds") if value is not None else "never"
+
+
+def cmd_schedule(args: argparse.Namespace) -> int:
+    payload = _read_payload(args.payload) if args.schedule_action == "add" else None
+
+    def body(client: Client, conn: psycopg.Connection[Any]) -> int:
+        action = args.schedule_action
+        name = printable(getattr(args, "name", ""))
+        if action == "add":
+            first = client.schedule(args.name, args.cron, args.kind, payload, queue=args.queue,
+                                    priority=args.priority, max_attempts=args.max_attempts,
+                                    recovery_policy=args.recovery_policy, time_zone=args.time_zone,
+                                    catch_up=args.catch_up,
+                                    every=None if args.every is None else timedelta(seconds=args.every),
+                                    replace=args.replace, slot_key=args.slot_key)
+            print(f"schedule {name}: first slot {_when(first)}")
+        elif action == "remove":
+            print(f"schedule {name} removed" if client.unschedule(args.name) else f"no schedule {name}")
+        elif action == "pause":
+            print(f"schedule {name} paused" if client.pause_schedule(args.name)
+                  else f"schedule {name} was paused already")
+        elif action == "resume":
+            print(f"schedule {name} resumed" if client.resume_schedule(args.name)
+                  else f"schedule {name} was not paused")
+        else:
+            rows = client.schedules()
+            if not rows:
+                print("no schedules")
+            for r in rows:
+                when = (f"cron {printable(r.cron)} {printable(r.time_zone)}" if r.cron is not None
+                        else f"every {int(r.every.total_seconds()) if r.every else 0}s")
+                state = (f"paused since {_when(r.paused_at)} by {printable(r.paused_by or '')}"
+                         if r.paused_at else f"next {_when(r.next_fire_at)}")
+                print(f"{printable(r.name)}: {when}; kind {printable(r.kind)} queue {printable(r.queue)};"
+                      f" catch-up {printable(r.catch_up)}; {state}; last {_when(r.last_fire_at)}"
+                      f"{'' if r.last_job_id is None else f' (job {r.last_job_id})'}; by {printable(r.created_by)}"
+                      f"{'' if r.last_error is None else f'; failing since {_when(r.last_error_at)}: {printable(r.last_error)}'}")
         return 0
     return _with_client(args, body)
 

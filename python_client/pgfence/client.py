@@ -23,7 +23,7 @@ from ._text import escaped_logger
 from .errors import JobNotFound, LeaseLost, PgfenceError, SchemaMismatch, translate
 from .limits import Limits
 from .models import (Attempt, Enqueued, Job, JobRecord, Outcome, QueueLimit, QueueStats, Reclaimed, Rejection,
-                     SweeperHealth)
+                     Schedule, SweeperHealth)
 
 log = escaped_logger("pgfence.client")
 
@@ -476,6 +476,61 @@ class Client:
             "SELECT queue, paused_at, paused_by, max_running, running, limited_at, limited_by, max_claims,"
             " claims_per, claims_available, rate_limited_at, rate_limited_by"
             " FROM pgfence.queue_limits()", positional=True)
+
+    def schedule(self, name: str, cron: Optional[str] = None, kind: Optional[str] = None, payload: Any = None, *,
+                 queue: str = "default", priority: int = 0, max_attempts: int = 3, recovery_policy: str = "auto",
+                 time_zone: str = "UTC", catch_up: str = "latest", every: Optional[timedelta] = None,
+                 replace: bool = False, slot_key: Optional[str] = None) -> datetime:
+        """``pgfence.schedule``: enqueue ``kind`` at each slot of ``cron`` (5 fields, wall-clock
+        times of ``time_zone``) or ``every`` interval (operators); returns the first slot.
+
+        Options as :meth:`enqueue`; ``catch_up`` after a downtime: ``"all"`` (each missed
+        slot, the newest 100 at most), ``"latest"`` (default) or ``"none"``. An existing
+        ``name`` is refused (``psycopg.errors.UniqueViolation``) unless ``replace=True``.
+        ``slot_key``: put each job's slot (ISO 8601, UTC) into its payload under this key.
+        """
+        value: datetime = self._scalar(
+            "SELECT pgfence.schedule(name => %s, cron => %s, kind => %s, payload => %s, queue => %s,"
+            " priority => %s, max_attempts => %s, recovery_policy => %s, time_zone => %s, catch_up => %s,"
+            " every => %s::interval, replace => %s, slot_key => %s)",
+            (name, cron, kind, Jsonb({} if payload is None else payload), queue, priority, max_attempts,
+             recovery_policy, time_zone, catch_up, every, replace, slot_key))
+        return value
+
+    def unschedule(self, name: str) -> bool:
+        """``pgfence.unschedule``: remove a schedule (its jobs stay); true when it existed."""
+        return bool(self._scalar("SELECT pgfence.unschedule(name => %s)", (name,)))
+
+    def pause_schedule(self, name: str) -> bool:
+        """``pgfence.pause_schedule``: the schedule fires nothing until :meth:`resume_schedule`;
+        true when it paused it. An unknown name raises :class:`InvalidArgument`."""
+        return bool(self._scalar("SELECT pgfence.pause_schedule(name => %s)", (name,)))
+
+    def resume_schedule(self, name: str) -> bool:
+        """``pgfence.resume_schedule``: fire again from the next slot after now (slots during
+        the pause are not caught up); true when it was paused."""
+        return bool(self._scalar("SELECT pgfence.resume_schedule(name => %s)", (name,)))
+
+    def schedules(self) -> list[Schedule]:
+        """``pgfence.schedules()``: every schedule by name, with its next and last fire time."""
+        return self._rows(Schedule,
+            "SELECT name, cron, every, kind, payload, queue, priority, max_attempts, recovery_policy, time_zone,"
+            " catch_up, slot_key, paused_at, paused_by, created_at, created_by, next_fire_at, last_fire_at, last_slot,"
+            " last_job_id, last_error, last_error_at FROM pgfence.schedules()", positional=True)
+
+    def fire_schedules(self, max_slots: int = 100) -> int:
+        """``pgfence.fire_schedules``: enqueue the due slots of every schedule now (at most
+        ``max_slots`` jobs), each slot once; returns how many. The sweeper does this on every
+        pass; call it where no sweeper runs."""
+        return int(self._scalar("SELECT pgfence.fire_schedules(max_slots => %s)", (max_slots,)))
+
+    def cron_next(self, cron: str, after: Optional[datetime] = None, time_zone: str = "UTC") -> Optional[datetime]:
+        """``pgfence.cron_next``: when ``cron`` fires next after ``after`` (default: now) in
+        ``time_zone``, as a schedule with it would."""
+        value: Optional[datetime] = self._scalar(
+            "SELECT pgfence.cron_next(cron => %s, after => coalesce(%s, now()), time_zone => %s)",
+            (cron, _aware(after), time_zone))
+        return value
 
     def wakeup_tags(self, queues: Sequence[str]) -> dict[str, str]:
         """``pgfence.wakeup_tags``: {queue: the NOTIFY pgfence_enqueue payload an enqueue
