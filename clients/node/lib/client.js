@@ -28,9 +28,18 @@ function sendId(v, name) {
   return String(v);
 }
 
+/** A value that is already JSON text: sent as it is (the database checks it). */
+class RawJson {
+  constructor(text) {
+    if (typeof text !== "string") throw new TypeError("pgfence: RawJson takes JSON text");
+    this.text = text;
+  }
+}
+
 /** jsonb: JSON.stringify(value), cast to jsonb by the server (which applies its own checks). */
 function sendJson(v, name) {
   if (v === null) return null;
+  if (v instanceof RawJson) return v.text;
   const text = JSON.stringify(v);
   if (typeof text !== "string") throw new TypeError(`pgfence: ${name} cannot be serialized as JSON (${describe(v)})`);
   return text;
@@ -354,4 +363,4 @@ function define(fn, spec) {
 
 for (const [fn, spec] of Object.entries(API)) define(fn, spec);
 
-module.exports = { Client, SCHEMA_VERSION, API, TYPES, PgfenceError };
+module.exports = { Client, RawJson, SCHEMA_VERSION, API, TYPES, PgfenceError };
