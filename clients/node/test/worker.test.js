@@ -1,0 +1,190 @@
+"use strict";
+// The Worker against the test database: the protocol of docs/worker-protocol.md.
+const { test, before, after } = require("node:test");
+const assert = require("node:assert/strict");
+const fs = require("node:fs");
+const os = require("node:os");
+const path = require("node:path");
+const { Client, Worker, PermanentFailure, Interrupted, RetryAfter } = require("../lib");
+const { DSN, queueName, sleep, waitFor, connect, doneAttempts, workerProcess } = require("./helpers");
+
+let client;
+before(async () => { client = await connect(); });
+after(async () => { await client.close(); });
+
+/** A Worker on its own pool, run until `stop()`; returns {worker, stop}. */
+async function startWorker(queue, handlers, options = {}) {
+  const wclient = await Client.connect(DSN, { max: 4 });
+  const worker = new Worker(wclient, handlers, { queues: [queue], pollInterval: 100, handleSignals: false, ...options });
+  const running = worker.run();
+  return {
+    worker,
+    async stop() { worker.stop(); await running; await wclient.close(); },
+  };
+}
+
+test("a worker drains the queue: completes, fails with the database's decision, dead-letters", async () => {
+  const queue = queueName("drain");
+  await client.enqueue_many(Array(30).fill("ok"), Array.from({ length: 30 }, (_, i) => ({ i })), { queue });
+  const boom = await client.enqueue("boom", {}, { queue, max_attempts: 2 });
+  const perm = await client.enqueue("perm", {}, { queue });
+  const later = await client.enqueue("later", {}, { queue });
+  const unknown = await client.enqueue("nobody", {}, { queue });
+  const w = await startWorker(queue, {
+    ok: async (job) => ({ twice: job.payload.i * 2 }),
+    boom: async () => { throw new Error("boom"); },
+    perm: async () => { throw new PermanentFailure("no recipient"); },
+    later: async () => { throw new RetryAfter(60000); },
+  }, { concurrency: 4, prefetch: 4 });
+  try {
+    await waitFor(async () => (await client.stats()).filter((s) => s.queue === queue && s.status === "done")
+      .reduce((n, s) => n + s.jobs, 0) >= 30, 20000, "30 jobs done");
+    await waitFor(async () => (await client.job(perm)).status === "failed", 10000, "perm dead-lettered");
+    await waitFor(async () => (await client.job(boom)).status === "failed", 10000, "boom dead-lettered after 2 attempts");
+  } finally {
+    await w.stop();
+  }
+  assert.equal((await client.job(boom)).attempts, 2);
+  assert.match((await client.job(perm)).last_error, /PermanentFailure: no recipient/);
+  const l = await client.job(later);
+  assert.equal(l.status, "queued");
+  assert.ok((l.available_at - l.updated_at) / 1000 > 55, "RetryAfter(60000) is 60 s");
+  const u = await client.job(unknown);
+  assert.deepEqual([u.status, /UnknownKind/.test(u.last_error)], ["failed", true]);
+  const rows = await doneAttempts(client, queue);
+  assert.equal(rows.filter((r) => r.status === "done").length, 30);
+  assert.ok(rows.filter((r) => r.status === "done").every((r) => r.done === 1));
+  assert.equal(w.worker.counters.completed, 30);
+});
+
+test("a handler's signal aborts when its lease is lost (cancel), and its late result is void", async () => {
+  const queue = queueName("abort");
+  const id = await client.enqueue("wait", {}, { queue });
+  let aborted = null;
+  let started = false;
+  const w = await startWorker(queue, {
+    wait: async (job) => {
+      started = true;
+      await new Promise((resolve) => job.signal.addEventListener("abort", resolve, { once: true }));
+      aborted = job.shouldStop();
+      return { late: true };
+    },
+  }, { lease: 600 });
+  try {
+    await waitFor(() => started, 10000, "the handler to start");
+    await client.cancel(id);
+    await waitFor(() => aborted !== null, 5000, "the heartbeat to abort the handler");
+  } finally {
+    await w.stop();
+  }
+  assert.equal(aborted, true);
+  const row = await client.job(id);
+  assert.deepEqual([row.status, row.result], ["cancelled", null]);
+  assert.equal(w.worker.counters.lease_lost, 1);
+});
+
+test("stop(): unstarted jobs go back uncounted, an interrupted one by the reclaim rule", async () => {
+  const queue = queueName("shutdown");
+  const first = await client.enqueue("hold", {}, { queue, priority: 10 });
+  const rest = await client.enqueue_many(["hold", "hold"], null, { queue });
+  let running = 0;
+  const w = await startWorker(queue, {
+    hold: async (job) => {
+      running += 1;
+      await new Promise((resolve) => job.signal.addEventListener("abort", resolve, { once: true }));
+      throw new Interrupted();
+    },
+  }, { concurrency: 1, prefetch: 2 });
+  await waitFor(() => running === 1, 10000, "one handler to run");
+  await w.stop();
+  const r1 = await client.job(first);
+  assert.deepEqual([r1.status, r1.attempts], ["queued", 1]);
+  for (const { id } of rest) {
+    const r = await client.job(id);
+    assert.deepEqual([r.status, r.attempts], ["queued", 0]);
+  }
+  assert.equal(w.worker.counters.released, 3);
+});
+
+test("a lost claim reply: the worker asks claim_results and runs those jobs", async () => {
+  const queue = queueName("lost_reply_worker");
+  const ids = (await client.enqueue_many(["ok", "ok", "ok"], null, { queue })).map((r) => r.id);
+  const wclient = await Client.connect(DSN, { max: 4 });
+  let lost = true;
+  const realClaim = wclient.claim.bind(wclient);
+  wclient.claim = async (...args) => {
+    const jobs = await realClaim(...args);
+    if (lost && jobs.length) { lost = false; throw Object.assign(new Error("Connection terminated unexpectedly"), {}); }
+    return jobs;
+  };
+  const worker = new Worker(wclient, { ok: async (job) => ({ attempt: job.attempts }) }, { queues: [queue], pollInterval: 100, handleSignals: false, lease: 30000 });
+  const running = worker.run();
+  try {
+    await waitFor(async () => (await Promise.all(ids.map((id) => client.job(id)))).every((r) => r.status === "done"), 10000, "every job done");
+  } finally {
+    worker.stop();
+    await running;
+    await wclient.close();
+  }
+  for (const id of ids) assert.equal((await client.job(id)).attempts, 1, "run in the attempt the lost claim took");
+});
+
+test("SIGTERM: the worker process gives its jobs back and exits 0", async () => {
+  const queue = queueName("sigterm");
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "pgfence-node-"));
+  const marker = path.join(dir, "hold");
+  const started = path.join(dir, "started");
+  fs.writeFileSync(marker, "");
+  const id = await client.enqueue("hold", { marker, started }, { queue });
+  const queued = await client.enqueue("noop", {}, { queue, priority: -1 });
+  const p = workerProcess(queue, "--concurrency", "1", "--prefetch", "1", "--shutdown-grace", "300");
+  try {
+    await waitFor(() => fs.existsSync(started), 15000, "the handler to start");
+    await waitFor(async () => (await client.job(queued)).status === "processing", 5000, "the prefetched job to be claimed");
+    p.signal("SIGTERM");
+    const { code } = await p.exited;
+    assert.equal(code, 0, p.log());
+  } finally {
+    await p.kill();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+  assert.match(p.log(), /SIGTERM received/);
+  const held = await client.job(id);
+  assert.deepEqual([held.status, held.attempts, held.last_error], ["queued", 1, "released by worker before completion"]);
+  const q = await client.job(queued);
+  assert.deepEqual([q.status, q.attempts], ["queued", 0]);
+});
+
+test("SIGKILL mid-batch: afterwards every job has exactly one accepted completion", async () => {
+  const queue = queueName("sigkill");
+  const n = 40;
+  await client.enqueue_many(Array(n).fill("slow"), Array(n).fill({ ms: 150 }), { queue });
+  const a = workerProcess(queue, "--concurrency", "4", "--prefetch", "4", "--lease", "1000", "--worker-id", "A");
+  try {
+    await waitFor(async () => {
+      const rows = await doneAttempts(client, queue);
+      return rows.filter((r) => r.status === "done").length >= 8;
+    }, 20000, "worker A to complete some jobs");
+    a.signal("SIGKILL");
+    await a.exited;
+  } finally {
+    await a.kill();
+  }
+  const held = (await doneAttempts(client, queue)).filter((r) => r.status === "processing").length;
+  assert.ok(held > 0, "A died holding jobs");
+  const b = workerProcess(queue, "--concurrency", "8", "--lease", "5000", "--worker-id", "B");
+  try {
+    await waitFor(async () => (await doneAttempts(client, queue)).every((r) => r.status === "done"), 30000, "every job done");
+    b.signal("SIGTERM");
+    assert.equal((await b.exited).code, 0, b.log());
+  } finally {
+    await b.kill();
+  }
+  const rows = await doneAttempts(client, queue);
+  assert.equal(rows.length, n);
+  assert.deepEqual(rows.filter((r) => r.done !== 1), [], "exactly one accepted completion per job");
+  const { rows: [{ reclaimed }] } = await client.query(
+    "SELECT count(*)::int AS reclaimed FROM pgfence.all_attempts a JOIN pgfence.all_jobs j ON j.id = a.job_id"
+    + " WHERE j.queue = $1 AND a.outcome = 'reclaimed' AND a.worker = 'A'", [queue]);
+  assert.equal(reclaimed, held, "each job A held was reclaimed once and finished by B");
+});
