@@ -136,7 +136,7 @@ test("SIGTERM: the worker process gives its jobs back and exits 0", async () => 
   const started = path.join(dir, "started");
   fs.writeFileSync(marker, "");
   const id = await client.enqueue("hold", { marker, started }, { queue });
-  const queued = await client.enqueue("noop", {}, { queue, priority: -1 });
+  const queued = await client.enqueue("echo", {}, { queue, priority: -1 });
   const p = workerProcess(queue, "--concurrency", "1", "--prefetch", "1", "--shutdown-grace", "300");
   try {
     await waitFor(() => fs.existsSync(started), 15000, "the handler to start");
@@ -158,7 +158,7 @@ test("SIGTERM: the worker process gives its jobs back and exits 0", async () => 
 test("SIGKILL mid-batch: afterwards every job has exactly one accepted completion", async () => {
   const queue = queueName("sigkill");
   const n = 40;
-  await client.enqueue_many(Array(n).fill("slow"), Array(n).fill({ ms: 150 }), { queue });
+  await client.enqueue_many(Array(n).fill("nap"), Array(n).fill({ ms: 150 }), { queue });
   const a = workerProcess(queue, "--concurrency", "4", "--prefetch", "4", "--lease", "1000", "--worker-id", "A");
   try {
     await waitFor(async () => {
