@@ -135,7 +135,7 @@ test("SIGTERM: the worker process gives its jobs back and exits 0", async () => 
   const marker = path.join(dir, "hold");
   const started = path.join(dir, "started");
   fs.writeFileSync(marker, "");
-  const id = await client.enqueue("hold", { marker, started }, { queue });
+  const id = await client.enqueue("hold_stubborn", { marker, started }, { queue });
   const queued = await client.enqueue("echo", {}, { queue, priority: -1 });
   const p = workerProcess(queue, "--concurrency", "1", "--prefetch", "1", "--shutdown-grace", "300");
   try {
