@@ -64,7 +64,16 @@ function describe(v) {
   return v === null ? "null" : typeof v;
 }
 
-const same = (v) => v;
+const checked = (ok, what) => (v, name) => {
+  if (v !== null && !ok(v)) throw new TypeError(`pgfence: ${name} must be ${what}, got ${describe(v)}${typeof v === "number" ? ` ${v}` : ""}`);
+  return v;
+};
+const sendText = checked((v) => typeof v === "string", "a string");
+const sendInt = checked((v) => Number.isSafeInteger(v), "an integer");
+const sendBool = checked((v) => typeof v === "boolean", "a boolean");
+const sendUuid = checked((v) => typeof v === "string", "a UUID string");
+const sendTimestamp = checked((v) => (v instanceof Date && !Number.isNaN(v.getTime())) || typeof v === "string",
+  "a valid Date or timestamp text");
 const array = (send) => (v, name) => {
   if (v === null) return null;
   if (!Array.isArray(v)) throw new TypeError(`pgfence: ${name} must be an array, got ${describe(v)}`);
@@ -72,26 +81,26 @@ const array = (send) => (v, name) => {
 };
 
 const TYPES = {
-  text: { cast: "text", send: same },
-  int: { cast: "integer", send: same },
-  bool: { cast: "boolean", send: same },
-  uuid: { cast: "uuid", send: same },
+  text: { cast: "text", send: sendText },
+  int: { cast: "integer", send: sendInt },
+  bool: { cast: "boolean", send: sendBool },
+  uuid: { cast: "uuid", send: sendUuid },
   id: { cast: "bigint", send: sendId },
   jsonb: { cast: "jsonb", send: sendJson },
   // enqueue's payload: null or undefined is the SQL default ('{}'), as in the Python client
   payload: { cast: "jsonb", send: sendJson, omitNull: true },
   interval: { cast: "interval", send: sendInterval },
-  timestamptz: { cast: "timestamptz", send: same },
-  "text[]": { cast: "text[]", send: array(same) },
-  "int[]": { cast: "integer[]", send: array(same) },
-  "bool[]": { cast: "boolean[]", send: array(same) },
-  "uuid[]": { cast: "uuid[]", send: array(same) },
+  timestamptz: { cast: "timestamptz", send: sendTimestamp },
+  "text[]": { cast: "text[]", send: array(sendText) },
+  "int[]": { cast: "integer[]", send: array(sendInt) },
+  "bool[]": { cast: "boolean[]", send: array(sendBool) },
+  "uuid[]": { cast: "uuid[]", send: array(sendUuid) },
   "id[]": { cast: "bigint[]", send: array(sendId) },
   // jsonb[]: each element's JSON text in a text[] (pg quotes it), cast element by element
   "jsonb[]": { cast: "text[]::jsonb[]", send: array(sendJson) },
   "payload[]": { cast: "text[]::jsonb[]", send: (v, n) => array(sendJson)(v === null ? null : v.map((p) => p ?? {}), n) },
   "interval[]": { cast: "interval[]", send: array(sendInterval) },
-  "timestamptz[]": { cast: "timestamptz[]", send: array(same) },
+  "timestamptz[]": { cast: "timestamptz[]", send: array(sendTimestamp) },
 };
 
 // -- what comes back -----------------------------------------------------------------

@@ -143,6 +143,8 @@ test("a lost claim reply is recovered with claim_results (and its deprecated ali
   assert.ok(out.every((o) => o.accepted));
 });
 
+const id0 = () => "1";
+
 test("bad input becomes a clear error: the database's own checks, not a bad literal", async () => {
   const queue = queueName("bad_input");
   for (const payload of [[1, 2], "a string", 42]) {
@@ -163,6 +165,12 @@ test("bad input becomes a clear error: the database's own checks, not a bad lite
   await assert.rejects(client.enqueue("k", () => 1, { queue }), TypeError);
   await assert.rejects(client.complete("abc", ZERO_TOKEN), TypeError);
   await assert.rejects(client.complete(1.5, ZERO_TOKEN), TypeError);
+  await assert.rejects(client.claim("w", [queue], { max_jobs: 1.5 }), TypeError);
+  await assert.rejects(client.claim("w", queue), TypeError); // queues is an array
+  await assert.rejects(client.enqueue("k", {}, { queue, run_at: new Date(NaN) }), TypeError);
+  await assert.rejects(client.release(id0(), ZERO_TOKEN, { started: "yes" }), TypeError);
+  const big = await client.claim("w", [queue], { max_jobs: 5000 }).catch((e) => e); // the database's bound
+  assert.ok(big instanceof InvalidArgument && /max_jobs/.test(big.message), String(big));
   await assert.rejects(client.job(UNKNOWN_ID), (e) => e instanceof JobNotFound && e.sqlstate === "PF002");
   await assert.rejects(client.cancel(UNKNOWN_ID), JobNotFound);
   const id = await client.enqueue("k", {}, { queue });
