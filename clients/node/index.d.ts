@@ -168,6 +168,10 @@ export interface WorkerOptions {
   workerId?: string | null;
   /** LISTEN pgfence_enqueue (default true). */
   listen?: boolean;
+  /** CALL pgfence.sweep() every sweepInterval ms: true, false, or null (default: while
+   *  sweeper_health() says no background sweeper runs, looked at every minute). */
+  runSweeper?: boolean | null;
+  sweepInterval?: number;
   /** Stop gracefully on SIGTERM/SIGINT while run() runs (default true). */
   handleSignals?: boolean;
   logger?: Partial<Logger>;

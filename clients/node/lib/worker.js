@@ -9,6 +9,7 @@
 //   reporter    (reporter.js) reports outcomes with complete_many / fail_many
 //   heartbeats  (beat here) heartbeat_many for every held lease every lease / 3
 //   listener    (listen here) LISTEN pgfence_enqueue, wakes the claimer on its queues' tags
+//   sweeper     (sweeper.js) CALL pgfence.sweep() while no pg_cron sweeper runs
 //   stopping    stop() or SIGTERM/SIGINT: stop claiming, give unstarted jobs back,
 //               wait shutdownGrace for running handlers, give the rest back; a second
 //               signal hurries it
@@ -22,6 +23,7 @@ const { Ledger } = require("./ledger");
 const { Reporter } = require("./reporter");
 const { runHandler } = require("./handlers");
 const { retryable } = require("./retries");
+const { runSweeper } = require("./sweeper");
 
 /** After a claim that found nothing, the next waits at least this long (ms): a burst of wake-ups costs one claim. */
 const CLAIM_HOLDOFF = 5;
@@ -53,12 +55,14 @@ class Worker {
    * @param {object} [options] see docs/node.md (durations in milliseconds):
    *   queues [all], concurrency [8], prefetch [0], lease [30000], pollInterval [1000],
    *   shutdownGrace [30000], flushInterval [5], flushBatch [500], workerId [host:pid:random],
-   *   listen [true], handleSignals [true], logger [warnings and errors to the console]
+   *   listen [true], runSweeper [null: while sweeper_health() says none runs], sweepInterval [1000],
+   *   handleSignals [true], logger [warnings and errors to the console]
    */
   constructor(client, handlers, options = {}) {
     if (!client || !client.pool) throw new TypeError("pgfence: Worker needs a Client with its own pool: await Client.connect(dsn)");
     const o = { queues: null, concurrency: 8, prefetch: 0, lease: 30000, pollInterval: 1000, shutdownGrace: 30000,
-      flushInterval: 5, flushBatch: 500, workerId: null, listen: true, handleSignals: true, logger: quiet, ...options };
+      flushInterval: 5, flushBatch: 500, workerId: null, listen: true, runSweeper: null, sweepInterval: 1000,
+      handleSignals: true, logger: quiet, ...options };
     if (!(o.concurrency >= 1) || !(o.prefetch >= 0)) throw new RangeError("pgfence: concurrency must be >= 1 and prefetch >= 0");
     if (typeof o.lease !== "number" || !Number.isFinite(o.lease)) throw new TypeError("pgfence: lease is in milliseconds (a number)");
     this.client = client;
@@ -72,6 +76,8 @@ class Worker {
     this.flushInterval = o.flushInterval;
     this.flushBatch = o.flushBatch;
     this.listenEnabled = o.listen;
+    this.runSweeper = o.runSweeper;
+    this.sweepInterval = o.sweepInterval;
     this.handleSignals = o.handleSignals;
     this.log = { ...quiet, ...o.logger };
     this.workerId = o.workerId || `${os.hostname()}:${process.pid}:${crypto.randomBytes(3).toString("hex")}`;
@@ -107,6 +113,11 @@ class Worker {
     const heartbeat = setInterval(() => { this.beat().catch(() => {}); }, Math.max(this.lease / 3, 10));
     const flusher = this._flushLoop();
     const listener = this.listenEnabled ? this._listen() : Promise.resolve();
+    const finished = new Bell();
+    this._finished = finished;
+    const sweeper = this.runSweeper === false ? Promise.resolve() : runSweeper(this.client, this.runSweeper, {
+      sweepInterval: this.sweepInterval, workerId: this.workerId, done: () => this.done,
+      wait: (ms) => finished.wait(ms), log: this.log }).catch(() => {});
     this.log.info(`worker ${this.workerId} started: queues=${this.queues ? this.queues.join(",") : "all"} concurrency=${this.concurrency} lease=${this.lease}ms`);
     let failure = null;
     try {
@@ -125,6 +136,8 @@ class Worker {
       clearInterval(heartbeat);
       if (this._listenClient) this._listenClient.end().catch(() => {});
       await listener;
+      finished.ring();
+      await sweeper;
       if (this.handleSignals) { process.off("SIGTERM", onSignal); process.off("SIGINT", onSignal); }
       this.log.info(`worker ${this.workerId} stopped: ${JSON.stringify(this.counters)}`);
     }

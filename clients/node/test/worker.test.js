@@ -188,3 +188,22 @@ test("SIGKILL mid-batch: afterwards every job has exactly one accepted completio
     + " WHERE j.queue = $1 AND a.outcome = 'reclaimed' AND a.worker = 'A'", [queue]);
   assert.equal(reclaimed, held, "each job A held was reclaimed once and finished by B");
 });
+
+test("the stand-in sweeper: runSweeper true calls sweep(); null leaves it to a running pg_cron sweeper", async () => {
+  const calls = { true: 0, null: 0 };
+  for (const mode of [true, null]) {
+    const wclient = await Client.connect(DSN, { max: 4 });
+    const realSweep = wclient.sweep.bind(wclient);
+    wclient.sweep = async (...args) => { calls[String(mode)] += 1; return realSweep(...args); };
+    const worker = new Worker(wclient, {}, { queues: [queueName("sweeper")], runSweeper: mode, sweepInterval: 50,
+      handleSignals: false, pollInterval: 100 });
+    const running = worker.run();
+    await sleep(600);
+    worker.stop();
+    await running;
+    await wclient.close();
+  }
+  assert.ok(calls.true >= 3, `runSweeper true: ${calls.true} sweeps`);
+  assert.equal((await client.sweeper_health()).state, "running", "the test cluster's pg_cron sweeper runs");
+  assert.equal(calls.null, 0, "null: no sweep while the background sweeper runs");
+});
