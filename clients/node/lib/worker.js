@@ -293,7 +293,7 @@ class Worker {
       try {
         await conn.connect();
         let tags = null;
-        if (this.queues) tags = new Set(Object.values(await this.client.wakeup_tags(this.queues)));
+        if (this.queues) tags = new Set((await this.client.wakeup_tags(this.queues)).map((r) => r.tag));
         conn.on("notification", (n) => { if (tags === null || tags.has(n.payload)) this._wake.ring(); });
         await conn.query("LISTEN pgfence_enqueue");
         this._wake.ring(); // whatever was enqueued while nobody listened

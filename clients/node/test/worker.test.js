@@ -207,3 +207,47 @@ test("the stand-in sweeper: runSweeper true calls sweep(); null leaves it to a r
   assert.equal((await client.sweeper_health()).state, "running", "the test cluster's pg_cron sweeper runs");
   assert.equal(calls.null, 0, "null: no sweep while the background sweeper runs");
 });
+
+test("heartbeats keep a lease alive past its length; a NOTIFY wakes an idle worker (unprepared statements)", async () => {
+  const queue = queueName("heartbeats");
+  const wclient = await Client.connect(DSN, { max: 4, prepared: false });
+  const worker = new Worker(wclient, {
+    long: async (job) => { await sleep(2000); return { attempt: job.attempts }; },
+    quick: async () => ({ ok: true }),
+  }, { queues: [queue], lease: 600, pollInterval: 20000, handleSignals: false });
+  const running = worker.run();
+  try {
+    await sleep(300); // the worker is idle, listening, its next poll 10-20 s away
+    const t0 = Date.now();
+    const quick = await client.enqueue("quick", {}, { queue });
+    await waitFor(async () => (await client.job(quick)).status === "done", 5000, "the NOTIFY to wake the worker");
+    assert.ok(Date.now() - t0 < 5000);
+    const long = await client.enqueue("long", {}, { queue });
+    await waitFor(async () => (await client.job(long)).status === "done", 15000, "the long job");
+    const row = await client.job(long);
+    assert.deepEqual([row.attempts, row.reclaim_count, row.result], [1, 0, { attempt: 1 }]);
+  } finally {
+    worker.stop();
+    await running;
+    await wclient.close();
+  }
+});
+
+test("a result the database refuses fails the attempt, alone in its batch", async () => {
+  const queue = queueName("refused_result");
+  const good = await client.enqueue("ok", { i: 1 }, { queue });
+  const bad = await client.enqueue("nul", {}, { queue });
+  const w = await startWorker(queue, {
+    ok: async () => ({ fine: true }),
+    nul: async () => ({ text: "a\u0000b" }), // JSON can say it, jsonb cannot store it
+  }, { concurrency: 2 });
+  try {
+    await waitFor(async () => (await client.job(bad)).status === "failed", 10000, "the refused result's job to fail");
+  } finally {
+    await w.stop();
+  }
+  const b = await client.job(bad);
+  assert.match(b.last_error, /ResultNotStorable/);
+  assert.equal(b.attempts, 1, "failed permanently: no retry");
+  assert.deepEqual((await client.job(good)).result, { fine: true });
+});
