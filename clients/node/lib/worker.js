@@ -27,6 +27,9 @@ const { runSweeper } = require("./sweeper");
 
 /** After a claim that found nothing, the next waits at least this long (ms): a burst of wake-ups costs one claim. */
 const CLAIM_HOLDOFF = 5;
+/** Notifications within one second beyond which the listener stops listening (any role may NOTIFY), and for how long (ms). */
+const NOTIFY_FLOOD = 2000;
+const NOTIFY_FLOOD_PAUSE = 5000;
 
 /** A wake-up that many may ring and one awaits, with a timeout. */
 class Bell {
@@ -294,7 +297,23 @@ class Worker {
         await conn.connect();
         let tags = null;
         if (this.queues) tags = new Set((await this.client.wakeup_tags(this.queues)).map((r) => r.tag));
-        conn.on("notification", (n) => { if (tags === null || tags.has(n.payload)) this._wake.ring(); });
+        let second = 0, count = 0, paused = false;
+        conn.on("notification", (n) => {
+          const now = Math.floor(Date.now() / 1000);
+          if (now !== second) { second = now; count = 0; }
+          count += 1;
+          if (count > NOTIFY_FLOOD && !paused) {
+            // A flood (anyone may NOTIFY this channel): stop listening for a while and poll.
+            paused = true;
+            this.log.warn(`worker ${this.workerId}: more than ${NOTIFY_FLOOD} notifications in a second; not listening for ${NOTIFY_FLOOD_PAUSE} ms`);
+            conn.query("UNLISTEN pgfence_enqueue").catch(() => {});
+            setTimeout(() => {
+              paused = false;
+              if (!this.stopping) conn.query("LISTEN pgfence_enqueue").then(() => this._wake.ring(), () => {});
+            }, NOTIFY_FLOOD_PAUSE).unref();
+          }
+          if (!paused && (tags === null || tags.has(n.payload))) this._wake.ring();
+        });
         await conn.query("LISTEN pgfence_enqueue");
         this._wake.ring(); // whatever was enqueued while nobody listened
         backoff = 500;

@@ -251,3 +251,23 @@ test("a result the database refuses fails the attempt, alone in its batch", asyn
   assert.equal(b.attempts, 1, "failed permanently: no retry");
   assert.deepEqual((await client.job(good)).result, { fine: true });
 });
+
+test("a NOTIFY flood makes the listener stop listening for a while (the worker polls meanwhile)", async () => {
+  const queue = queueName("flood");
+  const warnings = [];
+  const wclient = await Client.connect(DSN, { max: 4 });
+  const worker = new Worker(wclient, { ok: async () => null }, { queues: [queue], pollInterval: 200, handleSignals: false,
+    logger: { warn: (m) => warnings.push(m) } });
+  const running = worker.run();
+  try {
+    await sleep(300);
+    await client.query("SELECT count(pg_notify('pgfence_enqueue', 'flood-' || i)) FROM generate_series(1, 2500) i");
+    await waitFor(() => warnings.some((w) => /notifications in a second/.test(w)), 5000, "the flood warning");
+    const id = await client.enqueue("ok", {}, { queue });
+    await waitFor(async () => (await client.job(id)).status === "done", 5000, "the poll to find the job");
+  } finally {
+    worker.stop();
+    await running;
+    await wclient.close();
+  }
+});
