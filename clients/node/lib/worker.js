@@ -235,7 +235,9 @@ class Worker {
         this.ledger.finish(result);
         this._outcome.ring();
         this._wake.ring();
-      })().finally(() => { this._handlerRuns.delete(run); this._pump(); });
+      })().catch((err) => {
+        this.log.error(`job ${entry.job.id}: the worker failed around its handler (${err && err.message}); its lease will expire`);
+      }).finally(() => { this._handlerRuns.delete(run); this._pump(); });
       this._handlerRuns.add(run);
     }
   }
