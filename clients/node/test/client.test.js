@@ -7,11 +7,11 @@ const pg = require("pg");
 const {
   Client, LeaseLost, JobNotFound, InvalidTransition, WrongIsolation, InvalidArgument, SchemaMismatch, PgfenceError,
 } = require("../lib");
-const { DSN, ZERO_TOKEN, UNKNOWN_ID, queueName, sleep, connect, rawConnection } = require("./helpers");
+const { DSN, deleteQueues, ZERO_TOKEN, UNKNOWN_ID, queueName, sleep, connect, rawConnection } = require("./helpers");
 
 let client;
 before(async () => { client = await connect(); });
-after(async () => { await client.close(); });
+after(async () => { await deleteQueues(client); await client.close(); });
 
 /** Claim one job of `queue` with a short lease, expire it and reclaim it: returns the stale attempt. */
 async function staleAttempt(queue) {

@@ -13,7 +13,31 @@ if (!DSN) throw new Error("PGFENCE_TEST_DSN is not set (run through `make test`,
 const ZERO_TOKEN = "00000000-0000-0000-0000-000000000000";
 const UNKNOWN_ID = "9223372036854775000";
 
-const queueName = (name) => `n_${name.replace(/[^a-z0-9]+/gi, "_").slice(0, 60)}_${crypto.randomBytes(4).toString("hex")}`;
+/** The queues this test file made (removed by deleteQueues in its after hook). */
+const madeQueues = new Set();
+const queueName = (name) => {
+  const q = `n_${name.replace(/[^a-z0-9]+/gi, "_").slice(0, 60)}_${crypto.randomBytes(4).toString("hex")}`;
+  madeQueues.add(q);
+  return q;
+};
+
+/**
+ * Remove the jobs of this file's queues with their history (as the superuser, as
+ * tests/support/db.py's delete_queues), so that no job of ours is left for a claim over
+ * all queues in a Python test.
+ */
+async function deleteQueues(client) {
+  const queues = [...madeQueues];
+  if (!queues.length) return;
+  await client.query(`
+    WITH gone AS (DELETE FROM pgfence.jobs WHERE queue = ANY($1::text[]) RETURNING id),
+         a AS (DELETE FROM pgfence.attempts USING gone WHERE job_id = gone.id),
+         done AS (DELETE FROM pgfence.finished_jobs WHERE queue = ANY($1::text[]) RETURNING id),
+         r AS (DELETE FROM pgfence.rejections WHERE job_id IN (SELECT id FROM gone UNION ALL SELECT id FROM done))
+    SELECT count(*) FROM gone`, [queues]);
+  await client.query("DELETE FROM pgfence.retention WHERE queue = ANY($1::text[])", [queues]);
+  madeQueues.clear();
+}
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 async function waitFor(predicate, timeoutMs, what) {
@@ -60,4 +84,4 @@ function workerProcess(queue, ...extra) {
   };
 }
 
-module.exports = { DSN, ZERO_TOKEN, UNKNOWN_ID, queueName, sleep, waitFor, connect, rawConnection, doneAttempts, workerProcess };
+module.exports = { DSN, ZERO_TOKEN, UNKNOWN_ID, queueName, deleteQueues, sleep, waitFor, connect, rawConnection, doneAttempts, workerProcess };

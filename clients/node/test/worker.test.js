@@ -6,11 +6,11 @@ const fs = require("node:fs");
 const os = require("node:os");
 const path = require("node:path");
 const { Client, Worker, PermanentFailure, Interrupted, RetryAfter } = require("../lib");
-const { DSN, queueName, sleep, waitFor, connect, doneAttempts, workerProcess } = require("./helpers");
+const { DSN, deleteQueues, queueName, sleep, waitFor, connect, doneAttempts, workerProcess } = require("./helpers");
 
 let client;
 before(async () => { client = await connect(); });
-after(async () => { await client.close(); });
+after(async () => { await deleteQueues(client); await client.close(); });
 
 /** A Worker on its own pool, run until `stop()`; returns {worker, stop}. */
 async function startWorker(queue, handlers, options = {}) {
