@@ -7,13 +7,21 @@ const pg = require("pg");
 const {
   Client, LeaseLost, JobNotFound, InvalidTransition, WrongIsolation, InvalidArgument, SchemaMismatch, PgfenceError,
 } = require("../lib");
-const { DSN, deleteQueues, ZERO_TOKEN, UNKNOWN_ID, queueName, sleep, connect, rawConnection } = require("./helpers");
+const { DSN, deleteQueues, ZERO_TOKEN, UNKNOWN_ID, queueName, sleep, waitFor, connect, rawConnection } = require("./helpers");
 
 let client;
 before(async () => { client = await connect(); });
 after(async () => { await deleteQueues(client); await client.close(); });
 
-/** Claim one job of `queue` with a short lease, expire it and reclaim it: returns the stale attempt. */
+/** Reclaim expired leases until `id` is back in the queue (the sweeper may be first). */
+async function reclaimed(id) {
+  await waitFor(async () => {
+    await client.reclaim_expired({ max_jobs: 1000 });
+    return (await client.job(id)).status === "queued";
+  }, 5000, `job ${id} to be reclaimed`);
+}
+
+/** Claim one job of `queue` with a short lease and let the lease expire: returns the stale attempt. */
 async function staleAttempt(queue) {
   const id = await client.enqueue("k", { n: 1 }, { queue });
   const [job] = await client.claim("zombie", [queue], { lease: 20 });
@@ -75,9 +83,7 @@ test("enqueue joins the caller's own pg transaction: rolled back, nothing is the
 test("a zombie is fenced with PF001 after reclaim, and its refusal is recorded", async () => {
   const queue = queueName("zombie_reclaim");
   const job = await staleAttempt(queue);
-  const reclaimed = await client.reclaim_expired({ max_jobs: 1000 });
-  const row = await client.job(job.id);
-  assert.equal(row.status, "queued", `reclaimed: ${JSON.stringify(reclaimed)}`);
+  await reclaimed(job.id);
   const err = await client.complete(job.id, job.attempt_token, { late: true }).catch((e) => e);
   assert.ok(err instanceof LeaseLost && err instanceof PgfenceError);
   assert.equal(err.sqlstate, "PF001");
@@ -91,7 +97,12 @@ test("a zombie is fenced with PF001 after reclaim, and its refusal is recorded",
 test("a zombie is fenced after takeover: the new attempt's result stands", async () => {
   const queue = queueName("zombie_takeover");
   const old = await staleAttempt(queue);
-  const [taken] = await client.claim("w2", [queue], { lease: 30000 }); // claim reclaims the expired lease first
+  // A claim reclaims the expired lease first; the job is runnable from that moment, so this
+  // claim or the next takes it (a reclaim within the same statement is after its now()).
+  const [taken] = await waitFor(async () => {
+    const jobs = await client.claim("w2", [queue], { lease: 30000 });
+    return jobs.length ? jobs : null;
+  }, 5000, "the reclaimed job to be claimed by w2");
   assert.equal(taken.id, old.id);
   assert.equal(taken.attempts, 2);
   await assert.rejects(client.heartbeat(old.id, old.attempt_token), (e) => e instanceof LeaseLost && e.sqlstate === "PF001");
@@ -105,7 +116,7 @@ test("a zombie is fenced after takeover: the new attempt's result stands", async
 test("batch outcomes with a stale token inside: only that row is refused", async () => {
   const queue = queueName("batch_stale");
   const stale = await staleAttempt(queue);
-  await client.reclaim_expired({ max_jobs: 1000 });
+  await reclaimed(stale.id);
   await client.enqueue_many(["k", "k"], [{ i: 1 }, { i: 2 }], { queue });
   const fresh = await client.claim("w", [queue], { lease: 30000, max_jobs: 10 });
   assert.equal(fresh.length, 3); // the reclaimed job is back in the queue too
