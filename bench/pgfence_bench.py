@@ -24,6 +24,8 @@ from common import (BENCH_DIR, LOG_DIR, BenchError, connect, delay_summary, dsn_
 
 PY = sys.executable
 WORKER = BENCH_DIR / "pgfence_worker.py"
+#: The Node.js worker (clients/node), same arguments: the "pgfence (Node worker)" drain row.
+NODE_WORKER = BENCH_DIR / "pgfence_node_worker.js"
 VICTIM = BENCH_DIR / "pgfence_victim.py"
 FLOOR_CLAIMER = BENCH_DIR / "floor_claimer.py"
 
@@ -129,11 +131,15 @@ def batch_enqueue(dsn: str, queue: str, n: int, batch: int = 1000, kind: str = "
 
 # ------------------------------------------------------------------ workers --
 def start_workers(dsn: str, queue: str, shape: WorkerShape, tag: str, mode: str = "noop",
-                  outs: Optional[list[Path]] = None) -> tuple[list[subprocess.Popen[bytes]], list[Path]]:
+                  outs: Optional[list[Path]] = None,
+                  worker: str = "python") -> tuple[list[subprocess.Popen[bytes]], list[Path]]:
+    """shape.procs worker processes: pgfence_worker.py, or with worker="node" the Node.js
+    worker (pgfence_node_worker.js, mode noop only)."""
     procs, logs = [], []
+    program = [PY, str(WORKER)] if worker == "python" else ["node", str(NODE_WORKER)]
     for i in range(shape.procs):
         lp = LOG_DIR / f"pgfence-{tag}-w{i}.log"
-        cmd = [PY, str(WORKER), "--dsn", dsn, "--queue", queue, "--concurrency", str(shape.concurrency),
+        cmd = [*program, "--dsn", dsn, "--queue", queue, "--concurrency", str(shape.concurrency),
                "--prefetch", str(shape.prefetch), "--poll-interval", str(shape.poll_interval),
                "--mode", mode]
         if outs:
@@ -143,9 +149,11 @@ def start_workers(dsn: str, queue: str, shape: WorkerShape, tag: str, mode: str 
     return procs, logs
 
 
-def batch_then_drain(dsn: str, n: int, shape: WorkerShape, timeout: float, tag: str) -> dict[str, Any]:
+def batch_then_drain(dsn: str, n: int, shape: WorkerShape, timeout: float, tag: str,
+                     worker: str = "python") -> dict[str, Any]:
     """Timed batch enqueue of n no-op jobs (1,000 per enqueue_many), settle(), then a
-    timed drain by shape.procs worker processes x shape.concurrency."""
+    timed drain by shape.procs worker processes x shape.concurrency (``worker``:
+    "python", the threaded pgfence.Worker, or "node", the Node.js Worker)."""
     queue = new_queue(f"drain{tag}")
     try:
         secs, ids = batch_enqueue(dsn, queue, n, 1000)
@@ -160,7 +168,7 @@ def batch_then_drain(dsn: str, n: int, shape: WorkerShape, timeout: float, tag: 
                 return int(row[0]) if row else 0
 
             def start() -> tuple[list[subprocess.Popen[bytes]], list[Path]]:
-                return start_workers(dsn, queue, shape, f"drain{tag}")
+                return start_workers(dsn, queue, shape, f"drain{tag}", worker=worker)
             dr = measure_drain(start, finished, n, timeout)
         finally:
             poll.close()

@@ -45,7 +45,7 @@ COLUMNS: list[tuple[str, Callable[[dict[str, Any]], Optional[float]], bool]] = [
 
 def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     mine = [r for r in rows if r["system"] == "pgfence"]
-    others = [r for r in rows if r["system"] != "pgfence"]
+    others = [r for r in rows if not r["system"].startswith("pgfence")]  # (pgfence-node: beside, not a peer)
     out = []
     for name, key, lower in COLUMNS:
         pr, pv = _best(mine, key, lower)
@@ -355,7 +355,9 @@ def render(results: dict[str, Any]) -> str:
         f"- Worker shape for every system: {cfg['procs']} worker OS processes x concurrency {cfg['concurrency']},"
         " no-op handler. Each peer in its own database (bench_pgqueuer, bench_procrastinate, bench_graphile)"
         " with the schema installed by its own tooling; pgfence in its deployed database, a fresh queue per"
-        " run, jobs deleted and VACUUMed after each run; peer tables truncated + VACUUM between runs.",
+        " run, jobs deleted and VACUUMed after each run; peer tables truncated + VACUUM between runs."
+        " \"pgfence (Node worker)\": the same drain by the Node.js worker (clients/node) in the largest prefetch's"
+        " shape, reported beside the threaded worker's (drain only; not in the ratios).",
         f"- single enqueue/s: {cfg['single_n']:,} sequential single enqueues from one client connection, after"
         f" the drains, the systems taking turns ({cfg['single_runs']} rounds; median, min-max)"
         " (pgfence: `SELECT pgfence.enqueue(kind => 'noop', payload => %s::jsonb, queue => %s)`).",
@@ -414,7 +416,7 @@ def render(results: dict[str, Any]) -> str:
 
 def final_line(rows: list[dict[str, Any]]) -> str:
     mine = [r for r in rows if r["system"] == "pgfence"]
-    others = [r for r in rows if r["system"] != "pgfence"]
+    others = [r for r in rows if not r["system"].startswith("pgfence")]  # (pgfence-node: beside, not a peer)
     pr, pv = _best(mine, COLUMNS[2][1])
     orow, ov = _best(others, COLUMNS[2][1])
     n = f"{pv:.0f}" if pv is not None else "n/a"
