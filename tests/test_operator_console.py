@@ -119,6 +119,18 @@ def test_mark_done_ends_a_manual_review_job_as_complete_would(conn: Conn, q: str
         assert_error(sql_error(conn, call, (job_id,)), "PF003")
 
 
+def test_mark_done_holds_the_key_as_the_jobs_unique_for_says(conn: Conn, q: str) -> None:
+    """A job marked done keeps its idempotency key as complete would: unique_for 0 frees it
+    at once, a period holds it until created_at + unique_for."""
+    free = manual_review_job(conn, q, idempotency_key="free", unique_for="0")
+    held = manual_review_job(conn, q, idempotency_key="held", unique_for="1 hour")
+    conn.execute("SELECT count(*) FROM pgfence.mark_done_many(ARRAY[%s, %s]::bigint[], 'checked')", (free, held))
+    assert enqueue(conn, q, idempotency_key="free") != free
+    assert enqueue(conn, q, idempotency_key="held") == held
+    assert one(conn, "SELECT held_until = (SELECT created_at + interval '1 hour' FROM pgfence.all_jobs WHERE id = %s)"
+               " FROM pgfence.held_keys WHERE queue = %s AND idempotency_key = 'held'", (held, q)) is True
+
+
 @pytest.mark.parametrize("setup", ["queued", "processing", "failed", "cancelled"])
 def test_mark_done_refuses_a_job_not_in_manual_review(conn: Conn, q: str, setup: str) -> None:
     job_id = enqueue(conn, q, max_attempts=1)

@@ -28,7 +28,7 @@ COMMENT ON ROLE pgfence_viewer IS
 GRANT USAGE ON SCHEMA pgfence TO pgfence_viewer;
 GRANT SELECT ON pgfence.jobs, pgfence.finished_jobs, pgfence.all_jobs, pgfence.attempts, pgfence.all_attempts,
     pgfence.rejections, pgfence.rejection_overflow, pgfence.sweeper_status, pgfence.retention,
-    pgfence.history_partitions, pgfence.operator_audit, pgfence.operator_audit_settings, pgfence.metric_totals
+    pgfence.history_partitions, pgfence.queue_controls, pgfence.operator_audit, pgfence.operator_audit_settings, pgfence.metric_totals
     TO pgfence_viewer;
 
 -- (Created where missing: CREATE POLICY locks the table.)

@@ -288,7 +288,7 @@ gap's end; a repeated fall-back hour fires once (its first occurrence). NULL whe
 Errors: 22004, 22023 (naming the cron field).$$;
 
 INSERT INTO pgfence.routine_grants (routine, roles) VALUES
-    ('cron_next', '{pgfence_operator}')
+    ('cron_next', '{pgfence_operator,pgfence_viewer}')
 ON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;
 SELECT pgfence._apply_privileges();
 

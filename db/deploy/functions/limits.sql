@@ -1,6 +1,7 @@
 -- Deploy pgfence:functions/limits to pg (reworked after @v0.7.0)
 -- requires: functions/limits@v0.7.0
 -- requires: functions/snooze
+-- requires: viewer
 --
 -- The limits a caller sizes its work by (batch and claim sizes, name, payload, result
 -- and error sizes, leases, delays), as data a caller in any language can read instead
@@ -45,7 +46,7 @@ retry_in_max_s, rejections_per_job, run_sweeper_ahead_s, sweeper_stale_s, snooze
 numbers; a later version may raise one.$$;
 
 INSERT INTO pgfence.routine_grants (routine, roles) VALUES
-    ('limits', '{pgfence_producer,pgfence_worker,pgfence_operator}')
+    ('limits', '{pgfence_producer,pgfence_worker,pgfence_operator,pgfence_viewer}')
 ON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;
 SELECT pgfence._apply_privileges();
 

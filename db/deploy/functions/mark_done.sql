@@ -3,13 +3,14 @@
 -- requires: functions/cancel
 -- requires: functions/audit
 -- requires: tables/history
+-- requires: tables/job_unique_for
 --
 -- mark_done: an operator asserts that a job in manual_review had its side effect (its
 -- lease expired while it ran; a human checked, e.g. the payment went through) and ends
 -- it done, as complete leaves a job: its row leaves pgfence.jobs for one row of
 -- pgfence.finished_jobs (the job, the result given, its attempts moved out of
 -- pgfence.attempts into earlier_attempts), its idempotency key held in
--- pgfence.held_keys. The final attempt of that row is the operator's: no token, no
+-- pgfence.held_keys (as its unique_for says). The final attempt of that row is the operator's: no token, no
 -- worker (all_attempts shows it as outcome done with worker NULL, ended at
 -- finished_at); the audit row says who.
 --
@@ -51,10 +52,15 @@ BEGIN
         SELECT e.job_id, jsonb_agg(to_jsonb(e) - 'job_id' ORDER BY e.ended_at, e.attempt) AS attempts
           FROM earlier e GROUP BY e.job_id
     ), keys AS (
-        INSERT INTO pgfence.held_keys AS k (queue, idempotency_key, job_id, purge_at)
-        SELECT g.queue, g.idempotency_key, g.id, v_now + v_keep FROM gone g WHERE g.idempotency_key IS NOT NULL
+        -- (unique_for as complete applies it: no key held once done when created_at +
+        -- unique_for has passed, 0 among them; else held until then, at most until the purge)
+        INSERT INTO pgfence.held_keys AS k (queue, idempotency_key, job_id, purge_at, held_until)
+        SELECT g.queue, g.idempotency_key, g.id, v_now + v_keep, g.created_at + g.unique_for
+          FROM gone g
+         WHERE g.idempotency_key IS NOT NULL
+           AND (g.unique_for IS NULL OR g.created_at + g.unique_for > v_now)
         ON CONFLICT ON CONSTRAINT held_keys_pkey
-            DO UPDATE SET job_id = excluded.job_id, purge_at = excluded.purge_at
+            DO UPDATE SET job_id = excluded.job_id, purge_at = excluded.purge_at, held_until = excluded.held_until
     )
     INSERT INTO pgfence.finished_jobs (id, queue, kind, payload, priority, attempts, max_attempts, available_at,
                                        recovery_policy, idempotency_key, attempt_token, reserved_by, reserved_at,

@@ -3,6 +3,7 @@
 -- requires: tables/queue_rate_limits
 -- requires: tables/queue_controls
 -- requires: functions/_checks
+-- requires: viewer
 --
 -- Flow control per queue, enforced by claim for every client in every language:
 --   * pause_queue / resume_queue: claim takes nothing from a paused queue; jobs already
@@ -328,7 +329,7 @@ INSERT INTO pgfence.routine_grants (routine, roles) VALUES
     ('resume_queue',         '{pgfence_operator}'),
     ('set_queue_limit',      '{pgfence_operator}'),
     ('set_queue_rate_limit', '{pgfence_operator}'),
-    ('queue_limits',         '{pgfence_operator}')
+    ('queue_limits',         '{pgfence_operator,pgfence_viewer}')
 ON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;
 SELECT pgfence._apply_privileges();
 

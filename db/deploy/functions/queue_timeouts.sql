@@ -73,7 +73,7 @@ COMMENT ON FUNCTION pgfence.queue_timeouts() IS
 
 INSERT INTO pgfence.routine_grants (routine, roles) VALUES
     ('set_queue_timeout', '{pgfence_operator}'),
-    ('queue_timeouts',    '{pgfence_operator}')
+    ('queue_timeouts',    '{pgfence_operator,pgfence_viewer}')
 ON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;
 SELECT pgfence._apply_privileges();
 

@@ -379,7 +379,7 @@ INSERT INTO pgfence.routine_grants (routine, roles) VALUES
     ('unschedule',      '{pgfence_operator}'),
     ('pause_schedule',  '{pgfence_operator}'),
     ('resume_schedule', '{pgfence_operator}'),
-    ('schedules',       '{pgfence_operator}'),
+    ('schedules',       '{pgfence_operator,pgfence_viewer}'),
     ('fire_schedules',  '{pgfence_operator}')
 ON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;
 SELECT pgfence._apply_privileges();

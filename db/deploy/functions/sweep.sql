@@ -3,6 +3,7 @@
 -- requires: functions/schedules
 -- requires: tables/sweeper_pause
 -- requires: functions/_checks
+-- requires: viewer
 --
 -- The sweep (every expired lease, by hand or from a scheduler) and the background
 -- sweeper pg_cron runs, whole. Changed after @v0.7.0:
@@ -419,8 +420,8 @@ INSERT INTO pgfence.routine_grants (routine, roles) VALUES
     ('note_sweeper_pass', '{pgfence_operator}'),
     ('pause_sweeper',     '{pgfence_operator}'),
     ('resume_sweeper',    '{pgfence_operator}'),
-    ('sweeper_health',    '{pgfence_worker,pgfence_operator}'),
-    ('sweeper_last_pass', '{pgfence_worker,pgfence_operator}')
+    ('sweeper_health',    '{pgfence_worker,pgfence_operator,pgfence_viewer}'),
+    ('sweeper_last_pass', '{pgfence_worker,pgfence_operator,pgfence_viewer}')
 ON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;
 SELECT pgfence._apply_privileges();
 
