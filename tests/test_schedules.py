@@ -472,7 +472,9 @@ def test_call_sweep_fires_due_schedules_as_the_workers_stand_in_sweeper_does(cli
 
 
 # ------------------------------------------------------------------ CLI --
-def test_cli_schedule_add_list_pause_resume_remove(dsn: str, conn: Conn, name: str) -> None:
+def test_cli_schedule_add_list_pause_resume_remove(dsn: str, conn: Conn, name: str, sweep_paused: Conn) -> None:
+    # (the sweeper paused: an every-10-seconds slot fired by it between the add and the
+    # list would make "last never" untrue)
     from support.processes import run_cli
     out = run_cli(dsn, "schedule", "add", name, "report", '{"a": 1}', "--cron", "30 2 * * *",
                   "--time-zone", "Europe/Berlin", "--queue", name, "--catch-up", "all")
