@@ -55,7 +55,7 @@ export interface ClaimedJob {
 }
 /** A job as a worker's handler sees it. */
 export interface Job extends ClaimedJob {
-  /** Aborted when the lease is lost (reclaimed, cancelled, taken over) or the worker shuts down. */
+  /** Aborted when the lease is lost (reclaimed, cancelled, taken over, its run timeout passed) or the worker shuts down. */
   signal: AbortSignal;
   /** The same, polled. */
   shouldStop(): boolean;
@@ -168,6 +168,8 @@ export class PermanentFailure extends Error { constructor(message?: string) }
 export class Interrupted extends Error { constructor(message?: string) }
 /** Retry after `delay` (milliseconds, or interval text) instead of the default backoff. */
 export class RetryAfter extends Error { constructor(delay: Duration, message?: string); readonly delay: Duration }
+/** Run the job again after `delay` (milliseconds, or interval text; more than 0, at most 365 days), the attempt not counted (a fenced snooze). */
+export class Snooze extends Error { constructor(delay: Duration, message?: string); readonly delay: Duration }
 
 export type Handler = (job: Job) => unknown | Promise<unknown>;
 
@@ -204,7 +206,7 @@ export interface WorkerOptions {
 export class Worker {
   constructor(client: Client, handlers: Record<string, Handler>, options?: WorkerOptions);
   readonly workerId: string;
-  readonly counters: { claimed: number; completed: number; failed: number; lease_lost: number; released: number };
+  readonly counters: { claimed: number; completed: number; failed: number; lease_lost: number; released: number; snoozed: number };
   /** Begin a graceful shutdown (what SIGTERM/SIGINT do). */
   stop(): void;
   /** Run until stop() or a signal; resolves once every outcome is reported and every job given back. */

@@ -1,6 +1,6 @@
 // Compiled by tsc only (never run): uses the declared API as an application would, so a
 // broken or drifting index.d.ts fails `npm run typecheck`.
-import { Client, Worker, LeaseLost, PermanentFailure, Interrupted, RetryAfter, RawJson, type Job } from "..";
+import { Client, Worker, LeaseLost, PermanentFailure, Interrupted, RetryAfter, Snooze, RawJson, type Job } from "..";
 import pg from "pg";
 
 async function example(): Promise<void> {
@@ -34,6 +34,7 @@ async function example(): Promise<void> {
       if (job.shouldStop() || job.signal.aborted) throw new Interrupted();
       if (!job.payload.to) throw new PermanentFailure("no recipient");
       if (job.attempts < 2) throw new RetryAfter(10_000);
+      if (job.payload.later) throw new Snooze("5 minutes");
       return { sent: true };
     },
   }, { concurrency: 8, lease: 30_000, queues: ["email"] });
