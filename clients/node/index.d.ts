@@ -55,7 +55,7 @@ export interface ClaimedJob {
 }
 /** A job as a worker's handler sees it. */
 export interface Job extends ClaimedJob {
-  /** Aborted when the lease is lost (reclaimed, cancelled, taken over) or the worker shuts down. */
+  /** Aborted when the lease is lost (reclaimed, cancelled, taken over, its run timeout passed) or the worker shuts down. */
   signal: AbortSignal;
   /** The same, polled. */
   shouldStop(): boolean;
@@ -65,7 +65,13 @@ export interface HeartbeatOutcome extends Outcome { lease_expires_at: Date | nul
 export interface Enqueued { ordinal: number; id: JobId; created: boolean }
 export interface Reclaimed { id: JobId; status: string; reclaim_count: number }
 export interface QueueStats { queue: string; status: string; jobs: number; oldest_runnable_age: unknown; expired_leases: number }
-export interface QueueLimit { queue: string; paused_at: Date | null; paused_by: string | null; max_running: number | null; running: number; limited_at: Date | null; limited_by: string | null }
+/** An interval as pg returns it (a PostgresInterval object: years, months, days, hours, minutes, seconds, milliseconds). */
+export type IntervalValue = unknown;
+export interface QueueLimit { queue: string; paused_at: Date | null; paused_by: string | null; max_running: number | null; running: number; limited_at: Date | null; limited_by: string | null; max_claims: number | null; claims_per: IntervalValue | null; claims_available: number | null; rate_limited_at: Date | null; rate_limited_by: string | null }
+export interface QueueTimeout { queue: string; timeout: IntervalValue; set_at: Date; set_by: string }
+export interface Schedule { name: string; cron: string | null; every: IntervalValue | null; kind: string; payload: any; queue: string; priority: number; max_attempts: number; recovery_policy: string; time_zone: string; catch_up: "all" | "latest" | "none"; slot_key: string | null; paused_at: Date | null; paused_by: string | null; created_at: Date; created_by: string; next_fire_at: Date | null; last_fire_at: Date | null; last_slot: Date | null; last_job_id: JobId | null; last_error: string | null; last_error_at: Date | null }
+export interface ScheduleOptions { cron?: string | null; kind?: string; payload?: Json | null; queue?: string; priority?: number; max_attempts?: number; recovery_policy?: "auto" | "manual"; time_zone?: string; catch_up?: "all" | "latest" | "none"; every?: Duration | null; replace?: boolean; slot_key?: string | null }
+export interface HistoryMaintenance { created: number; dropped: number; truncated: number; moved: number; deleted: number }
 export interface SweeperHealth { state: "running" | "paused" | "stopped" | "never_ran"; last_pass_at: Date | null; last_pass_age: unknown; paused_at: Date | null; paused_by: string | null; last_error: string | null; last_error_at: Date | null }
 export interface JobRecord { id: JobId; queue: string; kind: string; status: string; payload: any; result: any; attempts: number; max_attempts: number; [column: string]: any }
 export interface AttemptRecord { attempt: number; attempt_token: Uuid; worker: string | null; claimed_at: Date; heartbeat_at: Date | null; lease_expires_at: Date | null; ended_at: Date | null; outcome: string; error: string | null }
@@ -95,8 +101,8 @@ export class Client {
   sweep(options?: { batch_size?: number }): Promise<number>;
 
   // producer
-  enqueue(kind: string, payload?: Json | null, options?: { queue?: string; priority?: number; run_at?: Timestamp | null; max_attempts?: number; recovery_policy?: "auto" | "manual"; idempotency_key?: string | null }): Promise<JobId>;
-  enqueue_many(kinds: string[], payloads?: Json[] | null, options?: { queue?: string; priorities?: number[] | null; run_ats?: (Timestamp | null)[] | null; max_attempts?: number; recovery_policy?: "auto" | "manual"; idempotency_keys?: (string | null)[] | null }): Promise<Enqueued[]>;
+  enqueue(kind: string, payload?: Json | null, options?: { queue?: string; priority?: number; run_at?: Timestamp | null; max_attempts?: number; recovery_policy?: "auto" | "manual"; idempotency_key?: string | null; timeout?: Duration | null; unique_for?: Duration | null }): Promise<JobId>;
+  enqueue_many(kinds: string[], payloads?: Json[] | null, options?: { queue?: string; priorities?: number[] | null; run_ats?: (Timestamp | null)[] | null; max_attempts?: number; recovery_policy?: "auto" | "manual"; idempotency_keys?: (string | null)[] | null; timeout?: Duration | null; unique_for?: Duration | null }): Promise<Enqueued[]>;
   // worker
   claim(worker_id: string, queues?: string[] | null, options?: { lease?: Duration; max_jobs?: number; request_id?: Uuid | null }): Promise<ClaimedJob[]>;
   claim_results(worker_id: string, request_ids: Uuid[], options?: { lease?: Duration }): Promise<ClaimedJob[]>;
@@ -110,7 +116,10 @@ export class Client {
   fail_many(job_ids: JobIdInput[], attempt_tokens: Uuid[], errors: string[], options?: { retry_ins?: (Duration | null)[] | null; permanents?: boolean[] | null }): Promise<Outcome[]>;
   release(job_id: JobIdInput, attempt_token: Uuid, options?: { started?: boolean }): Promise<string>;
   release_many(job_ids: JobIdInput[], attempt_tokens: Uuid[], options?: { started?: boolean }): Promise<Outcome[]>;
-  report_rejection(job_id: JobIdInput, attempt_token: Uuid, operation: "heartbeat" | "complete" | "fail" | "release"): Promise<void>;
+  /** Back to the queue after `delay` (more than 0, at most 365 days), the attempt recorded snoozed and not counted. */
+  snooze(job_id: JobIdInput, attempt_token: Uuid, delay: Duration): Promise<"queued" | "failed">;
+  snooze_many(job_ids: JobIdInput[], attempt_tokens: Uuid[], delays: Duration[]): Promise<Outcome[]>;
+  report_rejection(job_id: JobIdInput, attempt_token: Uuid, operation: "heartbeat" | "complete" | "fail" | "release" | "snooze"): Promise<void>;
   wakeup_tags(queues: string[]): Promise<WakeupTag[]>;
   // operator
   reclaim_expired(options?: { max_jobs?: number }): Promise<Reclaimed[]>;
@@ -121,7 +130,22 @@ export class Client {
   pause_queue(queue: string): Promise<boolean>;
   resume_queue(queue: string): Promise<boolean>;
   set_queue_limit(queue: string, max_running: number | null): Promise<void>;
+  set_queue_rate_limit(queue: string, max_claims: number | null, options?: { per?: Duration }): Promise<void>;
   queue_limits(): Promise<QueueLimit[]>;
+  set_queue_timeout(queue: string, timeout: Duration | null): Promise<void>;
+  queue_timeouts(): Promise<QueueTimeout[]>;
+  // schedules
+  /** Create (or, with replace, change) a schedule; returns its first slot. */
+  schedule(name: string, options?: ScheduleOptions): Promise<Date>;
+  unschedule(name: string): Promise<boolean>;
+  pause_schedule(name: string): Promise<boolean>;
+  resume_schedule(name: string): Promise<boolean>;
+  schedules(): Promise<Schedule[]>;
+  fire_schedules(options?: { max_slots?: number }): Promise<number>;
+  cron_next(cron: string, options?: { after?: Timestamp; time_zone?: string }): Promise<Date | null>;
+  // history
+  maintain_history(): Promise<HistoryMaintenance>;
+  set_history_partition_width(width: Duration): Promise<void>;
   pause_sweeper(): Promise<boolean>;
   resume_sweeper(): Promise<boolean>;
   sweeper_health(): Promise<SweeperHealth>;
@@ -144,6 +168,8 @@ export class PermanentFailure extends Error { constructor(message?: string) }
 export class Interrupted extends Error { constructor(message?: string) }
 /** Retry after `delay` (milliseconds, or interval text) instead of the default backoff. */
 export class RetryAfter extends Error { constructor(delay: Duration, message?: string); readonly delay: Duration }
+/** Run the job again after `delay` (milliseconds, or interval text; more than 0, at most 365 days), the attempt not counted (a fenced snooze). */
+export class Snooze extends Error { constructor(delay: Duration, message?: string); readonly delay: Duration }
 
 export type Handler = (job: Job) => unknown | Promise<unknown>;
 
@@ -180,7 +206,7 @@ export interface WorkerOptions {
 export class Worker {
   constructor(client: Client, handlers: Record<string, Handler>, options?: WorkerOptions);
   readonly workerId: string;
-  readonly counters: { claimed: number; completed: number; failed: number; lease_lost: number; released: number };
+  readonly counters: { claimed: number; completed: number; failed: number; lease_lost: number; released: number; snoozed: number };
   /** Begin a graceful shutdown (what SIGTERM/SIGINT do). */
   stop(): void;
   /** Run until stop() or a signal; resolves once every outcome is reported and every job given back. */

@@ -129,10 +129,10 @@ const API = {
   // producer
   enqueue: { args: ["kind text", "payload payload"],
     options: ["queue text", "priority int", "run_at timestamptz", "max_attempts int", "recovery_policy text",
-      "idempotency_key text"], returns: "scalar", map: asId },
+      "idempotency_key text", "timeout interval", "unique_for interval"], returns: "scalar", map: asId },
   enqueue_many: { args: ["kinds text[]", "payloads payload[]"],
     options: ["queue text", "priorities int[]", "run_ats timestamptz[]", "max_attempts int", "recovery_policy text",
-      "idempotency_keys text[]"], returns: "ordinal, id::text AS id, created" },
+      "idempotency_keys text[]", "timeout interval", "unique_for interval"], returns: "ordinal, id::text AS id, created" },
   // worker
   claim: { args: ["worker_id text", "queues text[]"], options: ["lease interval", "max_jobs int", "request_id uuid"],
     returns: JOB_ROW },
@@ -150,6 +150,8 @@ const API = {
     options: ["retry_ins interval[]", "permanents bool[]"], returns: OUTCOME },
   release: { args: ["job_id id", "attempt_token uuid"], options: ["started bool"], returns: "scalar", fenced: true },
   release_many: { args: ["job_ids id[]", "attempt_tokens uuid[]"], options: ["started bool"], returns: OUTCOME },
+  snooze: { args: ["job_id id", "attempt_token uuid", "delay interval"], returns: "scalar", fenced: true },
+  snooze_many: { args: ["job_ids id[]", "attempt_tokens uuid[]", "delays interval[]"], returns: OUTCOME },
   report_rejection: { args: ["job_id id", "attempt_token uuid", "operation text"], returns: "void" },
   wakeup_tags: { args: ["queues text[]"], returns: "queue, tag" },
   // operator
@@ -161,7 +163,27 @@ const API = {
   pause_queue: { args: ["queue text"], returns: "scalar" },
   resume_queue: { args: ["queue text"], returns: "scalar" },
   set_queue_limit: { args: ["queue text", "max_running int"], returns: "void" },
-  queue_limits: { returns: "queue, paused_at, paused_by, max_running, running, limited_at, limited_by" },
+  set_queue_rate_limit: { args: ["queue text", "max_claims int"], options: ["per interval"], returns: "void" },
+  queue_limits: { returns: "queue, paused_at, paused_by, max_running, running, limited_at, limited_by, max_claims, "
+    + "claims_per, claims_available, rate_limited_at, rate_limited_by", map: (r) => ({ ...r, running: asInt(r.running) }) },
+  set_queue_timeout: { args: ["queue text", "timeout interval"], returns: "void" },
+  queue_timeouts: { returns: "queue, timeout, set_at, set_by" },
+  // schedules
+  schedule: { args: ["name text"], options: ["cron text", "kind text", "payload payload", "queue text", "priority int",
+    "max_attempts int", "recovery_policy text", "time_zone text", "catch_up text", "every interval", "replace bool",
+    "slot_key text"], returns: "scalar" },
+  unschedule: { args: ["name text"], returns: "scalar" },
+  pause_schedule: { args: ["name text"], returns: "scalar" },
+  resume_schedule: { args: ["name text"], returns: "scalar" },
+  schedules: { returns: "name, cron, every, kind, payload, queue, priority, max_attempts, recovery_policy, time_zone, "
+    + "catch_up, slot_key, paused_at, paused_by, created_at, created_by, next_fire_at, last_fire_at, last_slot, "
+    + "last_job_id::text AS last_job_id, last_error, last_error_at" },
+  fire_schedules: { options: ["max_slots int"], returns: "scalar" },
+  cron_next: { args: ["cron text"], options: ["after timestamptz", "time_zone text"], returns: "scalar" },
+  // history
+  maintain_history: { returns: "created, dropped, truncated, moved, deleted",
+    map: (r) => ({ ...r, moved: asInt(r.moved), deleted: asInt(r.deleted) }), after: (rows) => rows[0] },
+  set_history_partition_width: { args: ["width interval"], returns: "void" },
   pause_sweeper: { returns: "scalar" },
   resume_sweeper: { returns: "scalar" },
   sweeper_health: { returns: "state, last_pass_at, last_pass_age, paused_at, paused_by, last_error, last_error_at",

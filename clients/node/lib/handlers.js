@@ -33,6 +33,22 @@ class RetryAfter extends Error {
   }
 }
 
+/**
+ * Throw from a handler to run the job again after `delay` (milliseconds, or an interval
+ * string; more than 0, at most limits().snooze_max_s, 365 days) without counting the
+ * attempt as a failure: the worker reports a fenced snooze (snooze_many), the attempt
+ * history records it as `snoozed`. A job may be snoozed limits().snoozes_per_job (100)
+ * times; past that the database fails the attempt instead (retried after `delay` while
+ * attempts remain).
+ */
+class Snooze extends Error {
+  constructor(delay, message = undefined) {
+    super(message ?? `snooze for ${typeof delay === "number" ? `${delay} ms` : delay}`);
+    this.name = "Snooze";
+    this.delay = delay;
+  }
+}
+
 /** Error texts are cut to this many characters (the end kept), well under the database's 100,000. */
 const MAX_ERROR_CHARS = 50000;
 
@@ -56,12 +72,15 @@ function errorText(err) {
 
 /**
  * Run the handler of `entry`'s job; resolves to a Result:
- * {entry, ok, value (JSON text | error text | null), retryIn, permanent, interrupted}.
- * An unknown kind, and a result JSON.stringify cannot serialize, fail permanently.
+ * {entry, ok, value (JSON text | error text | null), retryIn, permanent, interrupted, snooze}.
+ * An unknown kind, and a result JSON.stringify cannot serialize, fail permanently;
+ * RetryAfter and Snooze with a number of milliseconds outside what fail and snooze
+ * accept fail with the default backoff instead (a string delay is the database's to check).
  */
 async function runHandler(entry, handlers, workerId, limits) {
   const job = entry.job;
-  const result = (ok, value, extra = {}) => ({ entry, ok, value, retryIn: null, permanent: false, interrupted: false, ...extra });
+  const result = (ok, value, extra = {}) => ({ entry, ok, value, retryIn: null, permanent: false, interrupted: false,
+    snooze: null, ...extra });
   const handler = Object.prototype.hasOwnProperty.call(handlers, job.kind) ? handlers[job.kind] : undefined;
   if (typeof handler !== "function") {
     return result(false, storableText(`UnknownKind: no handler for kind ${JSON.stringify(job.kind)} in worker `
@@ -73,6 +92,15 @@ async function runHandler(entry, handlers, workerId, limits) {
   } catch (err) {
     if (err instanceof Interrupted) return result(false, null, { interrupted: true });
     if (err instanceof PermanentFailure) return result(false, errorText(err), { permanent: true });
+    if (err instanceof Snooze) {
+      const d = err.delay;
+      const maxMs = limits.snooze_max_s * 1000;
+      if (typeof d === "string" || (typeof d === "number" && Number.isFinite(d) && d > 0 && d <= maxMs)) {
+        return result(false, null, { snooze: d });
+      }
+      return result(false, storableText(`Snooze with delay ${String(d)} outside (0, ${maxMs}] ms, failed with the `
+        + `default backoff instead\n${errorText(err)}`));
+    }
     if (err instanceof RetryAfter) {
       const d = err.delay;
       const maxMs = limits.retry_in_max_s * 1000;
@@ -96,4 +124,4 @@ async function runHandler(entry, handlers, workerId, limits) {
   return result(true, text);
 }
 
-module.exports = { PermanentFailure, Interrupted, RetryAfter, runHandler, storableText, errorText, MAX_ERROR_CHARS };
+module.exports = { PermanentFailure, Interrupted, RetryAfter, Snooze, runHandler, storableText, errorText, MAX_ERROR_CHARS };

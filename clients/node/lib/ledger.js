@@ -17,6 +17,9 @@ class Entry {
     this.job = job;
     this.lost = false;       // this attempt's result will not be recorded
     this.givenBack = false;  // the shutdown released it while its handler ran
+    // The lease's end as the database last said it (the claim, then each accepted
+    // heartbeat): earlier than asked when the job's run timeout caps it (heartbeats.js).
+    this.expires = job.lease_expires_at instanceof Date ? job.lease_expires_at : null;
     this.controller = new AbortController();
     this._stopping = stopping;
   }

@@ -4,8 +4,8 @@
 //
 // Handlers leave outcomes in the ledger's `results`. The flusher takes them in batches
 // (`flushBatch` waiting, or the oldest waited `flushInterval` ms, or the worker is
-// stopping) and reports each batch with one complete_many and one fail_many call (an
-// Interrupted handler's job with a fenced release_many). A job stays held (and
+// stopping) and reports each batch with one complete_many, one fail_many and one
+// snooze_many call (an Interrupted handler's job with a fenced release_many). A job stays held (and
 // heartbeated) until the database accepted or refused its outcome. A lost attempt's
 // outcome is void and never reported. Connection failures are retried (the calls are
 // idempotent for a token) until a second signal says to give up; a batch refused for a
@@ -57,11 +57,12 @@ class Reporter {
   }
 
   async _report(batch) {
-    const done = [], failed = [], interrupted = [], voided = [];
+    const done = [], failed = [], interrupted = [], snoozed = [], voided = [];
     for (const r of batch) {
       if (r.entry.lost) voided.push(r);
       else if (r.interrupted) interrupted.push(r);
       else if (r.ok) done.push(r);
+      else if (r.snooze !== null && r.snooze !== undefined) snoozed.push(r);
       else failed.push(r);
     }
     for (const r of voided) {
@@ -73,6 +74,7 @@ class Reporter {
     if (interrupted.length) await this.release(interrupted.map((r) => r.entry), true);
     if (done.length) await this.complete(done);
     if (failed.length) await this.fail(failed);
+    if (snoozed.length) await this.snooze(snoozed);
   }
 
   async retrying(call) {
@@ -134,6 +136,13 @@ class Reporter {
     if (outcomes) this._answers(failed, outcomes, "failed");
   }
 
+  async snooze(snoozed) {
+    const outcomes = await this._send(snoozed, (rs) => this.snooze(rs), (r, err) => this._snoozeRefused(r, err),
+      () => this.client.snooze_many(snoozed.map((r) => r.entry.job.id), snoozed.map((r) => r.entry.job.attempt_token),
+        snoozed.map((r) => r.snooze)));
+    if (outcomes) this._answers(snoozed, outcomes, "snoozed");
+  }
+
   async _send(results, each, refusedOne, call) {
     try {
       return await this.retrying(call);
@@ -167,6 +176,14 @@ class Reporter {
       value: storableText(`FailureNotStorable: the database refused this failure (${err.name}: ${err.message})`) }]);
   }
 
+  /** The database refused a snooze for its value (not its token): fail the attempt instead, with the default backoff. */
+  async _snoozeRefused(r, err) {
+    const j = r.entry.job;
+    this.log.error(`job ${j.id} attempt=${j.attempts}: the database refused its snooze (${err.message}); failing the attempt`);
+    await this.fail([{ ...r, ok: false, snooze: null, permanent: false, retryIn: null,
+      value: storableText(`SnoozeNotStorable: the database refused this snooze (${err.name}: ${err.message})`) }]);
+  }
+
   _answers(results, outcomes, verb) {
     const byId = new Map(outcomes.map((o) => [o.id, o]));
     for (const r of results) {
@@ -174,12 +191,14 @@ class Reporter {
       const o = byId.get(j.id);
       if (o === undefined || o.accepted) {
         this.counters[verb] += 1;
-        this.log.info(`${verb} job ${j.id} kind=${JSON.stringify(j.kind)} attempt=${j.attempts}${o ? ` -> ${o.status}` : ""}`);
+        this.log.info(`${verb} job ${j.id} kind=${JSON.stringify(j.kind)} attempt=${j.attempts}`
+          + `${verb === "snoozed" ? ` for ${typeof r.snooze === "number" ? `${r.snooze} ms` : r.snooze}` : ""}`
+          + `${o ? ` -> ${o.status}${o.detail ? ` (${o.detail})` : ""}` : ""}`);
       } else {
         r.entry.lose("refused");
         this.counters.lease_lost += 1;
         this.log.warn(`job ${j.id} kind=${JSON.stringify(j.kind)} attempt=${j.attempts}: lease lost, `
-          + `${verb === "completed" ? "complete" : "fail"} refused: ${o.detail}`);
+          + `${{ completed: "complete", snoozed: "snooze" }[verb] ?? "fail"} refused: ${o.detail}`);
       }
     }
     this.ledger.settle(results.map((r) => r.entry));

@@ -6,8 +6,9 @@
 //   claimer     (claimLoop here) claims up to the free capacity with a fresh request id
 //               each time; after a claim whose reply was lost, asks claim_results first
 //   handlers    up to `concurrency` at once (handlers.js: what a return or throw becomes)
-//   reporter    (reporter.js) reports outcomes with complete_many / fail_many
-//   heartbeats  (beat here) heartbeat_many for every held lease every lease / 3
+//   reporter    (reporter.js) reports outcomes with complete_many / fail_many / snooze_many
+//   heartbeats  (heartbeats.js) heartbeat_many for every held lease every lease / 3, and
+//               just after a lease capped by the job's run timeout ends
 //   listener    (listen here) LISTEN pgfence_enqueue, wakes the claimer on its queues' tags
 //   sweeper     (sweeper.js) CALL pgfence.sweep() while no pg_cron sweeper runs
 //   stopping    stop() or SIGTERM/SIGINT: stop claiming, give unstarted jobs back,
@@ -21,6 +22,7 @@ const os = require("node:os");
 const pg = require("pg");
 const { Ledger } = require("./ledger");
 const { Reporter } = require("./reporter");
+const { Heartbeats } = require("./heartbeats");
 const { runHandler } = require("./handlers");
 const { retryable } = require("./retries");
 const { runSweeper } = require("./sweeper");
@@ -84,7 +86,7 @@ class Worker {
     this.handleSignals = o.handleSignals;
     this.log = { ...quiet, ...o.logger };
     this.workerId = o.workerId || `${os.hostname()}:${process.pid}:${crypto.randomBytes(3).toString("hex")}`;
-    this.counters = { claimed: 0, completed: 0, failed: 0, lease_lost: 0, released: 0 };
+    this.counters = { claimed: 0, completed: 0, failed: 0, lease_lost: 0, released: 0, snoozed: 0 };
     this.stopping = false;
     this.hurry = false;
     this.done = false;
@@ -111,9 +113,15 @@ class Worker {
     this.limits = await this.client.limits();
     this.reporter = new Reporter(this.client, this.ledger, { workerId: this.workerId, counters: this.counters,
       hurried: () => this.hurry, limits: this.limits, log: this.log });
+    this.heartbeats = new Heartbeats(this.client, this.ledger, { workerId: this.workerId, lease: this.lease,
+      counters: this.counters, limits: this.limits, log: this.log });
     const onSignal = (sig) => this._onSignal(sig);
     if (this.handleSignals) { process.on("SIGTERM", onSignal); process.on("SIGINT", onSignal); }
-    const heartbeat = setInterval(() => { this.beat().catch(() => {}); }, Math.max(this.lease / 3, 10));
+    let beaten = false; // the heartbeats go on until every outcome is reported
+    const beatStop = new Bell();
+    const heartbeat = this.heartbeats.run(() => beaten, (ms) => beatStop.wait(ms)).catch((err) => {
+      this.log.error(`worker ${this.workerId}: the heartbeats stopped (${err && err.message})`);
+    });
     const flusher = this._flushLoop();
     const listener = this.listenEnabled ? this._listen() : Promise.resolve();
     const finished = new Bell();
@@ -136,7 +144,9 @@ class Worker {
       this.done = true;
       this._outcome.ring();
       await flusher;
-      clearInterval(heartbeat);
+      beaten = true;
+      beatStop.ring();
+      await heartbeat;
       if (this._listenClient) this._listenClient.end().catch(() => {});
       await listener;
       finished.ring();
@@ -258,33 +268,11 @@ class Worker {
     }
   }
 
-  // -- the heartbeats -----------------------------------------------------------------
+  // -- the heartbeats (heartbeats.js) --------------------------------------------------
 
-  /** One round: renew every held lease; an attempt whose renewal was refused is lost (its signal aborts). */
+  /** One heartbeat round now (renew every held lease). */
   async beat() {
-    if (this._beating) return;
-    this._beating = true;
-    try {
-      const entries = this.ledger.heldEntries();
-      for (let i = 0; i < entries.length; i += this.limits.batch) {
-        const chunk = entries.slice(i, i + this.limits.batch);
-        let outcomes;
-        try {
-          outcomes = await this.client.heartbeat_many(chunk.map((e) => e.job.id), chunk.map((e) => e.job.attempt_token), { lease: this.lease });
-        } catch (err) {
-          this.log.warn(`worker ${this.workerId}: heartbeat failed (${err.message})`);
-          return;
-        }
-        chunk.forEach((entry, k) => {
-          const o = outcomes[k];
-          if (o.accepted || !this.ledger.revoke(entry, o.detail)) return;
-          this.counters.lease_lost += 1;
-          this.log.warn(`job ${entry.job.id} kind=${JSON.stringify(entry.job.kind)} attempt=${entry.job.attempts}: lease lost on heartbeat: ${o.detail}`);
-        });
-      }
-    } finally {
-      this._beating = false;
-    }
+    await this.heartbeats.beat();
   }
 
   // -- the listener -------------------------------------------------------------------

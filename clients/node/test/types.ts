@@ -1,6 +1,6 @@
 // Compiled by tsc only (never run): uses the declared API as an application would, so a
 // broken or drifting index.d.ts fails `npm run typecheck`.
-import { Client, Worker, LeaseLost, PermanentFailure, Interrupted, RetryAfter, RawJson, type Job } from "..";
+import { Client, Worker, LeaseLost, PermanentFailure, Interrupted, RetryAfter, Snooze, RawJson, type Job } from "..";
 import pg from "pg";
 
 async function example(): Promise<void> {
@@ -22,11 +22,19 @@ async function example(): Promise<void> {
   outcomes.filter((o) => !o.accepted).forEach((o) => console.log(o.detail));
   const status: "queued" | "failed" = await client.fail(id, "t", "boom", { retry_in: 5000 });
   console.log(status, (await client.job(1n)).status, (await client.limits()).max_jobs);
+  await client.enqueue("render", { doc: 7 }, { queue: "pdf", timeout: 300_000, unique_for: "1 hour", idempotency_key: "doc-7" });
+  const snoozed: "queued" | "failed" = await client.snooze(id, "t", 60_000);
+  await client.set_queue_rate_limit("email", 10, { per: 1000 });
+  await client.set_queue_timeout("pdf", "10 minutes");
+  const first: Date = await client.schedule("nightly", { cron: "0 3 * * *", kind: "report", time_zone: "Europe/Paris" });
+  const next: Date | null = await client.cron_next("*/5 * * * *", { after: first });
+  console.log(snoozed, next, (await client.schedules())[0]?.next_fire_at, (await client.queue_limits())[0]?.claims_available);
   const worker = new Worker(client, {
     send_email: async (job: Job) => {
       if (job.shouldStop() || job.signal.aborted) throw new Interrupted();
       if (!job.payload.to) throw new PermanentFailure("no recipient");
       if (job.attempts < 2) throw new RetryAfter(10_000);
+      if (job.payload.later) throw new Snooze("5 minutes");
       return { sent: true };
     },
   }, { concurrency: 8, lease: 30_000, queues: ["email"] });

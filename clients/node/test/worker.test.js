@@ -5,7 +5,7 @@ const assert = require("node:assert/strict");
 const fs = require("node:fs");
 const os = require("node:os");
 const path = require("node:path");
-const { Client, Worker, PermanentFailure, Interrupted, RetryAfter } = require("../lib");
+const { Client, Worker, PermanentFailure, Interrupted, RetryAfter, Snooze, LeaseLost } = require("../lib");
 const { DSN, deleteQueues, queueName, sleep, waitFor, connect, doneAttempts, workerProcess } = require("./helpers");
 
 let client;
@@ -273,4 +273,70 @@ test("a NOTIFY flood makes the listener stop listening for a while (the worker p
     await running;
     await wclient.close();
   }
+});
+
+test("a handler snoozes: reported with snooze_many, the attempt recorded snoozed and not counted", async () => {
+  const queue = queueName("snooze_worker");
+  const twice = await client.enqueue("twice", {}, { queue, max_attempts: 1 });
+  const later = await client.enqueue("later", {}, { queue });
+  const bad = await client.enqueue("bad", {}, { queue, max_attempts: 1 });
+  const refused = await client.enqueue("refused", {}, { queue, max_attempts: 1 });
+  let runs = 0;
+  const w = await startWorker(queue, {
+    // max_attempts 1: a snooze that counted would leave no attempt for the third run
+    twice: async () => { runs += 1; if (runs <= 2) throw new Snooze(100); return { runs }; },
+    later: async () => { throw new Snooze("1 hour"); },
+    bad: async () => { throw new Snooze(0); }, // outside (0, 365 days]: fails with the default backoff
+    refused: async () => { throw new Snooze("-1 hour"); }, // text: the database refuses it (22023), the attempt fails
+  }, { pollInterval: 50 });
+  try {
+    await waitFor(async () => (await client.job(twice)).status === "done", 10000, "the twice-snoozed job to be done");
+    await waitFor(async () => (await client.attempts_of(later)).length === 1, 5000, "the later job's snooze");
+    await waitFor(async () => (await client.job(bad)).status === "failed", 5000, "the bad snooze to fail");
+    await waitFor(async () => (await client.job(refused)).status === "failed", 5000, "the refused snooze to fail");
+  } finally {
+    await w.stop();
+  }
+  const t = await client.job(twice);
+  assert.deepEqual([t.status, t.result, t.attempts, t.max_attempts], ["done", { runs: 3 }, 3, 3]);
+  assert.deepEqual((await client.attempts_of(twice)).map((a) => a.outcome), ["snoozed", "snoozed", "done"]);
+  const l = await client.job(later);
+  assert.deepEqual([l.status, l.attempts, l.max_attempts], ["queued", 1, 4]);
+  assert.ok((l.available_at - Date.now()) / 1000 > 3500, "Snooze(\"1 hour\") is an hour");
+  assert.deepEqual((await client.attempts_of(later)).map((a) => a.outcome), ["snoozed"]);
+  assert.match((await client.job(bad)).last_error, /Snooze with delay 0 outside/);
+  assert.match((await client.job(refused)).last_error, /SnoozeNotStorable: .*delays/);
+  assert.equal(w.worker.counters.snoozed, 3);
+});
+
+test("a handler outliving its 1 s run timeout: its signal aborts just after the deadline, its completion is refused", async () => {
+  const queue = queueName("run_timeout");
+  const id = await client.enqueue("slow", {}, { queue, timeout: 1000, max_attempts: 1 });
+  let claimedAt = null;
+  let abortedAfter = null;
+  let token = null;
+  const w = await startWorker(queue, {
+    slow: async (job) => {
+      claimedAt = Date.now();
+      token = job.attempt_token;
+      assert.ok(job.lease_expires_at - claimedAt < 1500, "the claim's lease is capped at the deadline");
+      await new Promise((resolve) => job.signal.addEventListener("abort", resolve, { once: true }));
+      abortedAfter = Date.now() - claimedAt;
+      return { late: true }; // void: the lease is lost
+    },
+  }, { lease: 30000 }); // regular heartbeats every 10 s: only the deadline's round can abort in time
+  try {
+    await waitFor(() => abortedAfter !== null, 5000, "the handler's signal to abort after the deadline");
+    await waitFor(async () => (await client.job(id)).status === "failed", 5000, "the timed-out job to be dead-lettered");
+  } finally {
+    await w.stop();
+  }
+  assert.ok(abortedAfter >= 900 && abortedAfter < 3000, `aborted ${abortedAfter} ms after the claim`);
+  await assert.rejects(client.complete(id, token), (e) => e instanceof LeaseLost && /timed out/.test(e.detail));
+  const row = await client.job(id);
+  assert.deepEqual([row.status, row.result], ["failed", null]);
+  assert.match(row.last_error, /timed out after/);
+  assert.deepEqual((await client.attempts_of(id)).map((a) => a.outcome), ["timed_out"]);
+  assert.equal(w.worker.counters.completed, 0);
+  assert.equal(w.worker.counters.lease_lost, 1);
 });
