@@ -686,9 +686,8 @@ GRANTED: dict[str, set[str]] = {
                "mark_done", "requeue_many", "cancel_many", "mark_done_many", "act_on_filter",
                "set_audit_retention", "purge_audit"} | CONSOLE_READS,
     # Reads everything, changes nothing: every write routine is 42501 for it.
-    "t_viewer": {"schema_version", "queue_limits", "select_queue_controls", "queue_timeouts", "select_queue_timeouts",
-                 "schedules", "select_schedules", "select_schedule_slots", "cron_next", "sweeper_health",
-                 "sweeper_last_pass", "limits"} | CONSOLE_READS,
+    "t_viewer": {"schema_version", "queue_limits", "select_queue_controls", "queue_timeouts", "schedules",
+                 "cron_next", "sweeper_health", "sweeper_last_pass", "limits"} | CONSOLE_READS,
     "t_nobody": set(),
 }
 # (t_oper, run_sweeper) is granted but cannot work: see test_operator_can_run_the_background_sweeper.

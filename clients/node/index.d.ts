@@ -77,6 +77,11 @@ export interface JobRecord { id: JobId; queue: string; kind: string; status: str
 export interface AttemptRecord { attempt: number; attempt_token: Uuid; worker: string | null; claimed_at: Date; heartbeat_at: Date | null; lease_expires_at: Date | null; ended_at: Date | null; outcome: string; error: string | null }
 export interface RejectionRecord { attempt_token: Uuid; operation: string; caller: string; detail: string | null; rejected_at: Date }
 export interface WakeupTag { queue: string; tag: string }
+export interface ActionResult { id: JobId; acted: boolean; job_status: string | null; detail: string | null }
+export interface ActionPreview { jobs: number; max_jobs: number }
+export interface ActionFilter { status?: string | null; queue?: string | null; kind?: string | null; error_contains?: string | null; updated_after?: Timestamp | null; updated_before?: Timestamp | null }
+export interface AuditEntry { id: JobId; at: Date; db_role: string; login: string; actor: string | null; action: string; count: number; note: string | null; detail: any }
+export interface Metric { name: string; type: string; help: string; labels: Record<string, string>; value: number }
 
 export interface ConnectOptions {
   /** Named prepared statements (default true); false behind pgbouncer in transaction mode. */
@@ -123,8 +128,20 @@ export class Client {
   wakeup_tags(queues: string[]): Promise<WakeupTag[]>;
   // operator
   reclaim_expired(options?: { max_jobs?: number }): Promise<Reclaimed[]>;
-  requeue(job_id: JobIdInput): Promise<void>;
-  cancel(job_id: JobIdInput): Promise<void>;
+  requeue(job_id: JobIdInput, options?: { note?: string | null }): Promise<void>;
+  cancel(job_id: JobIdInput, options?: { note?: string | null }): Promise<void>;
+  // the operator console (audited)
+  mark_done(job_id: JobIdInput, note: string, options?: { result?: Json }): Promise<void>;
+  requeue_many(job_ids: JobIdInput[], options?: { note?: string | null }): Promise<ActionResult[]>;
+  cancel_many(job_ids: JobIdInput[], options?: { note?: string | null }): Promise<ActionResult[]>;
+  mark_done_many(job_ids: JobIdInput[], note: string, options?: { result?: Json }): Promise<ActionResult[]>;
+  preview_action(action: "requeue" | "cancel" | "mark_done", options?: ActionFilter): Promise<ActionPreview>;
+  act_on_filter(action: "requeue" | "cancel" | "mark_done",
+    options?: ActionFilter & { note?: string | null; result?: Json; max_jobs?: number }): Promise<ActionResult[]>;
+  audit_of(job_id: JobIdInput): Promise<AuditEntry[]>;
+  set_audit_retention(retain: Duration): Promise<void>;
+  purge_audit(options?: { max_rows?: number }): Promise<number>;
+  metrics(): Promise<Metric[]>;
   purge_finished(options?: { max_jobs?: number }): Promise<number>;
   set_retention(queue: string | null, retain_done: Duration, retain_failed: Duration): Promise<void>;
   pause_queue(queue: string): Promise<boolean>;

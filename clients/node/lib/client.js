@@ -116,6 +116,9 @@ const asInt = (v) => (v === null ? null : Number(v));
 // whatever int8 parser the application installed in pg.
 const JOB_ROW = "id::text AS id, queue, kind, payload, attempts, max_attempts, attempt_token, lease_expires_at";
 const OUTCOME = "id::text AS id, accepted, status, detail";
+const ACTED = "id::text AS id, acted, job_status, detail";
+const FILTER = ["status text", "queue text", "kind text", "error_contains text", "updated_after timestamptz",
+  "updated_before timestamptz"];
 
 /**
  * The API: one entry per SQL function. `args`: the positional arguments ("name type",
@@ -156,8 +159,21 @@ const API = {
   wakeup_tags: { args: ["queues text[]"], returns: "queue, tag" },
   // operator
   reclaim_expired: { options: ["max_jobs int"], returns: "id::text AS id, status, reclaim_count" },
-  requeue: { args: ["job_id id"], returns: "void" },
-  cancel: { args: ["job_id id"], returns: "void" },
+  requeue: { args: ["job_id id"], options: ["note text"], returns: "void" },
+  cancel: { args: ["job_id id"], options: ["note text"], returns: "void" },
+  // the operator console: audited actions (the session's pgfence.actor is the informational user)
+  mark_done: { args: ["job_id id", "note text"], options: ["result jsonb"], returns: "void" },
+  requeue_many: { args: ["job_ids id[]"], options: ["note text"], returns: ACTED },
+  cancel_many: { args: ["job_ids id[]"], options: ["note text"], returns: ACTED },
+  mark_done_many: { args: ["job_ids id[]", "note text"], options: ["result jsonb"], returns: ACTED },
+  preview_action: { args: ["action text"], options: FILTER, returns: "jobs, max_jobs",
+    map: (r) => ({ jobs: Number(r.jobs), max_jobs: r.max_jobs }), after: (rows) => rows[0] },
+  act_on_filter: { args: ["action text"], options: ["note text", "result jsonb", ...FILTER, "max_jobs int"],
+    returns: ACTED },
+  audit_of: { args: ["job_id id"], returns: "id::text AS id, at, db_role, login, actor, action, count, note, detail" },
+  set_audit_retention: { args: ["retain interval"], returns: "void" },
+  purge_audit: { options: ["max_rows int"], returns: "scalar", map: asInt },
+  metrics: { returns: "name, type, help, labels, value" },
   purge_finished: { options: ["max_jobs int"], returns: "scalar", map: asInt },
   set_retention: { args: ["queue text", "retain_done interval", "retain_failed interval"], returns: "void" },
   pause_queue: { args: ["queue text"], returns: "scalar" },

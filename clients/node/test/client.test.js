@@ -246,3 +246,29 @@ test("operator and read calls map their rows", async () => {
   assert.deepEqual((await client.attempts_of(id)).map((a) => a.outcome), []);
   assert.equal(await client.rejections_not_stored(id), 0);
 });
+
+test("the operator console's actions: mark_done with a note, bulk requeue by filter, audit, metrics", async () => {
+  const queue = queueName("console");
+  const manual = async () => {
+    const id = await client.enqueue("k", {}, { queue, recovery_policy: "manual" });
+    const [job] = await client.claim("w", [queue], { lease: 60000 });
+    assert.equal(job.id, id);
+    assert.equal(await client.release(job.id, job.attempt_token), "manual_review");
+    return id;
+  };
+  const done = await manual();
+  await client.mark_done(done, "charged: PSP ref 991", { result: { psp: 991 } });
+  const job = await client.job(done);
+  assert.deepEqual([job.status, job.result], ["done", { psp: 991 }]);
+  assert.deepEqual((await client.audit_of(done)).map((a) => [a.action, a.note]), [["mark_done", "charged: PSP ref 991"]]);
+  await assert.rejects(client.mark_done(done, "again"), InvalidTransition);
+  await assert.rejects(client.mark_done(done, null), InvalidArgument);
+  const a = await manual(), b = await manual();
+  assert.equal((await client.preview_action("requeue", { status: "manual_review", queue })).jobs, 2);
+  const acted = await client.act_on_filter("requeue", { status: "manual_review", queue, note: "retry" });
+  assert.deepEqual(acted.map((r) => [r.id, r.acted]).sort(), [[a, true], [b, true]].sort());
+  assert.equal((await client.job(a)).status, "queued");
+  const metrics = await client.metrics();
+  const queued = metrics.find((m) => m.name === "pgfence_jobs" && m.labels.queue === queue && m.labels.status === "queued");
+  assert.equal(queued && queued.value, 2);
+});

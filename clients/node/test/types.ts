@@ -29,6 +29,13 @@ async function example(): Promise<void> {
   const first: Date = await client.schedule("nightly", { cron: "0 3 * * *", kind: "report", time_zone: "Europe/Paris" });
   const next: Date | null = await client.cron_next("*/5 * * * *", { after: first });
   console.log(snoozed, next, (await client.schedules())[0]?.next_fire_at, (await client.queue_limits())[0]?.claims_available);
+  await client.mark_done(id, "charged: PSP ref 991", { result: { psp: 991 } });
+  const acted = await client.act_on_filter("requeue", { status: "failed", queue: "email", max_jobs: 100, note: "PSP fixed" });
+  const preview: number = (await client.preview_action("requeue", { status: "failed" })).jobs;
+  const audit = await client.audit_of(id);
+  const metric = (await client.metrics()).find((m) => m.name === "pgfence_jobs");
+  console.log(acted.filter((a) => !a.acted).map((a) => a.detail), preview, audit[0]?.actor, metric?.labels.queue,
+    (await client.requeue_many([id], { note: "again" }))[0]?.job_status);
   const worker = new Worker(client, {
     send_email: async (job: Job) => {
       if (job.shouldStop() || job.signal.aborted) throw new Interrupted();

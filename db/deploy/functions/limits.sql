@@ -1,7 +1,6 @@
 -- Deploy pgfence:functions/limits to pg (reworked after @v0.7.0)
 -- requires: functions/limits@v0.7.0
 -- requires: functions/snooze
--- requires: viewer
 --
 -- The limits a caller sizes its work by (batch and claim sizes, name, payload, result
 -- and error sizes, leases, delays), as data a caller in any language can read instead

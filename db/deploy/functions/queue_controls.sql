@@ -3,7 +3,6 @@
 -- requires: tables/queue_rate_limits
 -- requires: tables/queue_controls
 -- requires: functions/_checks
--- requires: viewer
 --
 -- Flow control per queue, enforced by claim for every client in every language:
 --   * pause_queue / resume_queue: claim takes nothing from a paused queue; jobs already

@@ -3,7 +3,6 @@
 -- requires: functions/schedules
 -- requires: tables/sweeper_pause
 -- requires: functions/_checks
--- requires: viewer
 --
 -- The sweep (every expired lease, by hand or from a scheduler) and the background
 -- sweeper pg_cron runs, whole. Changed after @v0.7.0:

@@ -1,6 +1,5 @@
 -- Deploy pgfence:tables/queue_timeouts to pg
 -- requires: schema
--- requires: viewer
 --
 -- A queue's default run timeout (functions/queue_timeouts writes it). enqueue reads it
 -- when no timeout is passed and stores the result on the job, so claim reads nothing
@@ -29,6 +28,6 @@ COMMENT ON COLUMN pgfence.queue_timeouts.set_by IS 'The role that set it (SET RO
 
 ALTER TABLE pgfence.queue_timeouts OWNER TO pgfence_owner;
 REVOKE ALL ON TABLE pgfence.queue_timeouts FROM PUBLIC;
-GRANT SELECT ON TABLE pgfence.queue_timeouts TO pgfence_operator, pgfence_viewer;
+GRANT SELECT ON TABLE pgfence.queue_timeouts TO pgfence_operator;
 
 COMMIT;

@@ -1,7 +1,6 @@
 -- Deploy pgfence:tables/schedules to pg
 -- requires: tables/jobs
 -- requires: schema
--- requires: viewer
 --
 -- Schedules: jobs enqueued by pgfence itself at the slots of a cron expression or every
 -- fixed interval (functions/schedules writes both tables; fire_schedules, run by the
@@ -112,6 +111,6 @@ deleted with its schedule by unschedule.$$;
 ALTER TABLE pgfence.schedules OWNER TO pgfence_owner;
 ALTER TABLE pgfence.schedule_slots OWNER TO pgfence_owner;
 REVOKE ALL ON TABLE pgfence.schedules, pgfence.schedule_slots FROM PUBLIC;
-GRANT SELECT ON TABLE pgfence.schedules, pgfence.schedule_slots TO pgfence_operator, pgfence_viewer;
+GRANT SELECT ON TABLE pgfence.schedules, pgfence.schedule_slots TO pgfence_operator;
 
 COMMIT;
