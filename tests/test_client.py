@@ -200,7 +200,7 @@ def test_claim_of_payloads_larger_than_a_part_comes_back_whole_and_in_order(
     # A claim's payload text travels in parts (a value is limited to 1 GB); here a part
     # is 100 bytes. U+0001 is 1 byte in jsonb and 6 (\u0001) in JSON text.
     from psycopg.types.json import set_json_loads
-    from pgfence import client as client_module
+    from pgfence import calls as client_module
     monkeypatch.setattr(client_module, "_CLAIM_PART_BYTES", 100)
     payloads = [{"n": n, "s": "\u0001" * (n * 7)} for n in range(12)]
     ids = [client.enqueue("k", p, queue=queue) for p in payloads]

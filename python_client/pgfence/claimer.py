@@ -170,18 +170,23 @@ class Claimer:
 
     def dispatch(self, jobs: list[Job]) -> None:
         """Enter claimed jobs in the ledger and wake the handler threads."""
-        if not jobs:
-            return
-        _, displaced = self.ledger.admit(jobs)
-        for old, new in displaced:
-            # The old attempt still ran or waited here (an operator requeued the job, or its
-            # lease expired meanwhile): its lease is gone. Its handler learns it from
-            # should_stop(), and its outcome is discarded.
-            self.counters["lease_lost"] += 1
-            log.warning("job %s kind=%s attempt=%s: lease lost (claimed again as attempt %s)",
-                        old.job.id, old.job.kind, old.job.attempts, new.job.attempts)
-        self.counters["claimed"] += len(jobs)
-        if log.isEnabledFor(logging.INFO):
-            for job in jobs:
-                log.info("claimed job %s kind=%s attempt=%s/%s", job.id, job.kind, job.attempts, job.max_attempts)
-        self.work.set()
+        if jobs:
+            admit(self.ledger, jobs, self.counters)
+            self.work.set()
+
+
+def admit(ledger: Ledger, jobs: list[Job], counters: dict[str, int]) -> None:
+    """Enter claimed jobs in ``ledger``, counting them (``claimed``), and each older attempt
+    of the same job that still ran or waited here as a lost lease."""
+    _, displaced = ledger.admit(jobs)
+    for old, new in displaced:
+        # The old attempt still ran or waited here (an operator requeued the job, or its
+        # lease expired meanwhile): its lease is gone. Its handler learns it from
+        # should_stop(), and its outcome is discarded.
+        counters["lease_lost"] += 1
+        log.warning("job %s kind=%s attempt=%s: lease lost (claimed again as attempt %s)",
+                    old.job.id, old.job.kind, old.job.attempts, new.job.attempts)
+    counters["claimed"] += len(jobs)
+    if log.isEnabledFor(logging.INFO):
+        for job in jobs:
+            log.info("claimed job %s kind=%s attempt=%s/%s", job.id, job.kind, job.attempts, job.max_attempts)

@@ -74,15 +74,23 @@ class Heartbeats:
                 log.warning("worker %s: heartbeat failed (%s); next try in %.1fs", self.worker_id,
                             str(exc).strip(), self.interval)
                 break
-            for entry, o in zip(chunk, outcomes):
-                if o.accepted:
-                    continue
-                if not self.ledger.revoke(entry):
-                    continue  # its outcome is being reported: the reporter learns the truth
-                self.counters["lease_lost"] += 1
-                job = entry.job
-                log.warning("job %s kind=%s attempt=%s: lease lost on heartbeat: %s", job.id, job.kind,
-                            job.attempts, o.detail)
+            revoke_refused(self.ledger, chunk, outcomes, self.counters)
 
 
-__all__ = ["Heartbeats", "Renews", "interval", "chunks"]
+def revoke_refused(ledger: Ledger, chunk: Sequence[Entry], outcomes: Sequence[Outcome],
+                   counters: dict[str, int]) -> None:
+    """The answers of one ``heartbeat_many`` call for ``chunk``: revoke each attempt whose
+    renewal was refused (unless its outcome is being reported: the reporter learns the
+    truth), counting it in ``lease_lost``."""
+    for entry, o in zip(chunk, outcomes):
+        if o.accepted:
+            continue
+        if not ledger.revoke(entry):
+            continue  # its outcome is being reported: the reporter learns the truth
+        counters["lease_lost"] += 1
+        job = entry.job
+        log.warning("job %s kind=%s attempt=%s: lease lost on heartbeat: %s", job.id, job.kind,
+                    job.attempts, o.detail)
+
+
+__all__ = ["Heartbeats", "Renews", "interval", "chunks", "revoke_refused"]
