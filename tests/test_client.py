@@ -27,6 +27,22 @@ from pgfence import (SCHEMA_VERSION, Attempt, Client, Enqueued, InvalidArgument,
 W = "test-client-worker"
 
 
+@pytest.fixture(params=["sync", "async"])
+def client(request: pytest.FixtureRequest, dsn: str) -> Iterator[Any]:
+    """Each test runs against pgfence.Client and against pgfence.aio.AsyncClient (its
+    coroutines run to completion on a loop thread: support.aio.Blocking): same methods,
+    arguments, return values and exceptions."""
+    if request.param == "sync":
+        c: Any = Client.connect(dsn, max_size=4)
+    else:
+        from support.aio import Blocking
+        c = Blocking.connect(dsn, max_size=4)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
 def db_now(conn: psycopg.Connection[Any]) -> datetime:
     row = conn.execute("SELECT clock_timestamp()").fetchone()
     assert row is not None

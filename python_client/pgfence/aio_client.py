@@ -1,0 +1,313 @@
+"""The asyncio client: :class:`AsyncClient`, the same methods as :class:`~pgfence.Client`, awaited.
+
+Each method builds the same :class:`~pgfence.calls.Call` as the sync client (the SQL
+text, arguments and row mapping are defined once, in :mod:`pgfence.calls`) and runs it
+on a psycopg ``AsyncConnection``: the caller's (joining its transaction), or one of the
+client's own ``AsyncConnectionPool``. SQLSTATEs become the same exceptions
+(:func:`pgfence.errors.translate`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from contextlib import asynccontextmanager
+from datetime import datetime, timedelta
+from typing import Any, AsyncIterator, Optional, Sequence, TypeVar
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from . import calls
+from ._text import escaped_logger
+from .calls import Call
+from .errors import LeaseLost, PgfenceError, translate
+from .limits import Limits
+from .models import (Attempt, Enqueued, Job, JobRecord, Outcome, QueueLimit, QueueStats, Reclaimed, Rejection,
+                     SweeperHealth)
+
+log = escaped_logger("pgfence.client")
+
+R = TypeVar("R")
+
+
+class AsyncClient:
+    """Calls the pgfence SQL API from asyncio; every method is a coroutine.
+
+    Build it with ``await AsyncClient.connect(dsn)`` (it owns an ``AsyncConnectionPool``
+    of autocommit connections) or from a caller's ``psycopg.AsyncConnection`` (calls then
+    join the caller's transaction: an enqueue is committed or rolled back with the
+    caller's own writes).
+
+    The deployed schema version is checked by ``connect``; a client built on a caller's
+    connection checks it on its first call (a constructor cannot await), unless
+    ``check_schema=False``. A mismatch raises :class:`~pgfence.SchemaMismatch`.
+    """
+
+    def __init__(self, conn: Optional[psycopg.AsyncConnection[Any]] = None, *,
+                 pool: Optional[AsyncConnectionPool] = None, check_schema: bool = True) -> None:
+        if (conn is None) == (pool is None):
+            raise TypeError("AsyncClient needs exactly one of conn or pool (or use await AsyncClient.connect(dsn))")
+        self._conn = conn
+        self._pool = pool
+        self._unchecked = check_schema
+
+    @classmethod
+    async def connect(cls, dsn: str = "", *, min_size: int = 1, max_size: int = 8,
+                      prepare_threshold: Optional[int] = 5, **conninfo: Any) -> "AsyncClient":
+        """A client with its own pool of autocommit connections (the options of
+        :meth:`pgfence.Client.connect`); the schema version is checked here."""
+        pool = AsyncConnectionPool(
+            dsn,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs={"autocommit": True, "prepare_threshold": prepare_threshold, **conninfo},
+            open=False,
+            name="pgfence-aio",
+        )
+        try:
+            await pool.open(wait=True, timeout=30.0)
+            client = cls(pool=pool)
+            await client.check_schema()
+            return client
+        except BaseException:
+            await pool.close()
+            raise
+
+    @property
+    def pool(self) -> Optional[AsyncConnectionPool]:
+        """The pool this client owns, or ``None`` when built from a caller's connection."""
+        return self._pool
+
+    async def close(self) -> None:
+        """Close the pool (a caller's connection is left alone)."""
+        if self._pool is not None:
+            await self._pool.close()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- plumbing ---------------------------------------------------------
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        if self._conn is not None:
+            yield self._conn
+        else:
+            assert self._pool is not None
+            async with self._pool.connection() as conn:
+                yield conn
+
+    async def _do(self, call: Call[R]) -> R:
+        """Run one call (see ``Client._do``: the same translation and rejection report)."""
+        if self._unchecked:
+            self._unchecked = False
+            await self.check_schema()
+        try:
+            async with self._connection() as conn:
+                async with conn.cursor(row_factory=call.row_factory) as cur:
+                    await cur.execute(call.sql(conn), call.params)
+                    return call.read(await cur.fetchall(), conn)
+        except psycopg.Error as exc:
+            mapped = translate(exc)
+            if mapped is None:
+                raise
+            if isinstance(mapped, LeaseLost) and call.fenced is not None:
+                await self._report_refused(call)
+            raise mapped from exc
+
+    async def _report_refused(self, call: Call[Any]) -> None:
+        if self._conn is None or self._conn.autocommit:
+            try:
+                await self._do(calls.rejection_of(call))
+            except (PgfenceError, psycopg.Error) as exc:  # never hide the LeaseLost
+                log.debug("could not report a refused call %s: %s", call.fenced, exc)
+
+    async def check_schema(self) -> int:
+        """Check that ``pgfence.schema_version()`` is the one this client speaks; return it."""
+        self._unchecked = False
+        try:
+            return await self._do(calls.check_schema())
+        except calls.NOT_DEPLOYED as exc:
+            raise calls.not_deployed() from exc
+
+    # -- producer ---------------------------------------------------------
+    # (Each method: the sync Client's signature and docstring, ``async``, one line.)
+
+    async def enqueue(self, kind: str, payload: Any = None, *, queue: str = "default", priority: int = 0,
+                      run_at: Optional[datetime] = None, max_attempts: int = 3,
+                      recovery_policy: str = "auto", idempotency_key: Optional[str] = None) -> int:
+        """``pgfence.enqueue``: one job; returns its id (see :meth:`pgfence.Client.enqueue`)."""
+        return await self._do(calls.enqueue(kind, payload, queue=queue, priority=priority, run_at=run_at,
+                                            max_attempts=max_attempts, recovery_policy=recovery_policy,
+                                            idempotency_key=idempotency_key))
+
+    async def enqueue_many(self, kinds: Sequence[str], payloads: Optional[Sequence[Any]] = None, *,
+                           queue: str = "default", priorities: Optional[Sequence[int]] = None,
+                           run_ats: Optional[Sequence[Optional[datetime]]] = None, max_attempts: int = 3,
+                           recovery_policy: str = "auto",
+                           idempotency_keys: Optional[Sequence[Optional[str]]] = None) -> list[Enqueued]:
+        """``pgfence.enqueue_many``: up to 10,000 jobs into one queue in one call."""
+        return await self._do(calls.enqueue_many(kinds, payloads, queue=queue, priorities=priorities,
+                                                 run_ats=run_ats, max_attempts=max_attempts,
+                                                 recovery_policy=recovery_policy, idempotency_keys=idempotency_keys))
+
+    # -- worker -----------------------------------------------------------
+
+    async def claim(self, worker_id: str, queues: Optional[Sequence[str]] = None, *,
+                    lease: timedelta = timedelta(seconds=30), max_jobs: int = 1,
+                    request_id: Optional[uuid.UUID] = None) -> list[Job]:
+        """``pgfence.claim``: up to ``max_jobs`` runnable jobs, each with a fresh token and lease."""
+        return await self._do(calls.claim(worker_id, queues, lease=lease, max_jobs=max_jobs, request_id=request_id))
+
+    async def claim_results(self, worker_id: str, request_ids: Sequence[uuid.UUID], *,
+                            lease: timedelta = timedelta(seconds=30)) -> list[Job]:
+        """``pgfence.claim_results``: the jobs of claims whose reply was lost."""
+        return await self._do(calls.claim_results(worker_id, request_ids, lease=lease))
+
+    async def claimed(self, worker_id: str, request_ids: Sequence[uuid.UUID], *,
+                      lease: timedelta = timedelta(seconds=30)) -> list[Job]:
+        """Deprecated name of :meth:`claim_results`."""
+        return await self.claim_results(worker_id, request_ids, lease=lease)
+
+    async def heartbeat(self, job_id: int, attempt_token: uuid.UUID, *,
+                        lease: timedelta = timedelta(seconds=30)) -> datetime:
+        """``pgfence.heartbeat``: extend the lease; returns the new expiry. Raises :class:`LeaseLost`."""
+        return await self._do(calls.heartbeat(job_id, attempt_token, lease=lease))
+
+    async def heartbeat_many(self, job_ids: Sequence[int], attempt_tokens: Sequence[uuid.UUID], *,
+                             lease: timedelta = timedelta(seconds=30)) -> list[Outcome]:
+        """``pgfence.heartbeat_many``: extend many leases in one round trip; per-job outcome."""
+        return await self._do(calls.heartbeat_many(job_ids, attempt_tokens, lease=lease))
+
+    async def complete(self, job_id: int, attempt_token: uuid.UUID, result: Any = None) -> None:
+        """``pgfence.complete``: processing -> done with ``result``. Raises :class:`LeaseLost`."""
+        return await self._do(calls.complete(job_id, attempt_token, result))
+
+    async def complete_many(self, job_ids: Sequence[int], attempt_tokens: Sequence[uuid.UUID],
+                            results: Optional[Sequence[Any]] = None, *,
+                            refused_only: bool = False) -> list[Outcome]:
+        """``pgfence.complete_many``: complete many attempts in one call; per-job outcome."""
+        return await self._do(calls.complete_many(job_ids, attempt_tokens, results, refused_only=refused_only))
+
+    async def fail(self, job_id: int, attempt_token: uuid.UUID, error: str, *,
+                   retry_in: Optional[timedelta] = None, permanent: bool = False) -> str:
+        """``pgfence.fail``: record ``error``; returns the new status. Raises :class:`LeaseLost`."""
+        return await self._do(calls.fail(job_id, attempt_token, error, retry_in=retry_in, permanent=permanent))
+
+    async def fail_many(self, job_ids: Sequence[int], attempt_tokens: Sequence[uuid.UUID],
+                        errors: Sequence[str], *, retry_ins: Optional[Sequence[Optional[timedelta]]] = None,
+                        permanents: Optional[Sequence[bool]] = None) -> list[Outcome]:
+        """``pgfence.fail_many``: fail many attempts in one call; per-job outcome."""
+        return await self._do(calls.fail_many(job_ids, attempt_tokens, errors, retry_ins=retry_ins,
+                                              permanents=permanents))
+
+    async def release(self, job_id: int, attempt_token: uuid.UUID, *, started: bool = True) -> str:
+        """``pgfence.release``: give an attempt back without a result; returns the new status."""
+        return await self._do(calls.release(job_id, attempt_token, started=started))
+
+    async def release_many(self, job_ids: Sequence[int], attempt_tokens: Sequence[uuid.UUID], *,
+                           started: bool = True) -> list[Outcome]:
+        """``pgfence.release_many``: give many attempts back; per-job outcome."""
+        return await self._do(calls.release_many(job_ids, attempt_tokens, started=started))
+
+    # -- operator ---------------------------------------------------------
+
+    async def reclaim_expired(self, max_jobs: int = 50) -> list[Reclaimed]:
+        """``pgfence.reclaim_expired``: one batch of the reclaim sweep."""
+        return await self._do(calls.reclaim_expired(max_jobs))
+
+    async def sweep(self) -> int:
+        """``CALL pgfence.sweep()``: reclaim every expired lease (needs autocommit)."""
+        return await self._do(calls.sweep())
+
+    async def requeue(self, job_id: int) -> None:
+        """``pgfence.requeue``: failed/manual_review/cancelled -> queued."""
+        return await self._do(calls.requeue(job_id))
+
+    async def cancel(self, job_id: int) -> None:
+        """``pgfence.cancel``: queued/processing/manual_review -> cancelled."""
+        return await self._do(calls.cancel(job_id))
+
+    async def stats(self) -> list[QueueStats]:
+        """``pgfence.stats()``: jobs per queue and status."""
+        return await self._do(calls.stats())
+
+    async def get_job(self, job_id: int) -> JobRecord:
+        """``pgfence.job``: the whole record of one job. Raises :class:`JobNotFound`."""
+        return await self._do(calls.get_job(job_id))
+
+    async def sweeper_last_pass(self) -> Optional[datetime]:
+        """``pgfence.sweeper_last_pass()``: when the background sweeper last completed a pass."""
+        return await self._do(calls.sweeper_last_pass())
+
+    async def sweeper_active(self, max_age: Optional[timedelta] = None) -> bool:
+        """True when the background sweeper runs (see :meth:`pgfence.Client.sweeper_active`)."""
+        if max_age is None:
+            return (await self.sweeper_health()).state == "running"
+        return await self._do(calls.sweeper_recent(max_age))
+
+    async def sweeper_health(self) -> SweeperHealth:
+        """``pgfence.sweeper_health()``: whether the background sweeper runs, is paused or stopped."""
+        return await self._do(calls.sweeper_health())
+
+    async def pause_sweeper(self) -> bool:
+        """``pgfence.pause_sweeper()``: pause the background sweeper; true when it was running."""
+        return await self._do(calls.pause_sweeper())
+
+    async def resume_sweeper(self) -> bool:
+        """``pgfence.resume_sweeper()``: let the background sweeper run again; true when it was paused."""
+        return await self._do(calls.resume_sweeper())
+
+    async def pause_queue(self, queue: str) -> bool:
+        """``pgfence.pause_queue``: claims take nothing from ``queue``; true when it paused it."""
+        return await self._do(calls.pause_queue(queue))
+
+    async def resume_queue(self, queue: str) -> bool:
+        """``pgfence.resume_queue``: claims take from ``queue`` again; true when it was paused."""
+        return await self._do(calls.resume_queue(queue))
+
+    async def set_queue_limit(self, queue: str, max_running: Optional[int]) -> None:
+        """``pgfence.set_queue_limit``: at most ``max_running`` jobs of ``queue`` at once (None: no cap)."""
+        return await self._do(calls.set_queue_limit(queue, max_running))
+
+    async def queue_limits(self) -> list[QueueLimit]:
+        """``pgfence.queue_limits()``: the paused and capped queues, with their running jobs."""
+        return await self._do(calls.queue_limits())
+
+    async def wakeup_tags(self, queues: Sequence[str]) -> dict[str, str]:
+        """``pgfence.wakeup_tags``: {queue: the NOTIFY pgfence_enqueue payload an enqueue into it sends}."""
+        return await self._do(calls.wakeup_tags(queues))
+
+    async def report_rejection(self, job_id: int, attempt_token: uuid.UUID, operation: str) -> None:
+        """``pgfence.report_rejection``: record that a single call was refused with LeaseLost."""
+        return await self._do(calls.report_rejection(job_id, attempt_token, operation))
+
+    async def attempts(self, job_id: int) -> list[Attempt]:
+        """``pgfence.attempts_of``: the ended attempts of a job, oldest first."""
+        return await self._do(calls.attempts(job_id))
+
+    async def rejections(self, job_id: int) -> list[Rejection]:
+        """``pgfence.rejections_of``: fenced calls refused for a job, oldest first."""
+        return await self._do(calls.rejections(job_id))
+
+    async def rejections_not_stored(self, job_id: int) -> int:
+        """``pgfence.rejections_not_stored``: refused calls of a job counted but not stored."""
+        return await self._do(calls.rejections_not_stored(job_id))
+
+    async def history_summary(self, since: timedelta = timedelta(hours=1)) -> dict[str, int]:
+        """``pgfence.history_summary``: ended attempts per outcome and refused calls within ``since``."""
+        return await self._do(calls.history_summary(since))
+
+    async def limits(self) -> Limits:
+        """``pgfence.limits()``: the limits the SQL functions enforce."""
+        return await self._do(calls.limits())
+
+    async def sweep_scheduled(self) -> bool:
+        """Deprecated name of :meth:`sweeper_active`."""
+        return await self.sweeper_active()
+
+
+__all__ = ["AsyncClient"]

@@ -1,0 +1,502 @@
+"""The asyncio worker: :class:`AsyncWorker`, the threaded :class:`~pgfence.Worker`'s runtime on an event loop.
+
+The same parts, each a task of the loop around one :class:`~pgfence.ledger.Ledger` (no
+lock: only the loop touches it), deciding as the threaded worker does with the same code:
+
+* the claimer (the task that awaits :meth:`AsyncWorker.run`) claims up to
+  ``concurrency + prefetch`` with :meth:`AsyncClient.claim`, looks up a claim whose reply
+  was lost with ``claim_results``, and enters jobs in the ledger
+  (:func:`pgfence.claimer.admit`);
+* ``concurrency`` runner tasks take ready attempts and run their handlers: an
+  ``async def`` handler is awaited on the loop, any other runs on one of
+  ``concurrency`` threads (a private executor); what a return or raise becomes is
+  :mod:`pgfence.handlers`' (``refusal``, ``raised``, ``returned``);
+* the flusher reports outcomes in batches: when is :func:`pgfence.reporter.due` and
+  :func:`~pgfence.reporter.take_batch`, what to send and what the answers mean are the
+  steps of :class:`pgfence.reporter.Reporting`, which :class:`AsyncReporter` awaits;
+* the heartbeat task renews every held lease with ``heartbeat_many`` every ``lease / 3``
+  (:func:`pgfence.heartbeats.revoke_refused` reads the answers);
+* the LISTEN wake-up is the threaded :class:`~pgfence.listener.Listener`, on a thread of
+  its own with its own connection, and the stand-in sweeper is :func:`pgfence.sweeper.run`
+  on another, calling the AsyncClient through the loop.
+
+Stopping: :meth:`AsyncWorker.stop` (callable from any thread) or SIGTERM/SIGINT (through
+the loop's ``add_signal_handler`` when run in the main thread) stops claiming, gives
+unstarted jobs back, waits ``shutdown_grace`` for running handlers and gives the rest
+back; async handlers still running then are cancelled (their attempts were released and
+their results would be void); a second signal hurries the shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import random
+import signal
+import socket
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any, Awaitable, Callable, Coroutine, Mapping, Optional, Sequence, TypeVar, Union
+
+from psycopg_pool import PoolTimeout
+
+from . import sweeper
+from ._text import escaped_logger
+from .aio_client import AsyncClient
+from .claimer import CLAIM_HOLDOFF, SHUTDOWN_LOOKUP_WAIT, admit
+from .handlers import Handler, raised, refusal, returned, run_handler
+from .heartbeats import chunks, interval, revoke_refused
+from .ledger import Entry, Ledger, Result
+from .limits import Limits
+from .listener import Listener
+from .models import Job, SweeperHealth
+from .reporter import GiveUp, Reporting, Steps, due, take_batch
+from .retries import RETRYABLE
+from .stopping import Stop
+
+log = escaped_logger("pgfence.worker")
+
+T = TypeVar("T")
+
+#: A handler of the asyncio worker: ``async def handler(job) -> result``, or a plain
+#: function (run on a thread).
+AsyncHandler = Union[Callable[[Job], Awaitable[Any]], Handler]
+
+
+async def _wait(event: asyncio.Event, timeout: float) -> bool:
+    """Wait for ``event`` at most ``timeout`` seconds; True when it is set."""
+    if event.is_set():
+        return True
+    try:
+        await asyncio.wait_for(event.wait(), timeout)
+        return True
+    except asyncio.TimeoutError:
+        return False
+
+
+def is_async(handler: Any) -> bool:
+    """Whether ``handler`` is an ``async def`` function (or an object whose ``__call__`` is)."""
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None))
+
+
+class AsyncReporter(Reporting):
+    """The reporter's steps (:class:`~pgfence.reporter.Reporting`), awaited on an
+    :class:`AsyncClient`; the pause between retries ends early on ``hurry``."""
+
+    def __init__(self, client: AsyncClient, ledger: Ledger, *, worker_id: str, counters: dict[str, int],
+                 stop: Stop, hurry: asyncio.Event, limits: Limits = Limits()) -> None:
+        super().__init__(ledger, worker_id=worker_id, counters=counters, hurried=stop.hurry.is_set, limits=limits)
+        self.client = client
+        self.hurry = hurry
+
+    async def report(self, batch: list[Result]) -> None:
+        """Report one batch; never raises (see :meth:`pgfence.reporter.Reporter.report`)."""
+        try:
+            await self.drive(self.report_steps(batch))
+        except Exception:
+            self.report_failed(batch)
+
+    async def release(self, entries: list[Entry], *, started: bool) -> None:
+        """Give these attempts back (see :meth:`Reporting.release_steps`)."""
+        await self.drive(self.release_steps(entries, started=started))
+
+    async def retrying(self, call: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """``await call()``, tried again through connection failures (see :meth:`Reporting.retry_wait`)."""
+        backoff = 0.05
+        while True:
+            try:
+                return await call()
+            except Exception as exc:
+                await _wait(self.hurry, self.retry_wait(exc, backoff))
+                backoff = min(backoff * 2, 5.0)
+
+    async def drive(self, steps: Steps[T]) -> T:
+        """Run ``steps``, awaiting each call it asks for (retrying), until it returns."""
+        answer: Any = None
+        error: Optional[Exception] = None
+        while True:
+            try:
+                request = steps.send(answer) if error is None else steps.throw(error)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            method = getattr(self.client, request.method)
+            try:
+                answer, error = await self.retrying(lambda: method(*request.args, **request.kwargs)), None
+            except Exception as exc:
+                answer, error = None, exc
+
+
+class _Blocking:
+    """The AsyncClient's calls the sweeper makes, made from the sweeper's thread through the loop."""
+
+    def __init__(self, client: AsyncClient, loop: asyncio.AbstractEventLoop) -> None:
+        self.client = client
+        self.loop = loop
+
+    def sweeper_health(self) -> SweeperHealth:
+        return asyncio.run_coroutine_threadsafe(self.client.sweeper_health(), self.loop).result()
+
+    def sweep(self) -> int:
+        return asyncio.run_coroutine_threadsafe(self.client.sweep(), self.loop).result()
+
+
+class AsyncWorker:
+    """Runs handlers for claimed jobs on an event loop until stopped: ``await worker.run()``.
+
+    The options of :class:`pgfence.Worker`, with these differences:
+
+    * ``handlers``: ``{kind: async def handler(job) -> JSON-able result}``; a plain
+      function runs on a thread of the worker's own pool of ``concurrency`` threads (it
+      may block; an ``async def`` handler must not).
+    * ``concurrency`` [8]: handlers running at once (async and sync together).
+    * ``limits`` [read from ``pgfence.limits()`` when :meth:`run` starts].
+    * ``client``: an :class:`AsyncClient` with its own pool (``await AsyncClient.connect(dsn)``).
+    """
+
+    def __init__(self, client: AsyncClient, handlers: Mapping[str, AsyncHandler], *,
+                 queues: Optional[Sequence[str]] = None, concurrency: int = 8, prefetch: int = 0,
+                 lease: timedelta = timedelta(seconds=30), poll_interval: float = 1.0,
+                 shutdown_grace: float = 30.0, run_sweeper: Optional[bool] = None,
+                 sweep_interval: float = 1.0, flush_interval: float = 0.005, flush_batch: int = 500,
+                 worker_id: Optional[str] = None, listen: bool = True, limits: Optional[Limits] = None) -> None:
+        if client.pool is None:
+            raise TypeError("AsyncWorker needs an AsyncClient with its own pool: await AsyncClient.connect(dsn)")
+        if concurrency < 1 or prefetch < 0:
+            raise ValueError("concurrency must be >= 1 and prefetch >= 0")
+        self.client = client
+        self.handlers = dict(handlers)
+        self.queues = None if queues is None else list(queues)
+        self.concurrency = concurrency
+        self.capacity = concurrency + prefetch
+        self.lease = lease
+        self.poll_interval = poll_interval
+        self.shutdown_grace = shutdown_grace
+        self.run_sweeper = run_sweeper
+        self.sweep_interval = sweep_interval
+        self.flush_interval = flush_interval
+        self.flush_batch = flush_batch
+        self.listen = listen
+        self.limits = limits
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{random.getrandbits(24):06x}"
+        self.counters = {"claimed": 0, "completed": 0, "failed": 0, "lease_lost": 0, "released": 0}
+        self._async_kinds = {kind for kind, h in self.handlers.items() if is_async(h)}
+        self._stop = Stop()
+        self._ledger = Ledger(self._stop.stopping.is_set)
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._executor: Optional[ThreadPoolExecutor] = None
+        # The claim whose reply was lost (see pgfence.claimer), and until when to look it up.
+        self._unanswered: Optional[uuid.UUID] = None
+        self._unanswered_until = 0.0
+
+    # -- public -----------------------------------------------------------
+
+    def stop(self) -> None:
+        """Begin a graceful shutdown (what SIGTERM/SIGINT do); may be called from any thread."""
+        self._stop.stopping.set()
+        loop = self._loop
+        if loop is not None:
+            try:
+                loop.call_soon_threadsafe(self._wake_all)
+            except RuntimeError:  # the loop is closed: run() is over
+                pass
+
+    async def run(self, *, handle_signals: bool = True) -> None:
+        """Run until :meth:`stop` (or SIGTERM/SIGINT when ``handle_signals`` and run from the
+        main thread; pass False where the application owns the signals, as uvicorn does)."""
+        # (asyncio events are made here, on the running loop, before stop() may use them)
+        self._wake, self._work, self._outcome = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        self._stopping, self._hurry, self._done = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        loop = self._loop = asyncio.get_running_loop()
+        if self._stop.stopping.is_set():
+            self._wake_all()
+        if self.limits is None:
+            self.limits = await self.client.limits()
+        self._reporter = AsyncReporter(self.client, self._ledger, worker_id=self.worker_id, counters=self.counters,
+                                       stop=self._stop, hurry=self._hurry, limits=self.limits)
+        if set(self.handlers) - self._async_kinds:
+            self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="pgfence-handler")
+        signals = self._install_signals(loop) if handle_signals else []
+        flusher = asyncio.ensure_future(self._flush_loop())
+        beats = asyncio.ensure_future(self._heartbeat_loop())
+        self._runners = [asyncio.ensure_future(self._runner()) for _ in range(self.concurrency)]
+        threads = self._start_threads(loop)
+        log.info("worker %s started (asyncio): queues=%s concurrency=%s prefetch=%s lease=%s", self.worker_id,
+                 self.queues or "all", self.concurrency, self.capacity - self.concurrency, self.lease)
+        try:
+            try:
+                await self._claim_loop()
+            except BaseException:
+                log.exception("worker %s: claiming failed; shutting down", self.worker_id)
+                self.stop()
+                self._wake_all()
+                await self._shutdown()
+                raise
+            await self._shutdown()
+        finally:
+            self._stop.done.set()
+            self._done.set()
+            self._outcome.set()
+            await asyncio.wait([flusher, beats], timeout=5)
+            for task in self._runners:
+                task.cancel()
+            await asyncio.gather(*self._runners, return_exceptions=True)
+            for s in signals:
+                loop.remove_signal_handler(s)
+            for t in threads:
+                await loop.run_in_executor(None, t.join, 5)
+            if self._executor is not None:
+                self._executor.shutdown(wait=False)
+            log.info("worker %s stopped: %s", self.worker_id, self.counters)
+
+    # -- claiming -----------------------------------------------------------
+
+    async def _claim_loop(self) -> None:
+        """Claim until stopping (the decisions of :meth:`pgfence.claimer.Claimer.run`)."""
+        assert self.limits is not None
+        backoff = 0.1
+        threshold = max(1, self.capacity // 2)
+        ledger, wake, stopping = self._ledger, self._wake, self._stop.stopping
+        max_jobs = self.limits.max_jobs
+        while not stopping.is_set():
+            wake.clear()
+            free = ledger.free(self.capacity)
+            idle_runners = not ledger.ready
+            drained = False
+            if self._unanswered is not None and time.monotonic() > self._unanswered_until:
+                log.warning("worker %s: gave up looking up the claim whose reply was lost (request %s) after its "
+                            "lease; its jobs, if it took any, are reclaimed as their leases expire",
+                            self.worker_id, self._unanswered)
+                self._unanswered = None
+            if self._unanswered is not None:
+                try:
+                    await self._recover_unanswered()
+                    backoff = 0.1
+                except RETRYABLE as exc:
+                    log.warning("worker %s: looking up a claim whose reply was lost failed (%s); retrying in %.1fs",
+                                self.worker_id, str(exc).strip(), backoff)
+                    await _wait(self._stopping, backoff)
+                    backoff = min(backoff * 2, 5.0)
+                continue
+            if free > 0 and (free >= threshold or idle_runners):
+                request_id = uuid.uuid4()
+                want = min(free, max_jobs)
+                try:
+                    jobs = await self.client.claim(self.worker_id, self.queues, lease=self.lease, max_jobs=want,
+                                                   request_id=request_id)
+                    backoff = 0.1
+                except RETRYABLE as exc:
+                    if not isinstance(exc, PoolTimeout):  # (no connection: the claim was never sent)
+                        self._unanswered = request_id
+                        self._unanswered_until = time.monotonic() + self.lease.total_seconds()
+                    log.warning("worker %s: claim failed (%s); retrying in %.1fs", self.worker_id,
+                                str(exc).strip(), backoff)
+                    await _wait(self._stopping, backoff)
+                    backoff = min(backoff * 2, 5.0)
+                    continue
+                self._dispatch(jobs)
+                if len(jobs) == want:
+                    continue
+                drained = True
+            waited_from = time.monotonic()
+            await _wait(wake, self.poll_interval * random.uniform(0.5, 1.0) if drained or free <= 0 else 0.05)
+            if drained:
+                rest = CLAIM_HOLDOFF - (time.monotonic() - waited_from)
+                if rest > 0:
+                    await _wait(self._stopping, rest)
+
+    async def _recover_unanswered(self, wait: Optional[float] = None) -> None:
+        """Take over the jobs of the claim whose reply was lost (see
+        :meth:`pgfence.claimer.Claimer.recover_unanswered`)."""
+        assert self._unanswered is not None and self.client.pool is not None
+        try:
+            if wait is None:
+                jobs = await self.client.claim_results(self.worker_id, [self._unanswered], lease=self.lease)
+            else:
+                async with self.client.pool.connection(timeout=wait) as conn:
+                    jobs = await AsyncClient(conn, check_schema=False).claim_results(
+                        self.worker_id, [self._unanswered], lease=self.lease)
+        except RETRYABLE:
+            raise
+        except Exception:
+            log.exception("worker %s: could not look up the claim whose reply was lost (request %s); its jobs, "
+                          "if it took any, wait for their leases to expire", self.worker_id, self._unanswered)
+            jobs = []
+        self._unanswered = None
+        if jobs:
+            log.warning("worker %s: the claim whose reply was lost had taken %s jobs (%s)",
+                        self.worker_id, len(jobs), [j.id for j in jobs][:20])
+        self._dispatch(jobs)
+
+    def _dispatch(self, jobs: list[Job]) -> None:
+        if jobs:
+            admit(self._ledger, jobs, self.counters)
+            self._work.set()
+
+    # -- running -------------------------------------------------------------
+
+    async def _runner(self) -> None:
+        ledger, work, stopping, done = self._ledger, self._work, self._stop.stopping, self._stop.done
+        while not done.is_set():
+            entry = ledger.take()
+            if entry is None:
+                if stopping.is_set():
+                    return
+                work.clear()
+                await work.wait()
+                continue
+            ledger.finish(await self._run_one(entry))
+            self._outcome.set()
+            if len(ledger.ready) < self.concurrency:
+                self._wake.set()
+            await asyncio.sleep(0)  # let the flusher, heartbeats and claimer in between jobs
+
+    async def _run_one(self, entry: Entry) -> Result:
+        """The handler's outcome: awaited here (async), or run on the executor (sync)."""
+        assert self.limits is not None
+        refused = refusal(entry, self.handlers, self.worker_id)
+        if refused is not None:
+            return refused
+        job = entry.job
+        if job.kind not in self._async_kinds:
+            assert self._executor is not None
+            return await asyncio.get_running_loop().run_in_executor(
+                self._executor, run_handler, entry, self.handlers, self.worker_id, self.limits)
+        try:
+            value = await self.handlers[job.kind](job)
+        except asyncio.CancelledError:
+            if self._stop.stopping.is_set():
+                raise  # the shutdown cancels what it gave back
+            return raised(entry, asyncio.CancelledError("the handler was cancelled"), self.limits)
+        except BaseException as exc:  # noqa: B036 - as run_handler: anything a handler raises ends the attempt
+            return raised(entry, exc, self.limits)
+        return returned(entry, value)
+
+    # -- reporting and heartbeats ----------------------------------------------
+
+    async def _flush_loop(self) -> None:
+        """The flusher (the loop of :meth:`pgfence.reporter.Reporter.run`)."""
+        results, outcome = self._ledger.results, self._outcome
+        pending_since: Optional[float] = None
+        while True:
+            if not results:
+                if self._stop.done.is_set():
+                    return
+                pending_since = None
+                outcome.clear()
+                await outcome.wait()
+                continue
+            now = time.monotonic()
+            if pending_since is None:
+                pending_since = now
+            if not due(len(results), now - pending_since, flush_batch=self.flush_batch,
+                       flush_interval=self.flush_interval, stopping=self._stop.stopping.is_set()):
+                await asyncio.sleep(min(self.flush_interval / 4, pending_since + self.flush_interval - now))
+                continue
+            pending_since = None
+            await self._reporter.report(take_batch(results, self._reporter.max_batch))
+
+    async def _heartbeat_loop(self) -> None:
+        """Renew every held lease every ``lease / 3`` (see :mod:`pgfence.heartbeats`)."""
+        assert self.limits is not None
+        every = interval(self.lease)
+        while not await _wait(self._done, every):
+            for chunk in chunks(self._ledger.held_entries(), self.limits.batch):
+                try:
+                    outcomes = await self.client.heartbeat_many(
+                        [e.job.id for e in chunk], [e.job.attempt_token for e in chunk], lease=self.lease)
+                except RETRYABLE as exc:
+                    log.warning("worker %s: heartbeat failed (%s); next try in %.1fs", self.worker_id,
+                                str(exc).strip(), every)
+                    break
+                revoke_refused(self._ledger, chunk, outcomes, self.counters)
+
+    # -- threads: the listener and the stand-in sweeper -----------------------------
+
+    def _start_threads(self, loop: asyncio.AbstractEventLoop) -> list[threading.Thread]:
+        specs: list[tuple[str, Callable[[], None]]] = []
+        if self.listen:
+            def wake() -> None:
+                try:
+                    loop.call_soon_threadsafe(self._wake.set)
+                except RuntimeError:  # the loop closed
+                    pass
+            listener = Listener(self.client, self.queues, worker_id=self.worker_id, wake=wake, done=self._stop.done)
+            specs.append(("pgfence-listener", listener.run))
+        if self.run_sweeper is not False:
+            blocking = _Blocking(self.client, loop)
+            specs.append(("pgfence-sweeper", lambda: sweeper.run(
+                blocking, self.run_sweeper, sweep_interval=self.sweep_interval, worker_id=self.worker_id,
+                done=self._stop.done)))
+        threads = []
+        for name, target in specs:
+            t = threading.Thread(target=target, name=name, daemon=True)
+            t.start()
+            threads.append(t)
+        return threads
+
+    # -- shutdown -------------------------------------------------------------
+
+    async def _shutdown(self) -> None:
+        """The shutdown sequence of :class:`pgfence.Worker`, awaited."""
+        log.info("worker %s stopping: releasing unstarted jobs, waiting up to %ss for running handlers",
+                 self.worker_id, self.shutdown_grace)
+        # 1. Jobs claimed but never started go back without counting the attempt, with those
+        # of a claim whose reply was lost (one look-up, none after a second signal).
+        if self._unanswered is not None and not self._stop.hurry.is_set():
+            try:
+                await self._recover_unanswered(wait=SHUTDOWN_LOOKUP_WAIT)
+            except RETRYABLE as exc:
+                log.warning("worker %s: could not look up a claim whose reply was lost (%s); its jobs, if any, "
+                            "wait for their leases to expire", self.worker_id, str(exc).strip())
+        self._unanswered = None
+        await self._reporter.release(self._ledger.unstarted(), started=False)
+        # 2. Let running handlers finish within the grace period (a second signal ends it).
+        began = time.monotonic()
+        while time.monotonic() < began + self.shutdown_grace and self._ledger.any_running():
+            if await _wait(self._hurry, 0.02):
+                break
+        # 3. Give back what still runs; its late result is void. An async handler still
+        # running is cancelled (a sync one's thread cannot be: its result is discarded).
+        given_back = self._ledger.give_back_running()
+        await self._reporter.release(given_back, started=True)
+        if given_back:
+            for task in self._runners:
+                task.cancel()
+        # 4. Report every outcome already produced before leaving.
+        while self._ledger.unreported():
+            await asyncio.sleep(0.01)
+
+    def _wake_all(self) -> None:
+        """On the loop: make every waiting part see the stop."""
+        if self._stop.stopping.is_set():
+            self._stopping.set()
+        if self._stop.hurry.is_set():
+            self._hurry.set()
+        self._wake.set()
+        self._work.set()
+
+    def _install_signals(self, loop: asyncio.AbstractEventLoop) -> list[int]:
+        if threading.current_thread() is not threading.main_thread():
+            return []
+        installed: list[int] = []
+        for s in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(s, self._on_signal, s)
+            except (NotImplementedError, RuntimeError):  # (no add_signal_handler on this loop)
+                continue
+            installed.append(s)
+        return installed
+
+    def _on_signal(self, signum: int) -> None:
+        if self._stop.signal(signum, self.worker_id):
+            self.shutdown_grace = 0
+        self.stop()
+        self._wake_all()
+
+
+__all__ = ["AsyncWorker", "AsyncReporter", "AsyncHandler", "is_async"]
