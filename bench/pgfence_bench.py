@@ -39,6 +39,7 @@ class WorkerShape:
     concurrency: int = 8
     prefetch: int = 8
     poll_interval: float = 0.05
+    asyncio: bool = False  # pgfence.aio.AsyncWorker (async def handlers) instead of pgfence.Worker
 
 
 def client_available() -> bool:
@@ -136,6 +137,8 @@ def start_workers(dsn: str, queue: str, shape: WorkerShape, tag: str, mode: str 
         cmd = [PY, str(WORKER), "--dsn", dsn, "--queue", queue, "--concurrency", str(shape.concurrency),
                "--prefetch", str(shape.prefetch), "--poll-interval", str(shape.poll_interval),
                "--mode", mode]
+        if shape.asyncio:
+            cmd.append("--async")
         if outs:
             cmd += ["--out", str(outs[i])]
         procs.append(spawn(cmd, log_path=lp))
