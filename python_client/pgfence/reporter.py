@@ -18,8 +18,11 @@ heartbeated) until the database has accepted or refused its outcome.
   a second refusal leaves the job to its lease. Connection failures are retried (the
   calls are idempotent for a token) until a second signal says to give up.
 
-No thread, clock or connection of its own: the calls (a :class:`Calls`, the Client), the
-wait between retries and the flusher's sleeps are passed in.
+No thread, clock or connection of its own. The decisions (:class:`Reporting`) are
+generator steps that yield the calls they need and are sent the answers; the threaded
+worker's :class:`Reporter` makes those calls (a :class:`Calls`, the Client) blocking,
+with the wait between retries and the flusher's sleeps passed in, and the asyncio
+worker (:mod:`pgfence.aio_worker`) awaits them: both decide with the code here.
 """
 
 from __future__ import annotations
