@@ -37,13 +37,6 @@ from pgfence import Client, Job, RawJson, RetryAfter, Worker
 STOP_TIMEOUT = 10.0
 
 
-@pytest.fixture(params=["threads", "asyncio"])
-def flavor(request: pytest.FixtureRequest) -> str:
-    """The in-process worker of a test: pgfence.Worker, or pgfence.aio.AsyncWorker on a loop
-    thread (support.aio.AsyncWorkerOnLoop, driven like a Worker)."""
-    return str(request.param)
-
-
 def handler_for(flavor: str, handler: Any) -> Any:
     """``handler`` as the flavour runs it: the asyncio worker gets it as an ``async def``
     (for handlers that do not block; a blocking one stays a plain function, run on a thread)."""
@@ -612,7 +605,7 @@ def test_a_second_sigterm_ends_the_shutdown_even_while_the_database_is_unreachab
 
 def test_a_worker_sweeps_only_while_no_background_sweeper_is_seen(
         scratch_dsn: str, queue: str, workers: list[Client], caplog: pytest.LogCaptureFixture,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, flavor: str) -> None:
     """run_sweeper=None: the worker keeps looking at pgfence.sweeper_health() (every
     minute; here every 0.1 s) and sweeps while it says no background sweeper runs (no
     pass in 2 minutes, or never), not while an operator paused it. It used to look once,
@@ -623,7 +616,8 @@ def test_a_worker_sweeps_only_while_no_background_sweeper_is_seen(
     caplog.set_level("INFO", logger="pgfence.worker")
     with psycopg.connect(scratch_dsn, autocommit=True) as c:
         c.execute("UPDATE pgfence.sweeper_status SET last_pass_at = clock_timestamp()")
-        worker = start(scratch_dsn, queue, {"echo": echo}, workers, run_sweeper=None, sweep_interval=0.05)
+        worker = start(scratch_dsn, queue, {"echo": echo}, workers, run_sweeper=None, sweep_interval=0.05,
+                       flavor=flavor)
         with running_bounded(worker):
             time.sleep(0.5)
             assert "runs the reclaim sweep" not in caplog.text  # a pass was just recorded

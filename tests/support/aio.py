@@ -76,9 +76,9 @@ class AsyncWorkerOnLoop:
         self.client = self.loop.run(AsyncClient.connect(dsn, max_size=8))
         self.worker = AsyncWorker(self.client, handlers, **options)
 
-    @property
-    def counters(self) -> dict[str, int]:
-        return self.worker.counters
+    def __getattr__(self, name: str) -> Any:
+        # counters, _ledger, ...: the worker's (a test's peek from its own thread)
+        return getattr(self.worker, name)
 
     def run(self) -> None:
         self.loop.run(self.worker.run(handle_signals=False))
