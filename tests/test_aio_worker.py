@@ -21,7 +21,8 @@ from typing import Any, Callable, Optional
 import psycopg
 import pytest
 
-from pgfence import Client, Interrupted, Job, JobNotFound, JobRecord, LeaseLost, PermanentFailure, RetryAfter
+from pgfence import (Client, Interrupted, Job, JobNotFound, JobRecord, LeaseLost, PermanentFailure, RetryAfter,
+                     SchemaMismatch)
 from pgfence.aio import AsyncClient, AsyncWorker
 
 TIMEOUT = 20.0
@@ -347,3 +348,72 @@ def test_sigterm_stops_a_worker_run_from_the_main_thread(dsn: str, queue: str) -
         assert (await checker.get_job(job_id)).status == "queued"
         assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL or callable(signal.getsignal(signal.SIGTERM))
     run(dsn, body)
+
+
+def test_a_second_sigterm_gives_a_stubborn_async_handlers_job_back_at_once(dsn: str, queue: str) -> None:
+    assert threading.current_thread() is threading.main_thread()
+
+    async def body(checker: AsyncClient) -> None:
+        running = asyncio.Event()
+        cancelled: list[bool] = []
+
+        async def stubborn(job: Job) -> Any:
+            running.set()
+            try:
+                await asyncio.sleep(60)  # ignores should_stop()
+            except asyncio.CancelledError:
+                cancelled.append(True)  # the shutdown cancels it once its job is given back
+                raise
+            return {"late": True}
+
+        job_id = await checker.enqueue("stubborn", queue=queue)
+        client = await AsyncClient.connect(dsn, max_size=4)
+        try:
+            worker = AsyncWorker(client, {"stubborn": stubborn}, queues=[queue], poll_interval=0.2,
+                                 run_sweeper=False, shutdown_grace=30)
+            task = asyncio.ensure_future(worker.run())
+            await asyncio.wait_for(running.wait(), TIMEOUT)
+            began = time.monotonic()
+            os.kill(os.getpid(), signal.SIGTERM)
+            await asyncio.sleep(0.3)
+            assert not task.done()  # the first signal waits for the handler (grace 30 s)
+            os.kill(os.getpid(), signal.SIGTERM)
+            await asyncio.wait_for(task, 10)
+            assert time.monotonic() - began < 10
+        finally:
+            await client.close()
+        row = await checker.get_job(job_id)
+        assert (row.status, row.attempts, row.result) == ("queued", 1, None)
+        assert cancelled == [True] and worker.counters["released"] == 1
+    run(dsn, body)
+
+
+def test_an_async_worker_needs_a_pooled_client_and_sane_sizes(dsn: str) -> None:
+    async def body(checker: AsyncClient) -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            with pytest.raises(TypeError, match="own pool"):
+                AsyncWorker(AsyncClient(conn), {})
+        with pytest.raises(ValueError, match="concurrency"):
+            AsyncWorker(checker, {}, concurrency=0)
+        with pytest.raises(ValueError, match="prefetch"):
+            AsyncWorker(checker, {}, prefetch=-1)
+        with pytest.raises(TypeError, match="exactly one"):
+            AsyncClient()
+    run(dsn, body)
+
+
+def test_an_async_client_on_a_database_without_the_schema_raises_schema_mismatch(dsn: str) -> None:
+    from support.db import scratch_database
+
+    async def body(undeployed: str) -> None:
+        with pytest.raises(SchemaMismatch, match="sqitch deploy"):
+            await AsyncClient.connect(undeployed)
+        async with await psycopg.AsyncConnection.connect(undeployed, autocommit=True) as conn:
+            client = AsyncClient(conn)  # checked on its first call
+            for _ in range(2):  # and again on the next one: a failed check is not forgotten
+                with pytest.raises(SchemaMismatch, match="sqitch deploy"):
+                    await client.enqueue("k")
+            with pytest.raises(psycopg.errors.InvalidSchemaName):  # unchecked: the plain error
+                await AsyncClient(conn, check_schema=False).enqueue("k")
+    with scratch_database(dsn, "pgfence_nodeploy") as scratch:
+        asyncio.run(body(scratch))

@@ -103,7 +103,6 @@ class AsyncClient:
     async def _do(self, call: Call[R]) -> R:
         """Run one call (see ``Client._do``: the same translation and rejection report)."""
         if self._unchecked:
-            self._unchecked = False
             await self.check_schema()
         try:
             async with self._connection() as conn:
@@ -127,11 +126,15 @@ class AsyncClient:
 
     async def check_schema(self) -> int:
         """Check that ``pgfence.schema_version()`` is the one this client speaks; return it."""
-        self._unchecked = False
+        self._unchecked = False  # (the check's own call does not check again)
         try:
             return await self._do(calls.check_schema())
         except calls.NOT_DEPLOYED as exc:
+            self._unchecked = True
             raise calls.not_deployed() from exc
+        except BaseException:
+            self._unchecked = True  # a failed check is tried again by the next call
+            raise
 
     # -- producer ---------------------------------------------------------
     # (Each method: the sync Client's signature and docstring, ``async``, one line.)
