@@ -15,7 +15,7 @@ import signal
 import threading
 import time
 from collections.abc import Awaitable, Coroutine
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, Callable, Optional
 
 import psycopg

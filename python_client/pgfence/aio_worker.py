@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import logging
 import os
 import random
 import signal
@@ -55,7 +54,7 @@ from .ledger import Entry, Ledger, Result
 from .limits import Limits
 from .listener import Listener
 from .models import Job, SweeperHealth
-from .reporter import GiveUp, Reporting, Steps, due, take_batch
+from .reporter import Reporting, Steps, due, take_batch
 from .retries import RETRYABLE
 from .stopping import Stop
 
