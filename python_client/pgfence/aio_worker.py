@@ -42,12 +42,10 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any, Awaitable, Callable, Coroutine, Mapping, Optional, Sequence, TypeVar, Union
 
-from psycopg_pool import PoolTimeout
-
 from . import sweeper
 from ._text import escaped_logger
 from .aio_client import AsyncClient
-from .claimer import CLAIM_HOLDOFF, SHUTDOWN_LOOKUP_WAIT, admit
+from .claimer import CLAIM_HOLDOFF, SHUTDOWN_LOOKUP_WAIT, admit, claim_size, idle_wait, may_have_claimed
 from .handlers import Handler, raised, refusal, returned, run_handler
 from .heartbeats import chunks, interval, revoke_refused
 from .ledger import Entry, Ledger, Result
@@ -255,7 +253,8 @@ class AsyncWorker:
     # -- claiming -----------------------------------------------------------
 
     async def _claim_loop(self) -> None:
-        """Claim until stopping (the decisions of :meth:`pgfence.claimer.Claimer.run`)."""
+        """Claim until stopping: the loop of :meth:`pgfence.claimer.Claimer.run`, awaited, with
+        its decisions (``claim_size``, ``idle_wait``, ``may_have_claimed``, ``admit``)."""
         assert self.limits is not None
         backoff = 0.1
         threshold = max(1, self.capacity // 2)
@@ -281,15 +280,15 @@ class AsyncWorker:
                     await _wait(self._stopping, backoff)
                     backoff = min(backoff * 2, 5.0)
                 continue
-            if free > 0 and (free >= threshold or idle_runners):
+            want = claim_size(free, threshold, idle_runners, max_jobs)
+            if want:
                 request_id = uuid.uuid4()
-                want = min(free, max_jobs)
                 try:
                     jobs = await self.client.claim(self.worker_id, self.queues, lease=self.lease, max_jobs=want,
                                                    request_id=request_id)
                     backoff = 0.1
                 except RETRYABLE as exc:
-                    if not isinstance(exc, PoolTimeout):  # (no connection: the claim was never sent)
+                    if may_have_claimed(exc):
                         self._unanswered = request_id
                         self._unanswered_until = time.monotonic() + self.lease.total_seconds()
                     log.warning("worker %s: claim failed (%s); retrying in %.1fs", self.worker_id,
@@ -302,7 +301,7 @@ class AsyncWorker:
                     continue
                 drained = True
             waited_from = time.monotonic()
-            await _wait(wake, self.poll_interval * random.uniform(0.5, 1.0) if drained or free <= 0 else 0.05)
+            await _wait(wake, idle_wait(drained, free, self.poll_interval))
             if drained:
                 rest = CLAIM_HOLDOFF - (time.monotonic() - waited_from)
                 if rest > 0:
