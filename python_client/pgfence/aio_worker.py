@@ -239,9 +239,12 @@ class AsyncWorker:
             self._done.set()
             self._outcome.set()
             await asyncio.wait([flusher, beats], timeout=5)
-            for task in self._runners:
+            # What is still running now (runners; a flusher still retrying after 5 s) is
+            # cancelled, not left behind on the loop: its outcomes are left to the leases.
+            leftover = [t for t in [flusher, beats, *self._runners] if not t.done()]
+            for task in leftover:
                 task.cancel()
-            await asyncio.gather(*self._runners, return_exceptions=True)
+            await asyncio.gather(*leftover, return_exceptions=True)
             for s in signals:
                 loop.remove_signal_handler(s)
             for t in threads:
