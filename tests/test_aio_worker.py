@@ -417,3 +417,31 @@ def test_an_async_client_on_a_database_without_the_schema_raises_schema_mismatch
                 await AsyncClient(conn, check_schema=False).enqueue("k")
     with scratch_database(dsn, "pgfence_nodeploy") as scratch:
         asyncio.run(body(scratch))
+
+
+def test_cancelling_run_shuts_the_worker_down_as_stop_does(dsn: str, queue: str) -> None:
+    async def body(checker: AsyncClient) -> None:
+        running = asyncio.Event()
+
+        async def winds_down(job: Job) -> Any:
+            running.set()
+            while not job.should_stop():
+                await asyncio.sleep(0.01)
+            return {"finished": True}
+
+        rows = await checker.enqueue_many(["winds_down"] * 4, queue=queue)
+        client = await AsyncClient.connect(dsn, max_size=4)
+        try:
+            worker = AsyncWorker(client, {"winds_down": winds_down}, queues=[queue], concurrency=1, prefetch=3,
+                                 poll_interval=0.2, run_sweeper=False, shutdown_grace=10)
+            task = asyncio.ensure_future(worker.run(handle_signals=False))
+            await asyncio.wait_for(running.wait(), TIMEOUT)
+            await until(lambda: _count(checker, queue, "processing", 4), "the prefetched claim")
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(task, TIMEOUT)
+        finally:
+            await client.close()
+        got = sorted([((await checker.get_job(r.id)).status, (await checker.get_job(r.id)).attempts) for r in rows])
+        assert got == [("done", 1)] + [("queued", 0)] * 3
+    run(dsn, body)

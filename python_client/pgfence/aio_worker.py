@@ -227,8 +227,11 @@ class AsyncWorker:
         try:
             try:
                 await self._claim_loop()
-            except BaseException:
-                log.exception("worker %s: claiming failed; shutting down", self.worker_id)
+            except BaseException as exc:
+                if isinstance(exc, asyncio.CancelledError):
+                    log.info("worker %s: run() was cancelled; shutting down", self.worker_id)
+                else:
+                    log.exception("worker %s: claiming failed; shutting down", self.worker_id)
                 self.stop()
                 self._wake_all()
                 await self._shutdown()
