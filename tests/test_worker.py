@@ -27,6 +27,12 @@ from support.workers import job_in, running, start, wait_for, wait_status
 from pgfence import Client, Interrupted, Job, PermanentFailure, RetryAfter
 
 
+def cli_flavor(flavor: str) -> list[str]:
+    """The worker process's option for the flavour: ``--asyncio`` runs a pgfence.aio.AsyncWorker
+    (support.handlers are plain functions: they run on its handler threads)."""
+    return ["--asyncio"] if flavor == "asyncio" else []
+
+
 # ----------------------------------------------------------- handlers ----
 def test_handlers_run_and_their_results_are_stored(dsn: str, client: Client, queue: str,
                                                    workers: list[Client], flavor: str) -> None:
@@ -79,7 +85,8 @@ def test_an_exception_is_retried_then_dead_lettered_with_its_traceback(
     assert worker.counters["failed"] == 2
 
 
-def test_retry_after_zero_retries_at_once(dsn: str, client: Client, queue: str, workers: list[Client], flavor: str) -> None:
+def test_retry_after_zero_retries_at_once(dsn: str, client: Client, queue: str, workers: list[Client],
+                                          flavor: str) -> None:
     def impatient(job: Job) -> Any:
         if job.attempts < 3:
             raise RetryAfter(timedelta(0), f"not yet ({job.attempts})")
@@ -396,7 +403,8 @@ def test_a_stale_attempt_returning_does_not_hide_the_new_attempt_of_its_job_from
 
 # ---------------------------------------------------------- wake-ups ----
 def test_notify_wakes_an_idle_worker_long_before_its_poll_interval(
-        dsn: str, conn: psycopg.Connection[Any], client: Client, queue: str, workers: list[Client], flavor: str) -> None:
+        dsn: str, conn: psycopg.Connection[Any], client: Client, queue: str, workers: list[Client],
+        flavor: str) -> None:
     app = unique_name("pgfence-test-notify")
     worker = start(dsn, queue, {"echo": lambda job: {"ok": True}}, workers, flavor=flavor, app=app, poll_interval=10.0)
     with running(worker):
@@ -412,7 +420,8 @@ def test_notify_wakes_an_idle_worker_long_before_its_poll_interval(
 
 def test_without_notifications_the_poll_still_finds_the_job(dsn: str, client: Client, queue: str,
                                                              workers: list[Client], flavor: str) -> None:
-    worker = start(dsn, queue, {"echo": lambda job: {"ok": True}}, workers, flavor=flavor, listen=False, poll_interval=1.0)
+    worker = start(dsn, queue, {"echo": lambda job: {"ok": True}}, workers, flavor=flavor, listen=False,
+                   poll_interval=1.0)
     with running(worker):
         for _ in range(2):
             t0 = time.monotonic()
@@ -422,7 +431,8 @@ def test_without_notifications_the_poll_still_finds_the_job(dsn: str, client: Cl
 
 
 def test_the_worker_reconnects_after_its_backends_are_terminated(
-        dsn: str, conn: psycopg.Connection[Any], client: Client, queue: str, workers: list[Client], flavor: str) -> None:
+        dsn: str, conn: psycopg.Connection[Any], client: Client, queue: str, workers: list[Client],
+        flavor: str) -> None:
     app = unique_name("pgfence-test-w1")
     worker = start(dsn, queue, {"echo": lambda job: {"n": job.payload["n"]}}, workers, flavor=flavor, app=app,
                    lease=timedelta(seconds=3))
@@ -446,11 +456,12 @@ def test_the_worker_reconnects_after_its_backends_are_terminated(
 
 # ------------------------------------------------- worker processes (CLI) ----
 def test_a_sigkilled_worker_process_is_recovered_by_its_lease(
-        dsn: str, client: Client, queue: str, tmp_path: Path) -> None:
+        dsn: str, client: Client, queue: str, tmp_path: Path, flavor: str) -> None:
     marker, started = tmp_path / "hold", tmp_path / "started"
     marker.touch()
     job_id = client.enqueue("hold", {"marker": str(marker), "started": str(started)}, queue=queue)
-    with worker_process(dsn, tmp_path / "a.log", "--queue", queue, "--lease", "1", "--worker-id", "A") as a:
+    with worker_process(dsn, tmp_path / "a.log", "--queue", queue, "--lease", "1", "--worker-id", "A",
+                        *cli_flavor(flavor)) as a:
         wait_for(lambda: started.exists() and started.read_text().strip() == str(a.pid), 20,
                  "worker A's handler to start")
         row = client.get_job(job_id)
@@ -461,7 +472,8 @@ def test_a_sigkilled_worker_process_is_recovered_by_its_lease(
     assert (reclaimed.status, reclaimed.reclaim_count, reclaimed.attempts, reclaimed.last_error) == \
         ("queued", 1, 1, LEASE_EXPIRED)
     marker.unlink()
-    with worker_process(dsn, tmp_path / "b.log", "--queue", queue, "--lease", "5", "--worker-id", "B") as b:
+    with worker_process(dsn, tmp_path / "b.log", "--queue", queue, "--lease", "5", "--worker-id", "B",
+                        *cli_flavor(flavor)) as b:
         final = wait_status(client, job_id, "done", "failed", timeout=20)
         b.signal(signal.SIGTERM)
         assert b.wait(20) == 0
@@ -472,11 +484,12 @@ def test_a_sigkilled_worker_process_is_recovered_by_its_lease(
 
 
 def test_a_frozen_worker_is_fenced_after_its_lease_is_reclaimed(
-        dsn: str, client: Client, queue: str, tmp_path: Path) -> None:
+        dsn: str, client: Client, queue: str, tmp_path: Path, flavor: str) -> None:
     marker, started = tmp_path / "hold", tmp_path / "started"
     marker.touch()
     job_id = client.enqueue("hold", {"marker": str(marker), "started": str(started)}, queue=queue)
-    with worker_process(dsn, tmp_path / "a.log", "--queue", queue, "--lease", "1", "--worker-id", "A") as a:
+    with worker_process(dsn, tmp_path / "a.log", "--queue", queue, "--lease", "1", "--worker-id", "A",
+                        *cli_flavor(flavor)) as a:
         wait_for(lambda: started.exists() and started.read_text().strip() == str(a.pid), 20,
                  "worker A's handler to start")
         a.signal(signal.SIGSTOP)
@@ -484,7 +497,8 @@ def test_a_frozen_worker_is_fenced_after_its_lease_is_reclaimed(
             reclaimed = wait_status(client, job_id, "queued", "done", "failed", timeout=20)
             assert (reclaimed.status, reclaimed.reclaim_count) == ("queued", 1)
             marker.unlink()  # A's handler would finish now, if it were running
-            with worker_process(dsn, tmp_path / "b.log", "--queue", queue, "--worker-id", "B") as b:
+            with worker_process(dsn, tmp_path / "b.log", "--queue", queue, "--worker-id", "B",
+                                *cli_flavor(flavor)) as b:
                 done = wait_status(client, job_id, "done", "failed", timeout=20)
                 assert (done.status, done.result, done.reserved_by) == ("done", {"pid": b.pid, "attempt": 2}, "B")
                 b.signal(signal.SIGTERM)
@@ -503,13 +517,14 @@ def test_a_frozen_worker_is_fenced_after_its_lease_is_reclaimed(
     assert f"job {job_id} kind=hold attempt=1: lease lost" in log_a
 
 
-def test_sigterm_gives_an_overrunning_job_back(dsn: str, client: Client, queue: str, tmp_path: Path) -> None:
+def test_sigterm_gives_an_overrunning_job_back(dsn: str, client: Client, queue: str, tmp_path: Path,
+                                               flavor: str) -> None:
     marker, started = tmp_path / "hold", tmp_path / "started"
     marker.touch()
     job_id = client.enqueue("hold_stubborn", {"marker": str(marker), "started": str(started)}, queue=queue)
     try:
         with worker_process(dsn, tmp_path / "a.log", "--queue", queue, "--shutdown-grace", "0.5",
-                            "--worker-id", "A") as a:
+                            "--worker-id", "A", *cli_flavor(flavor)) as a:
             wait_for(lambda: started.exists(), 20, "the handler to start")
             a.signal(signal.SIGTERM)
             assert a.wait(30) == 0
@@ -524,7 +539,7 @@ def test_sigterm_gives_an_overrunning_job_back(dsn: str, client: Client, queue: 
 
 
 def test_a_second_sigterm_gives_running_jobs_back_at_once(dsn: str, client: Client, queue: str,
-                                                          tmp_path: Path) -> None:
+                                                          tmp_path: Path, flavor: str) -> None:
     # Regression: the second signal used to log "giving running jobs back now" and
     # then still wait out the grace deadline computed at the first.
     marker, started = tmp_path / "hold", tmp_path / "started"
@@ -532,7 +547,7 @@ def test_a_second_sigterm_gives_running_jobs_back_at_once(dsn: str, client: Clie
     job_id = client.enqueue("hold_stubborn", {"marker": str(marker), "started": str(started)}, queue=queue)
     try:
         with worker_process(dsn, tmp_path / "a.log", "--queue", queue, "--shutdown-grace", "8",
-                            "--worker-id", "A") as a:
+                            "--worker-id", "A", *cli_flavor(flavor)) as a:
             wait_for(lambda: started.exists(), 20, "the handler to start")
             a.signal(signal.SIGTERM)
             wait_for(lambda: "stopping" in a.log(), 10, "the shutdown to begin")

@@ -9,7 +9,7 @@ lock: only the loop touches it), deciding as the threaded worker does with the s
   (:func:`pgfence.claimer.admit`);
 * ``concurrency`` runner tasks take ready attempts and run their handlers: an
   ``async def`` handler is awaited on the loop, any other runs on one of
-  ``concurrency`` threads (a private executor); what a return or raise becomes is
+  ``concurrency`` daemon threads (:class:`HandlerThreads`); what a return or raise becomes is
   :mod:`pgfence.handlers`' (``refusal``, ``raised``, ``returned``);
 * the flusher reports outcomes in batches: when is :func:`pgfence.reporter.due` and
   :func:`~pgfence.reporter.take_batch`, what to send and what the answers mean are the
@@ -32,13 +32,13 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
+import queue
 import random
 import signal
 import socket
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any, Awaitable, Callable, Coroutine, Mapping, Optional, Sequence, TypeVar, Union
 
@@ -128,6 +128,59 @@ class AsyncReporter(Reporting):
                 answer, error = None, exc
 
 
+class HandlerThreads:
+    """``size`` daemon threads that run blocking (sync) handlers for the event loop.
+
+    Not a ThreadPoolExecutor: its threads keep the process alive after ``run()``
+    returns, and a handler that ignores ``should_stop()`` would then hold the process
+    until it returns. These are abandoned at exit, as the threaded Worker's are (their
+    attempts were given back; their late results are void)."""
+
+    def __init__(self, size: int, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.tasks: queue.SimpleQueue[Optional[tuple[asyncio.Future[Any], Callable[..., Any], tuple[Any, ...]]]] = \
+            queue.SimpleQueue()
+        self.threads = [threading.Thread(target=self._work, name=f"pgfence-handler-{i}", daemon=True)
+                        for i in range(size)]
+        for t in self.threads:
+            t.start()
+
+    def run(self, fn: Callable[..., T], *args: Any) -> "asyncio.Future[T]":
+        """``fn(*args)`` on one of the threads; await the returned future for its result."""
+        future: asyncio.Future[T] = self.loop.create_future()
+        self.tasks.put((future, fn, args))
+        return future
+
+    def close(self) -> None:
+        """Let idle threads exit (a busy one exits after its handler returns)."""
+        for _ in self.threads:
+            self.tasks.put(None)
+
+    def _work(self) -> None:
+        while True:
+            task = self.tasks.get()
+            if task is None:
+                return
+            future, fn, args = task
+            try:
+                outcome, error = fn(*args), None
+            except BaseException as exc:  # noqa: B036 - (run_handler never raises; handed over all the same)
+                outcome, error = None, exc
+            try:
+                self.loop.call_soon_threadsafe(_settle, future, outcome, error)
+            except RuntimeError:  # the loop is closed: run() is over, the outcome is void
+                return
+
+
+def _settle(future: "asyncio.Future[Any]", outcome: Any, error: Optional[BaseException]) -> None:
+    if future.done():  # (its runner was cancelled by the shutdown)
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(outcome)
+
+
 class _Blocking:
     """The AsyncClient's calls the sweeper makes, made from the sweeper's thread through the loop."""
 
@@ -185,7 +238,7 @@ class AsyncWorker:
         self._stop = Stop()
         self._ledger = Ledger(self._stop.stopping.is_set)
         self._loop: Optional[asyncio.AbstractEventLoop] = None
-        self._executor: Optional[ThreadPoolExecutor] = None
+        self._threads: Optional[HandlerThreads] = None
         # The claim whose reply was lost (see pgfence.claimer), and until when to look it up.
         self._unanswered: Optional[uuid.UUID] = None
         self._unanswered_until = 0.0
@@ -216,7 +269,7 @@ class AsyncWorker:
         self._reporter = AsyncReporter(self.client, self._ledger, worker_id=self.worker_id, counters=self.counters,
                                        stop=self._stop, hurry=self._hurry, limits=self.limits)
         if set(self.handlers) - self._async_kinds:
-            self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="pgfence-handler")
+            self._threads = HandlerThreads(self.concurrency, loop)
         signals = self._install_signals(loop) if handle_signals else []
         flusher = asyncio.ensure_future(self._flush_loop())
         beats = asyncio.ensure_future(self._heartbeat_loop())
@@ -252,8 +305,8 @@ class AsyncWorker:
                 loop.remove_signal_handler(s)
             for t in threads:
                 await loop.run_in_executor(None, t.join, 5)
-            if self._executor is not None:
-                self._executor.shutdown(wait=False)
+            if self._threads is not None:
+                self._threads.close()
             log.info("worker %s stopped: %s", self.worker_id, self.counters)
 
     # -- claiming -----------------------------------------------------------
@@ -360,16 +413,15 @@ class AsyncWorker:
             await asyncio.sleep(0)  # let the flusher, heartbeats and claimer in between jobs
 
     async def _run_one(self, entry: Entry) -> Result:
-        """The handler's outcome: awaited here (async), or run on the executor (sync)."""
+        """The handler's outcome: awaited here (async), or run on a handler thread (sync)."""
         assert self.limits is not None
         refused = refusal(entry, self.handlers, self.worker_id)
         if refused is not None:
             return refused
         job = entry.job
         if job.kind not in self._async_kinds:
-            assert self._executor is not None
-            return await asyncio.get_running_loop().run_in_executor(
-                self._executor, run_handler, entry, self.handlers, self.worker_id, self.limits)
+            assert self._threads is not None
+            return await self._threads.run(run_handler, entry, self.handlers, self.worker_id, self.limits)
         try:
             value = await self.handlers[job.kind](job)
         except asyncio.CancelledError:
@@ -503,4 +555,4 @@ class AsyncWorker:
         self._wake_all()
 
 
-__all__ = ["AsyncWorker", "AsyncReporter", "AsyncHandler", "is_async"]
+__all__ = ["AsyncWorker", "AsyncReporter", "AsyncHandler", "HandlerThreads", "is_async"]

@@ -66,7 +66,8 @@ def _first(rows: list[Any], conn: Any) -> Any:
     return rows[0][0] if rows else None
 
 
-def _scalar(query: Any, params: Any = None, convert: Callable[[Any], R] = lambda v: v,  # type: ignore[assignment,return-value]
+def _scalar(query: Any, params: Any = None,
+            convert: Callable[[Any], R] = lambda v: v,  # type: ignore[assignment,return-value]
             fenced: Optional[tuple[str, int, uuid.UUID]] = None) -> Call[R]:
     """A call whose value is the first column of its one row, through ``convert``."""
     return Call(query, params, lambda rows, conn: convert(_first(rows, conn)), fenced=fenced)
