@@ -9,11 +9,12 @@ lock: only the loop touches it), deciding as the threaded worker does with the s
   (:func:`pgfence.claimer.admit`);
 * ``concurrency`` runner tasks take ready attempts and run their handlers: an
   ``async def`` handler is awaited on the loop, any other runs on one of
-  ``concurrency`` daemon threads (:class:`HandlerThreads`); what a return or raise becomes is
-  :mod:`pgfence.handlers`' (``refusal``, ``raised``, ``returned``);
+  ``concurrency`` daemon threads (:class:`~pgfence.aio_parts.HandlerThreads`); what a
+  return or raise becomes is :mod:`pgfence.handlers`' (``refusal``, ``raised``, ``returned``);
 * the flusher reports outcomes in batches: when is :func:`pgfence.reporter.due` and
   :func:`~pgfence.reporter.take_batch`, what to send and what the answers mean are the
-  steps of :class:`pgfence.reporter.Reporting`, which :class:`AsyncReporter` awaits;
+  steps of :class:`pgfence.reporter.Reporting`, which
+  :class:`~pgfence.aio_parts.AsyncReporter` awaits;
 * the heartbeat task renews every held lease with ``heartbeat_many`` every ``lease / 3``
   (:func:`pgfence.heartbeats.revoke_refused` reads the answers);
 * the LISTEN wake-up is the threaded :class:`~pgfence.listener.Listener`, on a thread of
@@ -30,9 +31,7 @@ their results would be void); a second signal hurries the shutdown.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import os
-import queue
 import random
 import signal
 import socket
@@ -40,159 +39,28 @@ import threading
 import time
 import uuid
 from datetime import timedelta
-from typing import Any, Awaitable, Callable, Coroutine, Mapping, Optional, Sequence, TypeVar, Union
+from typing import Any, Awaitable, Callable, Mapping, Optional, Sequence, Union
 
 from . import sweeper
 from ._text import escaped_logger
 from .aio_client import AsyncClient
+from .aio_parts import AsyncReporter, BlockingCalls, HandlerThreads, is_async, wait_event
 from .claimer import CLAIM_HOLDOFF, SHUTDOWN_LOOKUP_WAIT, admit, claim_size, idle_wait, may_have_claimed
 from .handlers import Handler, raised, refusal, returned, run_handler
 from .heartbeats import chunks, interval, revoke_refused
 from .ledger import Entry, Ledger, Result
 from .limits import Limits
 from .listener import Listener
-from .models import Job, SweeperHealth
-from .reporter import Reporting, Steps, due, take_batch
+from .models import Job
+from .reporter import due, take_batch
 from .retries import RETRYABLE
 from .stopping import Stop
 
 log = escaped_logger("pgfence.worker")
 
-T = TypeVar("T")
-
 #: A handler of the asyncio worker: ``async def handler(job) -> result``, or a plain
 #: function (run on a thread).
 AsyncHandler = Union[Callable[[Job], Awaitable[Any]], Handler]
-
-
-async def _wait(event: asyncio.Event, timeout: float) -> bool:
-    """Wait for ``event`` at most ``timeout`` seconds; True when it is set."""
-    if event.is_set():
-        return True
-    try:
-        await asyncio.wait_for(event.wait(), timeout)
-        return True
-    except asyncio.TimeoutError:
-        return False
-
-
-def is_async(handler: Any) -> bool:
-    """Whether ``handler`` is an ``async def`` function (or an object whose ``__call__`` is)."""
-    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None))
-
-
-class AsyncReporter(Reporting):
-    """The reporter's steps (:class:`~pgfence.reporter.Reporting`), awaited on an
-    :class:`AsyncClient`; the pause between retries ends early on ``hurry``."""
-
-    def __init__(self, client: AsyncClient, ledger: Ledger, *, worker_id: str, counters: dict[str, int],
-                 stop: Stop, hurry: asyncio.Event, limits: Limits = Limits()) -> None:
-        super().__init__(ledger, worker_id=worker_id, counters=counters, hurried=stop.hurry.is_set, limits=limits)
-        self.client = client
-        self.hurry = hurry
-
-    async def report(self, batch: list[Result]) -> None:
-        """Report one batch; never raises (see :meth:`pgfence.reporter.Reporter.report`)."""
-        try:
-            await self.drive(self.report_steps(batch))
-        except Exception:
-            self.report_failed(batch)
-
-    async def release(self, entries: list[Entry], *, started: bool) -> None:
-        """Give these attempts back (see :meth:`Reporting.release_steps`)."""
-        await self.drive(self.release_steps(entries, started=started))
-
-    async def retrying(self, call: Callable[[], Coroutine[Any, Any, T]]) -> T:
-        """``await call()``, tried again through connection failures (see :meth:`Reporting.retry_wait`)."""
-        backoff = 0.05
-        while True:
-            try:
-                return await call()
-            except Exception as exc:
-                await _wait(self.hurry, self.retry_wait(exc, backoff))
-                backoff = min(backoff * 2, 5.0)
-
-    async def drive(self, steps: Steps[T]) -> T:
-        """Run ``steps``, awaiting each call it asks for (retrying), until it returns."""
-        answer: Any = None
-        error: Optional[Exception] = None
-        while True:
-            try:
-                request = steps.send(answer) if error is None else steps.throw(error)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            method = getattr(self.client, request.method)
-            try:
-                answer, error = await self.retrying(lambda: method(*request.args, **request.kwargs)), None
-            except Exception as exc:
-                answer, error = None, exc
-
-
-class HandlerThreads:
-    """``size`` daemon threads that run blocking (sync) handlers for the event loop.
-
-    Not a ThreadPoolExecutor: its threads keep the process alive after ``run()``
-    returns, and a handler that ignores ``should_stop()`` would then hold the process
-    until it returns. These are abandoned at exit, as the threaded Worker's are (their
-    attempts were given back; their late results are void)."""
-
-    def __init__(self, size: int, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.tasks: queue.SimpleQueue[Optional[tuple[asyncio.Future[Any], Callable[..., Any], tuple[Any, ...]]]] = \
-            queue.SimpleQueue()
-        self.threads = [threading.Thread(target=self._work, name=f"pgfence-handler-{i}", daemon=True)
-                        for i in range(size)]
-        for t in self.threads:
-            t.start()
-
-    def run(self, fn: Callable[..., T], *args: Any) -> "asyncio.Future[T]":
-        """``fn(*args)`` on one of the threads; await the returned future for its result."""
-        future: asyncio.Future[T] = self.loop.create_future()
-        self.tasks.put((future, fn, args))
-        return future
-
-    def close(self) -> None:
-        """Let idle threads exit (a busy one exits after its handler returns)."""
-        for _ in self.threads:
-            self.tasks.put(None)
-
-    def _work(self) -> None:
-        while True:
-            task = self.tasks.get()
-            if task is None:
-                return
-            future, fn, args = task
-            try:
-                outcome, error = fn(*args), None
-            except BaseException as exc:  # noqa: B036 - (run_handler never raises; handed over all the same)
-                outcome, error = None, exc
-            try:
-                self.loop.call_soon_threadsafe(_settle, future, outcome, error)
-            except RuntimeError:  # the loop is closed: run() is over, the outcome is void
-                return
-
-
-def _settle(future: "asyncio.Future[Any]", outcome: Any, error: Optional[BaseException]) -> None:
-    if future.done():  # (its runner was cancelled by the shutdown)
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(outcome)
-
-
-class _Blocking:
-    """The AsyncClient's calls the sweeper makes, made from the sweeper's thread through the loop."""
-
-    def __init__(self, client: AsyncClient, loop: asyncio.AbstractEventLoop) -> None:
-        self.client = client
-        self.loop = loop
-
-    def sweeper_health(self) -> SweeperHealth:
-        return asyncio.run_coroutine_threadsafe(self.client.sweeper_health(), self.loop).result()
-
-    def sweep(self) -> int:
-        return asyncio.run_coroutine_threadsafe(self.client.sweep(), self.loop).result()
 
 
 class AsyncWorker:
@@ -336,7 +204,7 @@ class AsyncWorker:
                 except RETRYABLE as exc:
                     log.warning("worker %s: looking up a claim whose reply was lost failed (%s); retrying in %.1fs",
                                 self.worker_id, str(exc).strip(), backoff)
-                    await _wait(self._stopping, backoff)
+                    await wait_event(self._stopping, backoff)
                     backoff = min(backoff * 2, 5.0)
                 continue
             want = claim_size(free, threshold, idle_runners, max_jobs)
@@ -352,7 +220,7 @@ class AsyncWorker:
                         self._unanswered_until = time.monotonic() + self.lease.total_seconds()
                     log.warning("worker %s: claim failed (%s); retrying in %.1fs", self.worker_id,
                                 str(exc).strip(), backoff)
-                    await _wait(self._stopping, backoff)
+                    await wait_event(self._stopping, backoff)
                     backoff = min(backoff * 2, 5.0)
                     continue
                 self._dispatch(jobs)
@@ -360,11 +228,11 @@ class AsyncWorker:
                     continue
                 drained = True
             waited_from = time.monotonic()
-            await _wait(wake, idle_wait(drained, free, self.poll_interval))
+            await wait_event(wake, idle_wait(drained, free, self.poll_interval))
             if drained:
                 rest = CLAIM_HOLDOFF - (time.monotonic() - waited_from)
                 if rest > 0:
-                    await _wait(self._stopping, rest)
+                    await wait_event(self._stopping, rest)
 
     async def _recover_unanswered(self, wait: Optional[float] = None) -> None:
         """Take over the jobs of the claim whose reply was lost (see
@@ -460,7 +328,7 @@ class AsyncWorker:
         """Renew every held lease every ``lease / 3`` (see :mod:`pgfence.heartbeats`)."""
         assert self.limits is not None
         every = interval(self.lease)
-        while not await _wait(self._done, every):
+        while not await wait_event(self._done, every):
             for chunk in chunks(self._ledger.held_entries(), self.limits.batch):
                 try:
                     outcomes = await self.client.heartbeat_many(
@@ -484,7 +352,7 @@ class AsyncWorker:
             listener = Listener(self.client, self.queues, worker_id=self.worker_id, wake=wake, done=self._stop.done)
             specs.append(("pgfence-listener", listener.run))
         if self.run_sweeper is not False:
-            blocking = _Blocking(self.client, loop)
+            blocking = BlockingCalls(self.client, loop)
             specs.append(("pgfence-sweeper", lambda: sweeper.run(
                 blocking, self.run_sweeper, sweep_interval=self.sweep_interval, worker_id=self.worker_id,
                 done=self._stop.done)))
@@ -514,7 +382,7 @@ class AsyncWorker:
         # 2. Let running handlers finish within the grace period (a second signal ends it).
         began = time.monotonic()
         while time.monotonic() < began + self.shutdown_grace and self._ledger.any_running():
-            if await _wait(self._hurry, 0.02):
+            if await wait_event(self._hurry, 0.02):
                 break
         # 3. Give back what still runs; its late result is void. An async handler still
         # running is cancelled (a sync one's thread cannot be: its result is discarded).
@@ -555,4 +423,4 @@ class AsyncWorker:
         self._wake_all()
 
 
-__all__ = ["AsyncWorker", "AsyncReporter", "AsyncHandler", "HandlerThreads", "is_async"]
+__all__ = ["AsyncWorker", "AsyncHandler"]
