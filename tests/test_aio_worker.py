@@ -274,7 +274,9 @@ def test_a_zombie_whose_lease_was_reclaimed_is_fenced_and_its_result_not_recorde
             return {"by": "zombie"}
 
         job_id = await checker.enqueue("zombie", queue=queue)
-        async with Running(dsn, queue, {"zombie": zombie}, lease=timedelta(seconds=1)) as r:
+        # (concurrency 1: the zombie holds the worker's only slot, so the worker does not
+        # claim the job again itself once its lease has expired)
+        async with Running(dsn, queue, {"zombie": zombie}, lease=timedelta(seconds=1), concurrency=1) as r:
             await asyncio.wait_for(started.wait(), TIMEOUT)
 
             async def unreachable(*args: Any, **kwargs: Any) -> Any:

@@ -14,14 +14,13 @@ import asyncio
 import inspect
 import queue
 import threading
-from typing import Any, Callable, Coroutine, Optional, TypeVar
+from typing import Any, Awaitable, Callable, Coroutine, Optional, TypeVar
 
 from .aio_client import AsyncClient
 from .ledger import Entry, Ledger, Result
 from .limits import Limits
 from .models import SweeperHealth
 from .reporter import Reporting, Steps
-from .stopping import Stop
 
 T = TypeVar("T")
 
@@ -44,13 +43,15 @@ def is_async(handler: Any) -> bool:
 
 class AsyncReporter(Reporting):
     """The reporter's steps (:class:`~pgfence.reporter.Reporting`), awaited on an
-    :class:`AsyncClient`; the pause between retries ends early on ``hurry``."""
+    :class:`AsyncClient` (the arguments of :class:`pgfence.reporter.Reporter`, with
+    ``wait(seconds)`` awaited: the pause between retries, which ends early when hurried)."""
 
     def __init__(self, client: AsyncClient, ledger: Ledger, *, worker_id: str, counters: dict[str, int],
-                 stop: Stop, hurry: asyncio.Event, limits: Limits = Limits()) -> None:
-        super().__init__(ledger, worker_id=worker_id, counters=counters, hurried=stop.hurry.is_set, limits=limits)
+                 hurried: Callable[[], bool], wait: Callable[[float], Awaitable[Any]],
+                 limits: Limits = Limits()) -> None:
+        super().__init__(ledger, worker_id=worker_id, counters=counters, hurried=hurried, limits=limits)
         self.client = client
-        self.hurry = hurry
+        self.wait = wait
 
     async def report(self, batch: list[Result]) -> None:
         """Report one batch; never raises (see :meth:`pgfence.reporter.Reporter.report`)."""
@@ -70,7 +71,7 @@ class AsyncReporter(Reporting):
             try:
                 return await call()
             except Exception as exc:
-                await wait_event(self.hurry, self.retry_wait(exc, backoff))
+                await self.wait(self.retry_wait(exc, backoff))
                 backoff = min(backoff * 2, 5.0)
 
     async def drive(self, steps: Steps[T]) -> T:

@@ -134,8 +134,10 @@ class AsyncWorker:
             self._wake_all()
         if self.limits is None:
             self.limits = await self.client.limits()
+        hurry = self._hurry
         self._reporter = AsyncReporter(self.client, self._ledger, worker_id=self.worker_id, counters=self.counters,
-                                       stop=self._stop, hurry=self._hurry, limits=self.limits)
+                                       hurried=self._stop.hurry.is_set,
+                                       wait=lambda seconds: wait_event(hurry, seconds), limits=self.limits)
         if set(self.handlers) - self._async_kinds:
             self._threads = HandlerThreads(self.concurrency, loop)
         signals = self._install_signals(loop) if handle_signals else []
