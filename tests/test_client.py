@@ -684,3 +684,23 @@ def test_a_database_without_the_schema_raises_schema_mismatch(undeployed_dsn: st
 def test_a_client_needs_exactly_one_connection_source(dsn: str) -> None:
     with pytest.raises(TypeError):
         Client()
+
+
+def test_a_method_written_with_the_helpers_of_before_pgfence_calls_still_works(dsn: str, queue: str) -> None:
+    # Client keeps _scalar, _rows, _fenced and _call (over _do) for methods added that way
+    # on branches begun before pgfence.calls.
+    c = Client.connect(dsn, max_size=2)
+    try:
+        job_id = int(c._scalar("SELECT pgfence.enqueue(kind => 'k', queue => %s)", (queue,)))
+        assert [s.jobs for s in c._rows(QueueStats, "SELECT queue, status, jobs, oldest_runnable_age,"
+                                        " expired_leases FROM pgfence.stats()") if s.queue == queue] == [1]
+        job = c.claim(W, [queue])[0]
+        c.cancel(job_id)
+        with pytest.raises(LeaseLost):
+            c._fenced("complete", job_id, job.attempt_token,
+                      "SELECT pgfence.complete(job_id => %s, attempt_token => %s)", (job_id, job.attempt_token))
+        assert [r.operation for r in c.rejections(job_id)] == ["complete"]
+        with pytest.raises(JobNotFound), c._call() as conn:
+            conn.execute("SELECT pgfence.requeue(job_id => %s)", (-1,))
+    finally:
+        c.close()
