@@ -167,7 +167,9 @@ class Client:
                 recovery_policy: str = "auto", idempotency_key: Optional[str] = None) -> int:
         """``pgfence.enqueue``: one job; returns its id (an existing job's id when
         ``idempotency_key`` matches a live or done job of the queue)."""
-        return self._do(calls.enqueue(kind, payload, queue=queue, priority=priority, run_at=run_at, max_attempts=max_attempts, recovery_policy=recovery_policy, idempotency_key=idempotency_key))
+        return self._do(calls.enqueue(kind, payload, queue=queue, priority=priority, run_at=run_at,
+                                      max_attempts=max_attempts, recovery_policy=recovery_policy,
+                                      idempotency_key=idempotency_key))
 
     def enqueue_many(self, kinds: Sequence[str], payloads: Optional[Sequence[Any]] = None, *,
                      queue: str = "default", priorities: Optional[Sequence[int]] = None,
@@ -178,7 +180,9 @@ class Client:
 
         Parallel sequences; returns one :class:`Enqueued` per input, in input order.
         """
-        return self._do(calls.enqueue_many(kinds, payloads, queue=queue, priorities=priorities, run_ats=run_ats, max_attempts=max_attempts, recovery_policy=recovery_policy, idempotency_keys=idempotency_keys))
+        return self._do(calls.enqueue_many(kinds, payloads, queue=queue, priorities=priorities, run_ats=run_ats,
+                                           max_attempts=max_attempts, recovery_policy=recovery_policy,
+                                           idempotency_keys=idempotency_keys))
 
     # -- worker -----------------------------------------------------------
 

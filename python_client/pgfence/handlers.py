@@ -157,5 +157,5 @@ def run_handler(entry: Entry, handlers: Mapping[str, Handler], worker_id: str,
     return returned(entry, value)
 
 
-__all__ = ["Handler", "Interrupted", "PermanentFailure", "RetryAfter", "run_handler", "refusal", "raised", "returned", "error_text",
-           "storable_text", "result_json", "MAX_ERROR_CHARS"]
+__all__ = ["Handler", "Interrupted", "PermanentFailure", "RetryAfter", "run_handler", "refusal", "raised", "returned",
+           "error_text", "storable_text", "result_json", "MAX_ERROR_CHARS"]
