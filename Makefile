@@ -64,8 +64,9 @@ bench: db deploy ## run the benchmark (QUICK=1 for a short run)
 chaos: setup ## run the full chaos suite (its own cluster, first free port from 54339; make test runs the short form)
 	cd $(REPO) && $(PY) -m pytest -q tests/chaos --chaos-full $(PYTEST_ARGS)
 
-typecheck: setup ## mypy on python_client/pgfence and examples/
+typecheck: setup ## mypy on python_client/pgfence and examples/; tsc on clients/node's declarations
 	cd $(REPO) && MYPYPATH=python_client $(PY) -m mypy python_client/pgfence examples
+	@if command -v node >/dev/null 2>&1; then cd $(REPO)/clients/node && node node_modules/typescript/bin/tsc -p tsconfig.json; fi
 
 clean: ## stop the cluster, remove .pgdata and .venv
 	-@$(PG) stop

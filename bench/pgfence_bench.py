@@ -24,6 +24,8 @@ from common import (BENCH_DIR, LOG_DIR, BenchError, connect, delay_summary, dsn_
 
 PY = sys.executable
 WORKER = BENCH_DIR / "pgfence_worker.py"
+#: The Node.js worker (clients/node), same arguments: the "pgfence (Node worker)" drain row.
+NODE_WORKER = BENCH_DIR / "pgfence_node_worker.js"
 VICTIM = BENCH_DIR / "pgfence_victim.py"
 FLOOR_CLAIMER = BENCH_DIR / "floor_claimer.py"
 
@@ -130,11 +132,15 @@ def batch_enqueue(dsn: str, queue: str, n: int, batch: int = 1000, kind: str = "
 
 # ------------------------------------------------------------------ workers --
 def start_workers(dsn: str, queue: str, shape: WorkerShape, tag: str, mode: str = "noop",
-                  outs: Optional[list[Path]] = None) -> tuple[list[subprocess.Popen[bytes]], list[Path]]:
+                  outs: Optional[list[Path]] = None,
+                  worker: str = "python") -> tuple[list[subprocess.Popen[bytes]], list[Path]]:
+    """shape.procs worker processes: pgfence_worker.py, or with worker="node" the Node.js
+    worker (pgfence_node_worker.js, mode noop only)."""
     procs, logs = [], []
+    program = [PY, str(WORKER)] if worker == "python" else ["node", str(NODE_WORKER)]
     for i in range(shape.procs):
         lp = LOG_DIR / f"pgfence-{tag}-w{i}.log"
-        cmd = [PY, str(WORKER), "--dsn", dsn, "--queue", queue, "--concurrency", str(shape.concurrency),
+        cmd = [*program, "--dsn", dsn, "--queue", queue, "--concurrency", str(shape.concurrency),
                "--prefetch", str(shape.prefetch), "--poll-interval", str(shape.poll_interval),
                "--mode", mode]
         if shape.asyncio:
@@ -146,9 +152,11 @@ def start_workers(dsn: str, queue: str, shape: WorkerShape, tag: str, mode: str 
     return procs, logs
 
 
-def batch_then_drain(dsn: str, n: int, shape: WorkerShape, timeout: float, tag: str) -> dict[str, Any]:
+def batch_then_drain(dsn: str, n: int, shape: WorkerShape, timeout: float, tag: str,
+                     worker: str = "python") -> dict[str, Any]:
     """Timed batch enqueue of n no-op jobs (1,000 per enqueue_many), settle(), then a
-    timed drain by shape.procs worker processes x shape.concurrency."""
+    timed drain by shape.procs worker processes x shape.concurrency (``worker``:
+    "python", the threaded pgfence.Worker, or "node", the Node.js Worker)."""
     queue = new_queue(f"drain{tag}")
     try:
         secs, ids = batch_enqueue(dsn, queue, n, 1000)
@@ -163,7 +171,7 @@ def batch_then_drain(dsn: str, n: int, shape: WorkerShape, timeout: float, tag: 
                 return int(row[0]) if row else 0
 
             def start() -> tuple[list[subprocess.Popen[bytes]], list[Path]]:
-                return start_workers(dsn, queue, shape, f"drain{tag}")
+                return start_workers(dsn, queue, shape, f"drain{tag}", worker=worker)
             dr = measure_drain(start, finished, n, timeout)
         finally:
             poll.close()
@@ -944,6 +952,75 @@ def capped_queue(dsn: str, cap: int = 8, hold_s: float = 0.02, connections: int 
             "done": len(done), "rate": len(done) / wall if wall else 0.0, "expected_rate": cap / hold_s,
             "max_running": max(running) if running else None, "samples": len(running),
             "empty_claims": empty[0], "duplicates": len(done) - len(set(done)), "errors": errors}
+
+
+def rate_limited_queue(dsn: str, max_claims: int = 200, per_s: float = 1.0, connections: int = 8,
+                       max_jobs: int = 10, seconds: float = 10.0) -> dict[str, Any]:
+    """A queue rate-limited to `max_claims` per `per_s` seconds (set_queue_rate_limit, a
+    token bucket), drained by `connections` threads each looping over claim(max_jobs) and
+    complete_many at once (no hold), for `seconds`: the claims per second after the first
+    interval (the burst of a full bucket is in the first) against the limit, as a ratio
+    (1.0 = exactly the limit; the bucket allows no more, so a ratio above 1 is a bug and
+    one well below means claimers could not keep up or kept skipping the locked row),
+    the claims of the first interval (at most max_claims + max_claims), and how many
+    claims came back empty."""
+    queue = new_queue("rated")
+    rate = max_claims / per_s
+    batch_enqueue(dsn, queue, max(2000, int(2 * seconds * rate)), 10000)
+    settle(dsn, ["pgfence.jobs"])
+    stop = threading.Event()
+    lock = threading.Lock()
+    stamps: list[tuple[float, int]] = []
+    empty = [0]
+    errors: list[str] = []
+    start = [0.0]
+
+    def run(k: int) -> None:
+        try:
+            with connect(dsn) as c:
+                while not stop.is_set():
+                    got = c.execute("SELECT id, attempt_token FROM pgfence.claim(%s, ARRAY[%s], '1 minute', %s)",
+                                    (f"bench-rate-{k}", queue, max_jobs)).fetchall()
+                    at = time.perf_counter()
+                    if not got:
+                        with lock:
+                            empty[0] += 1
+                        time.sleep(0.001)
+                        continue
+                    with lock:
+                        stamps.append((at, len(got)))
+                    c.execute("SELECT count(*) FROM pgfence.complete_many(%s::bigint[], %s::uuid[])",
+                              ([g[0] for g in got], [g[1] for g in got]))
+        except Exception as exc:  # reported with the result
+            errors.append(str(exc))
+
+    threads = [threading.Thread(target=run, args=(k,), daemon=True) for k in range(connections)]
+    try:
+        with connect(dsn) as c:
+            c.execute("SELECT pgfence.set_queue_rate_limit(%s, %s, make_interval(secs => %s))",
+                      (queue, max_claims, per_s))
+        start[0] = time.perf_counter()
+        for t in threads:
+            t.start()
+        time.sleep(seconds)
+        stop.set()
+        for t in threads:
+            t.join(60)
+        wall = time.perf_counter() - start[0]
+    finally:
+        stop.set()
+        with connect(dsn) as c:
+            c.execute("SELECT pgfence.set_queue_rate_limit(%s, NULL)", (queue,))
+        cleanup(dsn, queue)
+    t0 = start[0]
+    first = sum(n for at, n in stamps if at < t0 + per_s)
+    later = sum(n for at, n in stamps if at >= t0 + per_s)
+    span = max(wall - per_s, 1e-9)
+    measured = later / span
+    return {"max_claims": max_claims, "per_s": per_s, "connections": connections, "max_jobs": max_jobs,
+            "seconds": wall, "claimed": first + later, "first_interval": first, "rate": measured,
+            "limit_rate": rate, "ratio": measured / rate if rate else None, "empty_claims": empty[0],
+            "errors": errors}
 
 
 def claims_by_queue_count(admin_dsn: str, counts: tuple[int, ...] = (1, 100, 1000, 10000), jobs: int = 100_000,

@@ -45,7 +45,7 @@ COLUMNS: list[tuple[str, Callable[[dict[str, Any]], Optional[float]], bool]] = [
 
 def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     mine = [r for r in rows if r["system"] == "pgfence"]
-    others = [r for r in rows if r["system"] != "pgfence"]
+    others = [r for r in rows if not r["system"].startswith("pgfence")]  # (pgfence-node: beside, not a peer)
     out = []
     for name, key, lower in COLUMNS:
         pr, pv = _best(mine, key, lower)
@@ -293,6 +293,15 @@ def claims_table(po: Optional[dict[str, Any]]) -> str:
                       f" samples (cap {cq['cap']}); {cq['empty_claims']:,} claims found the cap full; jobs handed"
                       f" out twice: {cq['duplicates']}" + (f"; errors: {len(cq['errors'])}" if cq.get("errors") else "")
                       + "."]
+    rq = (po or {}).get("rated")
+    if rq and rq.get("rate"):
+        lines += ["", f"A rate-limited queue (`set_queue_rate_limit` {rq['max_claims']} per {rq['per_s']:g} s;"
+                      f" {rq['connections']} connections each looping over claim {rq['max_jobs']} and complete_many,"
+                      f" {rq['seconds']:.1f} s): {rq['rate']:,.1f} claims/s after the first interval against the"
+                      f" limit's {rq['limit_rate']:,.0f}/s (ratio {rq['ratio']:.3f}); {rq['first_interval']:,} in the"
+                      f" first interval (a full bucket allows up to {2 * rq['max_claims']:,}); {rq['empty_claims']:,}"
+                      " claims came back empty" + (f"; errors: {len(rq['errors'])}" if rq.get("errors") else "")
+                      + "."]
     c64 = (po or {}).get("claims_64")
     if c64 and c64.get("median_ms") is not None:
         lines += ["", f"From {c64['connections']} worker connections at once (each a loop of claim"
@@ -346,7 +355,9 @@ def render(results: dict[str, Any]) -> str:
         f"- Worker shape for every system: {cfg['procs']} worker OS processes x concurrency {cfg['concurrency']},"
         " no-op handler. Each peer in its own database (bench_pgqueuer, bench_procrastinate, bench_graphile)"
         " with the schema installed by its own tooling; pgfence in its deployed database, a fresh queue per"
-        " run, jobs deleted and VACUUMed after each run; peer tables truncated + VACUUM between runs.",
+        " run, jobs deleted and VACUUMed after each run; peer tables truncated + VACUUM between runs."
+        " \"pgfence (Node worker)\": the same drain by the Node.js worker (clients/node) in the largest prefetch's"
+        " shape, reported beside the threaded worker's (drain only; not in the ratios).",
         f"- single enqueue/s: {cfg['single_n']:,} sequential single enqueues from one client connection, after"
         f" the drains, the systems taking turns ({cfg['single_runs']} rounds; median, min-max)"
         " (pgfence: `SELECT pgfence.enqueue(kind => 'noop', payload => %s::jsonb, queue => %s)`).",
@@ -408,7 +419,7 @@ def render(results: dict[str, Any]) -> str:
 
 def final_line(rows: list[dict[str, Any]]) -> str:
     mine = [r for r in rows if r["system"] == "pgfence"]
-    others = [r for r in rows if r["system"] != "pgfence"]
+    others = [r for r in rows if not r["system"].startswith("pgfence")]  # (pgfence-node: beside, not a peer)
     pr, pv = _best(mine, COLUMNS[2][1])
     orow, ov = _best(others, COLUMNS[2][1])
     n = f"{pv:.0f}" if pv is not None else "n/a"

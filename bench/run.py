@@ -240,6 +240,28 @@ def pgfence_row(cfg: Config, dsn: str, version: str, shape: Any, variant: str, d
     return row
 
 
+def run_pgfence_node(cfg: Config, dsn: str, version: str) -> list[dict[str, Any]]:
+    """The Node.js worker's drain, in the threaded worker's shape (the largest prefetch):
+    reported beside it, not compared with the peers (system "pgfence-node")."""
+    p = max(cfg.pgfence_prefetch)
+    shape = pf.WorkerShape(procs=cfg.procs, concurrency=cfg.concurrency, prefetch=p, poll_interval=0.05)
+    row = new_row("pgfence-node", f"pgfence (Node worker, prefetch {p})", version,
+                  f"clients/node Worker(await Client.connect(dsn), {{concurrency: {cfg.concurrency}, prefetch: {p},"
+                  " pollInterval: 50}); enqueue: pgfence.Client (Python)")
+    for i in range(cfg.drain_runs):
+        log(f"{row['variant']}: batch enqueue {cfg.drain_n:,} + drain, run {i + 1}/{cfg.drain_runs}")
+        cap = drain_cap(cfg, row)
+        r = guarded(row, f"drain run {i + 1}",
+                    lambda: pf.batch_then_drain(dsn, cfg.drain_n, shape, cap, f"node-p{p}r{i}", worker="node"))
+        if r:
+            row["batch_runs"].append(r["batch"])
+            row["drain_runs"].append(r["drain"])
+            log(f"  drain {r['drain']['rate']:,.0f} jobs/s ({r['drain']['seconds']:.2f} s)"
+                f"{' TIMED OUT' if r['drain']['timed_out'] else ''}")
+    summarize(row)
+    return [row]
+
+
 def merge_depth_runs(results: list[dict[str, Any]], prefetch: int) -> dict[str, Any]:
     """One depth figure from single-run pf.depth() results of the same queue size."""
     runs = [run for r in results for run in r["runs"]]
@@ -303,6 +325,13 @@ def run_pgfence_only(cfg: Config, dsn: str) -> dict[str, Any]:
         cq = out["capped"]
         log(f"  {cq['rate']:,.0f} jobs/s (cap / hold = {cq['expected_rate']:,.0f}), at most {cq['max_running']}"
             f" running in {cq['samples']:,} samples, {cq['duplicates']} handed out twice")
+    log("pgfence rate-limited queue: set_queue_rate_limit 200 per second, 8 claimers of 10 completing at once, 60 s")
+    out["rated"] = guarded(holder, "rate-limited queue",
+                           lambda: pf.rate_limited_queue(dsn, 200, 1.0, 8, 10, 5.0 if cfg.quick else 60.0))
+    if out["rated"]:
+        rq = out["rated"]
+        log(f"  {rq['rate']:,.1f} claims/s after the first second against {rq['limit_rate']:,.0f}/s: ratio"
+            f" {rq['ratio']:.3f}; first second {rq['first_interval']} (burst up to {2 * rq['max_claims']})")
     log("pgfence claims from 64 worker connections at once: claim of 10 + complete_many, one queue")
     out["claims_64"] = guarded(holder, "claims from 64 connections",
                                lambda: pf.claims_concurrent(dsn, 64, 200_000 if not cfg.quick else 50_000, 10,
@@ -452,7 +481,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="short run: 1 run each, smaller N (< 3 minutes)")
     ap.add_argument("--dsn", default=os.environ.get("PGFENCE_BENCH_DSN") or default_dsn(),
                     help="pgfence database (default: scripts/pg.sh dsn)")
-    ap.add_argument("--systems", default="pgfence,pgqueuer,procrastinate,graphile-worker,pgbench,pgfence-only",
+    ap.add_argument("--systems", default="pgfence,pgfence-node,pgqueuer,procrastinate,graphile-worker,pgbench,"
+                    "pgfence-only",
                     help="comma-separated subset to run")
     ap.add_argument("--reinstall-peers", action="store_true", help="ignore bench/.peers/stamp.json")
     a = ap.parse_args()
@@ -489,6 +519,7 @@ def main() -> int:
             if scalar(a.dsn, "SELECT to_regproc('pgfence.schema_version') IS NOT NULL") else "?"
         results["versions"] = {
             "pgfence": f"schema_version {pgfence_version}, worker: python_client pgfence.Worker",
+            "pgfence-node": f"clients/node pgfence.Worker, node {peers_mod._node_version()}",
             **{p.name: p.version for p in peer_list},
             "peer python": "bench/.peers/venv: " + ", ".join(x for x in stamp.get("pip_freeze", [])
                                                              if x.split("==")[0].lower() in
@@ -498,6 +529,12 @@ def main() -> int:
         rows: list[dict[str, Any]] = []
         if "pgfence" in wanted:
             rows += run_pgfence(cfg, a.dsn, pgfence_version)
+        if "pgfence-node" in wanted:
+            if shutil.which("node") and (REPO / "clients" / "node" / "node_modules" / "pg").is_dir():
+                rows += run_pgfence_node(cfg, a.dsn, pgfence_version)
+            else:
+                results["notes"].append("pgfence (Node worker): skipped, node or clients/node/node_modules missing"
+                                        " (make setup)")
         for p in peer_list:
             if p.name in wanted:
                 rows += run_peer(p, cfg, a.dsn)

@@ -8,6 +8,8 @@
 #   python:         $REPO/.venv with psycopg, psycopg-pool, pytest, pytest-timeout, hypothesis,
 #                   mypy, testcontainers, fastapi + uvicorn + httpx (examples/fastapi_app.py and
 #                   its test), and `pip install -e python_client`
+#   node:           `npm ci` in clients/node from its committed package-lock.json (pg, and
+#                   typescript for the declarations check), when node and npm are installed
 #
 # <major> is the highest installed PostgreSQL server (/usr/lib/postgresql/N/bin/postgres).
 # If the package lists have no postgresql-<major>-cron (or no server is installed),
@@ -122,4 +124,27 @@ if ((need_pip)); then
   fi
   touch "$STAMP"
 fi
-log "ok (PostgreSQL ${MAJOR}, venv $VENV)"
+# --------------------------------------------------------------- node ------
+# The Node.js client's packages, as the Python ones: only when missing or when
+# package.json / package-lock.json changed since the last install (stamped).
+NODE_DIR="$REPO/clients/node"
+NODE_STAMP="$NODE_DIR/node_modules/.pgfence-stamp"
+node_note="node: skipped"
+if [[ -f "$NODE_DIR/package-lock.json" ]]; then
+  if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
+    need_npm=0
+    [[ -f "$NODE_STAMP" ]] || need_npm=1
+    for dep in "$NODE_DIR/package.json" "$NODE_DIR/package-lock.json" "$REPO/scripts/setup.sh"; do
+      if [[ -f "$NODE_STAMP" && "$dep" -nt "$NODE_STAMP" ]]; then need_npm=1; fi
+    done
+    if ((need_npm)); then
+      log "npm ci (clients/node)"
+      (cd "$NODE_DIR" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+      touch "$NODE_STAMP"
+    fi
+    node_note="node $(node --version)"
+  else
+    log "node/npm not found: the Node.js client's tests (tests/test_node_client.py) will be skipped"
+  fi
+fi
+log "ok (PostgreSQL ${MAJOR}, venv $VENV, ${node_note})"

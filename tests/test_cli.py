@@ -127,6 +127,7 @@ def test_stats_shows_the_queue_per_status_and_the_sweeper(dsn: str, client: Clie
     assert re.search(r"last pass (never|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\S* \(.+ ago\))", sweeper[0])
     everything = ok(run_cli(dsn, "stats"))
     assert any(line.startswith(queue) for line in everything.splitlines())
+    assert re.search(r"last hour: attempts done \d+, .*, cancelled \d+, snoozed \d+;", everything)
 
 
 def test_stats_shows_the_last_error_the_sweeper_survived(dsn: str) -> None:

@@ -580,7 +580,22 @@ def test_complete_with_a_stale_token_raises_lease_lost_with_detail(client: Clien
     assert client.get_job(job.id).status == "processing"
 
 
-@pytest.mark.parametrize("call", ["heartbeat", "complete", "fail", "release"])
+def test_snooze_returns_the_job_to_the_queue_without_counting_the_attempt(client: Client, queue: str) -> None:
+    client.enqueue_many(["k", "k"], queue=queue)
+    a, b = client.claim(W, [queue], max_jobs=2)
+    assert client.snooze(a.id, a.attempt_token, timedelta(hours=1)) == "queued"
+    ra = client.get_job(a.id)
+    assert (ra.status, ra.attempts, ra.max_attempts, ra.last_error) == ("queued", 1, 4, None)
+    assert [(x.attempt, x.outcome) for x in client.attempts(a.id)] == [(1, "snoozed")]
+    out = client.snooze_many([b.id, a.id], [b.attempt_token, uuid.uuid4()], [timedelta(minutes=1)] * 2)
+    assert [(o.id, o.accepted, o.status) for o in out] == [(b.id, True, "queued"), (a.id, False, "queued")]
+    assert client.snooze(a.id, a.attempt_token, timedelta(seconds=1)) == "queued"  # a repeat: accepted, no change
+    assert client.get_job(a.id) == ra
+    with pytest.raises(LeaseLost):
+        client.snooze(b.id, a.attempt_token, timedelta(seconds=1))
+
+
+@pytest.mark.parametrize("call", ["heartbeat", "complete", "fail", "release", "snooze"])
 def test_every_fenced_call_of_a_cancelled_attempt_raises_lease_lost(client: Client, queue: str, call: str) -> None:
     client.enqueue("k", queue=queue)
     job = claim_one(client, queue)
@@ -590,6 +605,7 @@ def test_every_fenced_call_of_a_cancelled_attempt_raises_lease_lost(client: Clie
         "complete": lambda: client.complete(job.id, job.attempt_token, {"late": True}),
         "fail": lambda: client.fail(job.id, job.attempt_token, "late"),
         "release": lambda: client.release(job.id, job.attempt_token),
+        "snooze": lambda: client.snooze(job.id, job.attempt_token, timedelta(minutes=1)),
     }
     with pytest.raises(LeaseLost) as exc:
         calls[call]()

@@ -327,7 +327,7 @@ def test_the_queue_command_pauses_caps_lists_and_escapes_names(dsn: str, conn: C
     assert f"{queue}: paused since " in out and "0/4 running" in out
     assert run_cli(dsn, "queue", "resume", queue).stdout == f"queue {queue} resumed\n"
     assert run_cli(dsn, "queue", "limit", queue, "none").stdout == f"queue {queue}: no cap\n"
-    assert "no queue is paused or capped" in run_cli(dsn, "queue", "list").stdout
+    assert "no queue is paused, capped or rate-limited" in run_cli(dsn, "queue", "list").stdout
     for args, code, fragment in ((("queue", "limit", queue), 2, "needs MAX_RUNNING"),
                                  (("queue", "limit", queue, "0"), 2, "at least 1"),
                                  (("queue", "pause"), 2, "needs a QUEUE"),

@@ -499,6 +499,9 @@ CALLS: dict[str, str] = {
     "fail_many": "SELECT * FROM pgfence.fail_many(ARRAY[%(id)s]::bigint[], ARRAY[%(tok)s]::uuid[], ARRAY['boom'])",
     "release": "SELECT pgfence.release(%(id)s, %(tok)s)",
     "release_many": "SELECT * FROM pgfence.release_many(ARRAY[%(id)s]::bigint[], ARRAY[%(tok)s]::uuid[])",
+    "snooze": "SELECT pgfence.snooze(%(id)s, %(tok)s, '1 minute')",
+    "snooze_many": "SELECT * FROM pgfence.snooze_many(ARRAY[%(id)s]::bigint[], ARRAY[%(tok)s]::uuid[],"
+                   " ARRAY['1 minute']::interval[])",
     "report_rejection": "SELECT pgfence.report_rejection(%(id)s, %(tok)s, 'complete')",
     "sweeper_last_pass": "SELECT pgfence.sweeper_last_pass()",
     "requeue": "SELECT pgfence.requeue(%(id)s)",
@@ -546,8 +549,23 @@ CALLS: dict[str, str] = {
     "pause_queue": "SELECT pgfence.pause_queue(%(q)s)",
     "resume_queue": "SELECT pgfence.resume_queue(%(q)s)",
     "set_queue_limit": "SELECT pgfence.set_queue_limit(%(q)s, 2)",
+    "set_queue_rate_limit": "SELECT pgfence.set_queue_rate_limit(%(q)s, 2, '1 second')",
     "queue_limits": "SELECT count(*) FROM pgfence.queue_limits()",
     "select_queue_controls": "SELECT count(*) FROM pgfence.queue_controls",
+    "set_queue_timeout": "SELECT pgfence.set_queue_timeout(%(q)s, '1 hour')",
+    "queue_timeouts": "SELECT count(*) FROM pgfence.queue_timeouts()",
+    "select_queue_timeouts": "SELECT count(*) FROM pgfence.queue_timeouts",
+    "schedule": "SELECT pgfence.schedule(%(q)s, kind => 'k', every => '1 hour', queue => %(q)s, replace => true)",
+    "unschedule": "SELECT pgfence.unschedule(%(q)s)",
+    "pause_schedule": "SELECT pgfence.pause_schedule('t_no_such_schedule')",
+    "resume_schedule": "SELECT pgfence.resume_schedule('t_no_such_schedule')",
+    "schedules": "SELECT count(*) FROM pgfence.schedules()",
+    "fire_schedules": "SELECT pgfence.fire_schedules(1)",
+    "cron_next": "SELECT pgfence.cron_next('0 * * * *')",
+    "select_schedules": "SELECT count(*) FROM pgfence.schedules",
+    "select_schedule_slots": "SELECT count(*) FROM pgfence.schedule_slots",
+    "insert_schedule_slots": "INSERT INTO pgfence.schedule_slots VALUES (%(q)s, now(), 1, now())",
+    "update_schedules": "UPDATE pgfence.schedules SET next_fire_at = now() WHERE false",
     # private helpers: nobody but the owner
     "_reclaim": "SELECT * FROM pgfence._reclaim(1)",
     "_recover": "SELECT * FROM pgfence._recover(ARRAY[%(id)s]::bigint[], ARRAY[%(tok)s]::uuid[], 'x', true)",
@@ -557,14 +575,18 @@ CALLS: dict[str, str] = {
     "_check_isolation": "SELECT pgfence._check_isolation('x')",
     "_backoff": "SELECT pgfence._backoff(1)",
     "_fence_detail": "SELECT pgfence._fence_detail('done', NULL, NULL, NULL, NULL)",
+    "_end_timed_out": "SELECT pgfence._end_timed_out(ARRAY[%(id)s]::bigint[], ARRAY[%(tok)s]::uuid[])",
     "_may_read": "SELECT pgfence._may_read('x')",
     "_may_read_job": "SELECT pgfence._may_read_job(%(id)s)",
     "_claim_refuse": "SELECT pgfence._claim_refuse('w', NULL, '1 minute', 1)",
     "_claim_from_list": "SELECT pgfence._claim_from_list(ARRAY['a', 'b'], 1, clock_timestamp())",
     "_claim_controlled": "SELECT pgfence._claim_controlled(ARRAY['a', 'b'], 1, clock_timestamp())",
+    "_rate_tokens": "SELECT pgfence._rate_tokens(1, '1 second', 1, now(), now())",
+    "_rate_allowance": "SELECT pgfence._rate_allowance(1, '1 second', 1, now(), now())",
     "_check_enqueue_many_inputs": "SELECT pgfence._check_enqueue_many_inputs(ARRAY['k'], NULL, 'q', NULL, NULL, 3,"
                                   " 'auto', NULL)",
     "_check_fail_inputs": "SELECT pgfence._check_fail_inputs(1, ARRAY['e'], NULL, NULL)",
+    "_check_snooze_delay": "SELECT pgfence._check_snooze_delay('delay', '1 minute')",
     "_maintain_history": "SELECT count(*) FROM pgfence._maintain_history()",
     "_history_partition_name": "SELECT pgfence._history_partition_name(now())",
     "_utc_literal": "SELECT pgfence._utc_literal(now())",
@@ -572,6 +594,15 @@ CALLS: dict[str, str] = {
     "_key_held_after_insert": "SELECT pgfence._key_held_after_insert(%(q)s, 'k')",
     "_move_done_to_history": "CALL pgfence._move_done_to_history(1)",
     "_move_history_to_jobs": "CALL pgfence._move_history_to_jobs(1)",
+    "_cron_field": "SELECT pgfence._cron_field('minute', '*', 0, 59, '* * * * *')",
+    "_cron_parse": "SELECT * FROM pgfence._cron_parse('* * * * *')",
+    "_cron_next_local": "SELECT pgfence._cron_next_local('{0}', '{0}', '{1}', '{1}', '{0}', true, true, now()::timestamp)",
+    "_cron_next": "SELECT pgfence._cron_next('{0}', '{0}', '{1}', '{1}', '{0}', true, true, now(), 'UTC')",
+    "_local_instant": "SELECT pgfence._local_instant(now()::timestamp, 'UTC')",
+    "_check_time_zone": "SELECT pgfence._check_time_zone('tz', 'UTC')",
+    "_schedule_next": "SELECT pgfence._schedule_next(NULL::pgfence.schedules, now())",
+    "_schedule_due": "SELECT pgfence._schedule_due(NULL::pgfence.schedules, now(), 1)",
+    "_raise_no_schedule": "SELECT pgfence._raise_no_schedule('x')",
     # direct writes: the fence cannot be walked around
     "update_jobs": "UPDATE pgfence.jobs SET status = 'queued' WHERE id = %(id)s",
     "insert_jobs": "INSERT INTO pgfence.jobs (queue, kind) VALUES (%(q)s, 'k')",
@@ -597,7 +628,7 @@ CALLS: dict[str, str] = {
 }
 
 FENCED = {"claim", "heartbeat", "heartbeat_many", "complete", "complete_many", "fail", "fail_many",
-          "release", "release_many", "report_rejection"}
+          "release", "release_many", "snooze", "snooze_many", "report_rejection"}
 READ_API = {"limits", "job", "attempts_of", "rejections_of", "rejections_not_stored"}
 GRANTED: dict[str, set[str]] = {
     "t_prod_a": {"schema_version", "enqueue", "enqueue_many", "select_jobs", "select_finished_jobs",
@@ -612,7 +643,10 @@ GRANTED: dict[str, set[str]] = {
                "select_rejection_overflow", "select_sweeper_status", "select_retention",
                "maintain_history", "set_history_partition_width", "select_finished_jobs", "select_all_jobs",
                "select_all_attempts", "select_held_keys", "select_history_partitions", "select_history_settings",
-               "pause_queue", "resume_queue", "set_queue_limit", "queue_limits", "select_queue_controls"},
+               "pause_queue", "resume_queue", "set_queue_limit", "set_queue_rate_limit", "queue_limits",
+               "select_queue_controls", "set_queue_timeout", "queue_timeouts", "select_queue_timeouts",
+               "schedule", "unschedule", "pause_schedule", "resume_schedule", "schedules", "fire_schedules",
+               "cron_next", "select_schedules", "select_schedule_slots"},
     "t_nobody": set(),
 }
 # (t_oper, run_sweeper) is granted but cannot work: see test_operator_can_run_the_background_sweeper.

@@ -28,6 +28,7 @@ FENCED_CALLS = {
     "fail": "SELECT pgfence.fail(job_id => %(id)s, attempt_token => %(token)s, error => 'stale failure')",
     "fail_permanent": "SELECT pgfence.fail(job_id => %(id)s, attempt_token => %(token)s, error => 'stale', permanent => true)",
     "release": "SELECT pgfence.release(job_id => %(id)s, attempt_token => %(token)s)",
+    "snooze": "SELECT pgfence.snooze(job_id => %(id)s, attempt_token => %(token)s, delay => '1 minute')",
 }
 
 
@@ -84,7 +85,7 @@ def test_wrong_token_is_refused(conn: Conn, queue: str, call: str) -> None:
     assert job(conn, job_id) == before
 
 
-@pytest.mark.parametrize("call", ["heartbeat", "complete", "fail", "fail_permanent", "release"])
+@pytest.mark.parametrize("call", ["heartbeat", "complete", "fail", "fail_permanent", "release", "snooze"])
 def test_cancel_fences_the_running_worker(conn: Conn, conn2: Conn, queue: str, call: str) -> None:
     job_id = enqueue(conn, queue)
     token = claim_job(conn, queue, job_id, lease="1 hour")

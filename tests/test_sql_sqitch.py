@@ -505,3 +505,128 @@ def test_sqitch_upgrades_a_database_deployed_at_v0_7_0_and_reverts_to_it(scratch
         [(again, t)] = c.execute("SELECT id, attempt_token FROM pgfence.claim('w2', ARRAY['up7'])").fetchall()
         assert again == queued
         c.execute("SELECT pgfence.complete(%s, %s)", (again, t))
+
+
+def test_sqitch_upgrade_from_v0_7_0_keeps_timeouts_and_unique_keys_working_and_reverts(scratch_dsn: str) -> None:
+    """Run timeouts and unique_for: `sqitch deploy` from @v0.7.0 keeps a live lease valid and
+    adds the arguments; `sqitch revert --to @v0.7.0` while a job has a timeout set, one has
+    timed out and a done job's key has a held_until does not fail: enqueue and
+    enqueue_many get their old signatures back (no overload left), the reworked routines
+    their @v0.7.0 definitions, the timed-out attempt stays as reclaimed, the columns go."""
+    target = sqitch_target(scratch_dsn)
+    _ok(sqitch("deploy", "--to", "@v0.7.0", target=target), "deploy --to @v0.7.0")
+    reworked = ["pgfence._recover(bigint[], uuid[], text, boolean)", "pgfence._fence_detail(text, uuid, uuid, text, text)",
+                "pgfence.heartbeat_many(bigint[], uuid[], interval)", "pgfence.complete_many(bigint[], uuid[], jsonb[])",
+                "pgfence.claim(text, text[], interval, integer, uuid)", "pgfence._held_key(text, text)",
+                "pgfence.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text)",
+                "pgfence.enqueue_many(text[], jsonb[], text, integer[], timestamptz[], integer, text, text[])"]
+
+    def state(c: Conn) -> dict[str, Any]:
+        return {r: c.execute("SELECT proacl::text, proconfig, md5(prosrc), obj_description(oid, 'pg_proc')"
+                             " FROM pg_proc WHERE oid = to_regprocedure(%s)", (r,)).fetchone() for r in reworked}
+
+    with connect(scratch_dsn) as c:
+        before = state(c)
+        assert all(v is not None for v in before.values())
+        c.execute("SELECT pgfence.pause_sweeper()")
+        old = c.execute("SELECT pgfence.enqueue('k', queue => 'q1')").fetchone()[0]  # type: ignore[index]
+        [(old_token,)] = c.execute("SELECT attempt_token FROM pgfence.claim('w', ARRAY['q1'], '1 hour')").fetchall()
+
+    out = _ok(sqitch("deploy", target=target), "deploy (upgrade)")
+    assert "+ tables/job_timeouts" in out and "+ functions/queue_timeouts" in out, out
+    _ok(sqitch("verify", target=target), "verify (upgraded)")
+    with connect(scratch_dsn) as c:
+        c.execute("SELECT pgfence.heartbeat(%s, %s, '1 hour')", (old, old_token))  # a lease from before
+        c.execute("SELECT pgfence.set_queue_timeout('q2', '1 hour')")
+        timed = c.execute("SELECT pgfence.enqueue('k', queue => 'q3', timeout => '100 milliseconds')"
+                          ).fetchone()[0]  # type: ignore[index]
+        [(t,)] = c.execute("SELECT attempt_token FROM pgfence.claim('w', ARRAY['q3'])").fetchall()
+        c.execute("SELECT pg_sleep(0.15)")
+        assert c.execute("SELECT count(*) FROM pgfence.reclaim_expired()").fetchone() == (1,)
+        assert c.execute("SELECT outcome FROM pgfence.attempts WHERE job_id = %s", (timed,)).fetchall() == [
+            ("timed_out",)]
+        c.execute("SELECT pgfence.enqueue('k', queue => 'q2')")  # the queue's default: a timeout set
+        running = c.execute("SELECT pgfence.enqueue('k', queue => 'q4', timeout => '1 hour')"
+                            ).fetchone()[0]  # type: ignore[index]
+        c.execute("SELECT * FROM pgfence.claim('w', ARRAY['q4'], '1 minute')")
+        keyed = c.execute("SELECT pgfence.enqueue('k', queue => 'q5', idempotency_key => 'x', unique_for => '1 day')"
+                          ).fetchone()[0]  # type: ignore[index]
+        [(kt,)] = c.execute("SELECT attempt_token FROM pgfence.claim('w', ARRAY['q5'])").fetchall()
+        c.execute("SELECT pgfence.complete(%s, %s)", (keyed, kt))
+        assert c.execute("SELECT count(*) FROM pgfence.jobs WHERE timeout IS NOT NULL").fetchone() == (3,)
+
+    _ok(sqitch("revert", "-y", "--to", "@v0.7.0", target=target), "revert --to @v0.7.0")
+    _ok(sqitch("verify", target=target), "verify (reverted)")
+    with connect(scratch_dsn) as c:
+        assert state(c) == before
+        for gone in ("pgfence.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, interval, interval)",
+                     "pgfence.set_queue_timeout(text, interval)", "pgfence._end_timed_out(bigint[], uuid[])"):
+            assert c.execute("SELECT to_regprocedure(%s)", (gone,)).fetchone() == (None,), gone
+        assert c.execute("SELECT to_regclass('pgfence.queue_timeouts')").fetchone() == (None,)
+        assert c.execute("SELECT count(*) FROM information_schema.columns WHERE table_schema = 'pgfence'"
+                         " AND column_name IN ('timeout', 'unique_for', 'held_until')").fetchone() == (0,)
+        assert c.execute("SELECT outcome FROM pgfence.attempts WHERE job_id = %s", (timed,)).fetchall() == [
+            ("reclaimed",)]
+        # the running job, whose lease the timeout capped, completes; the old key is still held
+        [(rt,)] = c.execute("SELECT attempt_token FROM pgfence.jobs WHERE id = %s", (running,)).fetchall()
+        c.execute("SELECT pgfence.complete(%s, %s)", (running, rt))
+        assert c.execute("SELECT pgfence.enqueue('k', queue => 'q5', idempotency_key => 'x')").fetchone() == (keyed,)
+        c.execute("SELECT pgfence.complete(%s, %s)", (old, old_token))
+        c.execute("SELECT pgfence.resume_sweeper()")
+
+
+def test_sqitch_upgrade_from_v0_7_0_keeps_snoozes_and_rate_limits_working_and_reverts(scratch_dsn: str) -> None:
+    """Snooze and rate limits after @v0.7.0: `sqitch deploy` from @v0.7.0 adds snooze and the
+    outcome snoozed (leases from before stay valid and can be snoozed) and the rate limit on
+    pgfence.queue_controls (a cap from before stays); `sqitch revert --to @v0.7.0` restores
+    the reworked routines, the outcome list and the table exactly, a snoozed attempt kept as
+    released, a queue that had only a rate limit unlimited again, the cap kept."""
+    target = sqitch_target(scratch_dsn)
+    _ok(sqitch("deploy", "--to", "@v0.7.0", target=target), "deploy --to @v0.7.0")
+    reworked = ["pgfence.report_rejection(bigint, uuid, text)", "pgfence.limits()", "pgfence.queue_limits()",
+                "pgfence._claim_controlled(text[], integer, timestamptz)", "pgfence.resume_queue(text)",
+                "pgfence.set_queue_limit(text, integer)"]
+
+    def state(c: Conn) -> dict[str, Any]:
+        out: dict[str, Any] = {r: c.execute("SELECT proacl::text, proconfig, md5(prosrc) FROM pg_proc"
+                                            " WHERE oid = %s::regprocedure", (r,)).fetchone() for r in reworked}
+        out["outcomes"] = c.execute("SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+                                    " WHERE conname = 'attempts_outcome_valid'").fetchone()
+        out["controls"] = c.execute("SELECT array_agg(attname::text ORDER BY attnum) FROM pg_attribute"
+                                    " WHERE attrelid = 'pgfence.queue_controls'::regclass AND attnum > 0"
+                                    " AND NOT attisdropped").fetchone()
+        out["controls_checks"] = c.execute("SELECT array_agg(pg_get_constraintdef(oid) ORDER BY conname)"
+                                           " FROM pg_constraint WHERE conrelid = 'pgfence.queue_controls'::regclass"
+                                           ).fetchone()
+        return out
+
+    with connect(scratch_dsn) as c:
+        before = state(c)
+        c.execute("SELECT pgfence.pause_sweeper()")
+        job_id = c.execute("SELECT pgfence.enqueue('k', queue => 'q1')").fetchone()[0]  # type: ignore[index]
+        [(token,)] = c.execute("SELECT attempt_token FROM pgfence.claim('w1', ARRAY['q1'], '1 hour')").fetchall()
+        c.execute("SELECT pgfence.set_queue_limit('capped', 2)")
+
+    out = _ok(sqitch("deploy", target=target), "deploy (upgrade)")
+    assert "+ functions/snooze" in out and "+ tables/queue_rate_limits" in out, out
+    _ok(sqitch("verify", target=target), "verify (upgraded)")
+    with connect(scratch_dsn) as c:
+        assert c.execute("SELECT pgfence.snooze(%s, %s, '1 hour')", (job_id, token)).fetchone() == ("queued",)
+        assert c.execute("SELECT attempt, outcome FROM pgfence.attempts_of(%s)", (job_id,)).fetchall() == [
+            (1, "snoozed")]
+        c.execute("SELECT pgfence.set_queue_rate_limit('capped', 5, '1 minute')")
+        c.execute("SELECT pgfence.set_queue_rate_limit('rated', 1, '1 minute')")
+        c.execute("SELECT pgfence.enqueue_many(ARRAY['k', 'k'], queue => 'rated')")
+        assert len(c.execute("SELECT * FROM pgfence.claim('w', ARRAY['rated'], max_jobs => 2)").fetchall()) == 1
+        assert c.execute("SELECT queue, max_running, max_claims FROM pgfence.queue_limits()").fetchall() == [
+            ("capped", 2, 5), ("rated", None, 1)]
+
+    _ok(sqitch("revert", "-y", "--to", "@v0.7.0", target=target), "revert --to @v0.7.0")
+    _ok(sqitch("verify", target=target), "verify (reverted)")
+    with connect(scratch_dsn) as c:
+        assert state(c) == before
+        assert c.execute("SELECT to_regprocedure('pgfence.snooze(bigint, uuid, interval)')").fetchone() == (None,)
+        assert c.execute("SELECT attempt, outcome FROM pgfence.attempts_of(%s)", (job_id,)).fetchall() == [
+            (1, "released")]
+        assert c.execute("SELECT status FROM pgfence.job(%s)", (job_id,)).fetchone() == ("queued",)
+        assert c.execute("SELECT queue, max_running FROM pgfence.queue_limits()").fetchall() == [("capped", 2)]

@@ -24,7 +24,7 @@ from support.db import LEASE_EXPIRED, RELEASED, backends, terminate_backends, un
 from support.handlers import until_stopped
 from support.processes import worker_process
 from support.workers import job_in, running, start, wait_for, wait_status
-from pgfence import Client, Interrupted, Job, PermanentFailure, RetryAfter
+from pgfence import Client, Interrupted, Job, PermanentFailure, RetryAfter, Snooze
 
 
 def cli_flavor(flavor: str) -> list[str]:
@@ -108,6 +108,29 @@ def test_retry_after_still_dead_letters_when_attempts_are_exhausted(
     with running(start(dsn, queue, {"later": always_later}, workers, flavor=flavor)):
         final = wait_status(client, job_id, "failed")
     assert final.attempts == 2 and (final.last_error or "").startswith("RetryAfter: retry after 0:00:00")
+
+
+def test_a_handler_raising_snooze_runs_the_job_again_later_without_counting_a_failure(
+        dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
+    """max_attempts 1: two snoozes, then the one real attempt completes; the history has
+    the two snoozed attempts, numbered, and the worker counted them as snoozed."""
+    seen: list[int] = []
+
+    def not_yet(job: Job) -> Any:
+        seen.append(job.attempts)
+        if job.attempts < 3:
+            raise Snooze(timedelta(milliseconds=200))
+        return {"ran": job.attempts}
+
+    job_id = client.enqueue("not_yet", queue=queue, max_attempts=1)
+    worker = start(dsn, queue, {"not_yet": not_yet}, workers)
+    with running(worker):
+        final = wait_status(client, job_id, "done", "failed")
+    assert (final.status, final.result, final.attempts, final.max_attempts) == ("done", {"ran": 3}, 3, 3)
+    assert seen == [1, 2, 3]
+    assert [(a.attempt, a.outcome) for a in client.attempts(job_id)] == [(1, "snoozed"), (2, "snoozed"),
+                                                                            (3, "done")]
+    assert (worker.counters["snoozed"], worker.counters["completed"], worker.counters["failed"]) == (2, 1, 0)
 
 
 def test_unknown_kind_fails_permanently_with_a_clear_error(dsn: str, client: Client, queue: str,

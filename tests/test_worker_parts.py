@@ -22,10 +22,10 @@ from typing import Any, Optional, Sequence
 import psycopg
 import pytest
 
-from pgfence import Client, Interrupted, Job, Limits, Outcome, PermanentFailure, RawJson, RetryAfter
+from pgfence import Client, Interrupted, Job, Limits, Outcome, PermanentFailure, RawJson, RetryAfter, Snooze
 from pgfence.aio_parts import AsyncReporter
 from pgfence.handlers import run_handler
-from pgfence.heartbeats import Heartbeats, chunks, interval
+from pgfence.heartbeats import AFTER_EXPIRY, Heartbeats, chunks, interval
 from pgfence.ledger import Entry, Ledger, LockedLedger, Result
 from pgfence.reporter import MAX_REPORT_BATCH, Reporter, due, split, take_batch
 from pgfence.stopping import Stop, install_signals
@@ -39,7 +39,7 @@ def job(job_id: int, attempt: int = 1, kind: str = "k") -> Job:
 
 
 def counters() -> dict[str, int]:
-    return {"claimed": 0, "completed": 0, "failed": 0, "lease_lost": 0, "released": 0}
+    return {"claimed": 0, "completed": 0, "failed": 0, "lease_lost": 0, "released": 0, "snoozed": 0}
 
 
 # ------------------------------------------------------------- the ledger ----
@@ -196,6 +196,8 @@ def test_a_batch_splits_into_void_released_completed_and_failed() -> None:
     batch = [Result(a, True), Result(b, False, interrupted=True), Result(c, True), Result(d, False, "x")]
     s = split(batch)
     assert [[r.entry.id for r in part] for part in (s.void, s.interrupted, s.done, s.failed)] == [[1], [2], [3], [4]]
+    e = ledger.admit([job(5)])[0][0]
+    assert [r.entry.id for r in split([Result(e, False, None, snooze=timedelta(seconds=1))]).snoozed] == [5]
 
 
 class FakeCalls:
@@ -233,6 +235,12 @@ class FakeCalls:
                      started: bool = True) -> list[Outcome]:
         self._call("release" if started else "release unstarted", job_ids, [])
         return [Outcome(i, i not in self.stale, None if i in self.stale else "queued", None) for i in job_ids]
+
+    def snooze_many(self, job_ids: Sequence[int], attempt_tokens: Sequence[uuid.UUID],
+                    delays: Sequence[timedelta]) -> list[Outcome]:
+        self._call("snooze", job_ids, list(delays))
+        return [Outcome(i, i not in self.stale, "processing" if i in self.stale else "queued",
+                        "the lease was taken over" if i in self.stale else None) for i in job_ids]
 
 
 @pytest.fixture(params=["threads", "asyncio"])
@@ -293,6 +301,24 @@ def test_accepted_outcomes_are_counted_and_settled_in_one_call_each(driver: str)
     rep.report(batch)
     assert [(name, ids) for name, ids, _ in calls.sent] == [("complete", [1, 3]), ("fail", [2])]
     assert (c["completed"], c["failed"], c["lease_lost"]) == (2, 1, 0)
+    assert ledger.held == {} and ledger.finishing == set()
+
+
+def test_snoozed_outcomes_go_in_one_snooze_many_call_and_a_refused_one_marks_its_lease_lost(driver: str) -> None:
+    ledger, calls = Ledger(), FakeCalls()
+    entries, _ = ledger.admit([job(1), job(2), job(3)])
+    batch = []
+    for entry, outcome in zip(entries, [Result(entries[0], True, None),
+                                        Result(entries[1], False, None, snooze=timedelta(minutes=1)),
+                                        Result(entries[2], False, None, snooze=timedelta(seconds=5))]):
+        assert ledger.take() is entry
+        ledger.finish(outcome)
+        batch.append(outcome)
+    calls.stale = {3}
+    rep, c, _ = reporter(calls, ledger, driver=driver)
+    rep.report(batch)
+    assert calls.sent == [("complete", [1], [None]), ("snooze", [2, 3], [timedelta(minutes=1), timedelta(seconds=5)])]
+    assert (c["completed"], c["snoozed"], c["failed"], c["lease_lost"]) == (1, 1, 0, 1)
     assert ledger.held == {} and ledger.finishing == set()
 
 
@@ -495,6 +521,23 @@ def test_a_handler_outcome_names_the_retry_bound_of_the_limits() -> None:
     assert short.value.startswith("RetryAfter with delay datetime.timedelta(days=2) outside 0..1 days")
 
 
+def test_a_handler_raising_snooze_asks_for_a_snooze_within_the_limits() -> None:
+    def later(j: Job) -> Any:
+        raise Snooze(timedelta(days=2))
+
+    def never(j: Job) -> Any:
+        raise Snooze(timedelta(0))
+
+    entry = Entry(job(1, kind="later"))
+    got = run_handler(entry, {"later": later}, W)
+    assert (got.ok, got.snooze, got.value, got.retry_in) == (False, timedelta(days=2), None, None)
+    short = run_handler(entry, {"later": later}, W, Limits(snooze_max_s=86400))
+    assert short.snooze is None and short.value is not None
+    assert short.value.startswith("Snooze with delay datetime.timedelta(days=2) outside (0, 1 days]")
+    zero = run_handler(Entry(job(1, kind="never")), {"never": never}, W)
+    assert zero.snooze is None and (zero.value or "").startswith("Snooze with delay")
+
+
 def test_a_handler_outcome_says_what_the_handler_did() -> None:
     def stop(j: Job) -> Any:
         raise Interrupted()
@@ -538,3 +581,23 @@ def test_the_reporter_and_the_heartbeats_against_the_database(client: Client, qu
         ("cancelled", None), ("queued", None), ("queued", None), ("cancelled", None)]
     assert (c["completed"], c["failed"], c["released"], c["lease_lost"]) == (0, 1, 1, 2)
     assert rows[ids[1]].last_error == "Boom" and ledger.held == {} and not ledger.unreported()
+
+
+def test_heartbeats_ask_once_just_after_a_capped_lease_ends_and_never_spin() -> None:
+    """A run timeout caps a lease at the deadline: the next round comes just after that end
+    (AFTER_EXPIRY), not a third of the lease later; once a round was made for an end, a
+    clock running ahead (the database accepted the heartbeat, same end) cannot make the
+    rounds spin: the regular interval applies again."""
+    now = datetime.now(timezone.utc)
+    ledger = Ledger()
+    [capped, plain] = ledger.admit([job(1), job(2)])[0]
+    capped.expires, plain.expires = now + timedelta(seconds=2), now + timedelta(seconds=30)
+    hb = Heartbeats(FakeRenews(set()), ledger, worker_id=W, lease=timedelta(seconds=30), counters=counters())
+    assert hb.next_wait(now) == pytest.approx(2 + AFTER_EXPIRY)
+    assert hb.next_wait(now + timedelta(seconds=3)) == 0.01  # due
+    capped.expires = now - timedelta(seconds=1)  # (as if the deadline had passed)
+    hb.beat()  # accepted by the fake: no lease_expires_at in its reply, the end stays
+    assert hb.next_wait() == pytest.approx(10.0, abs=0.5)
+    # A new end (a heartbeat that renewed it) is asked about again.
+    capped.expires = datetime.now(timezone.utc) + timedelta(seconds=1)
+    assert hb.next_wait() < 1.5

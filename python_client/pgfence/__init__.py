@@ -9,13 +9,15 @@ from .client import SCHEMA_VERSION, Client, RawJson
 from .errors import (InvalidArgument, InvalidTransition, JobNotFound, LeaseLost, PgfenceError,
                      SchemaMismatch, WrongIsolation)
 from .limits import Limits
-from .models import Attempt, Enqueued, Job, JobRecord, Outcome, QueueLimit, QueueStats, Reclaimed, Rejection
-from .worker import Interrupted, PermanentFailure, RetryAfter, Worker
+from .models import (Attempt, Enqueued, Job, JobRecord, Outcome, QueueLimit, QueueStats, Reclaimed, Rejection,
+                     Schedule)
+from .worker import Interrupted, PermanentFailure, RetryAfter, Snooze, Worker
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Client", "Worker", "Job", "JobRecord", "Attempt", "Rejection", "Enqueued", "Outcome", "QueueStats", "QueueLimit", "Reclaimed", "RawJson",
+    "Schedule",
     "PgfenceError", "LeaseLost", "JobNotFound", "InvalidTransition", "InvalidArgument", "WrongIsolation",
-    "SchemaMismatch", "Limits", "Interrupted", "PermanentFailure", "RetryAfter", "SCHEMA_VERSION",
+    "SchemaMismatch", "Limits", "Interrupted", "PermanentFailure", "RetryAfter", "Snooze", "SCHEMA_VERSION",
 ]

@@ -9,6 +9,6 @@ exceptions are the same classes, re-exported here.
 
 from .aio_client import AsyncClient
 from .aio_worker import AsyncHandler, AsyncWorker
-from .handlers import Interrupted, PermanentFailure, RetryAfter
+from .handlers import Interrupted, PermanentFailure, RetryAfter, Snooze
 
-__all__ = ["AsyncClient", "AsyncWorker", "AsyncHandler", "Interrupted", "PermanentFailure", "RetryAfter"]
+__all__ = ["AsyncClient", "AsyncWorker", "AsyncHandler", "Interrupted", "PermanentFailure", "RetryAfter", "Snooze"]

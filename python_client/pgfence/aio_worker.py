@@ -11,12 +11,13 @@ lock: only the loop touches it), deciding as the threaded worker does with the s
   ``async def`` handler is awaited on the loop, any other runs on one of
   ``concurrency`` daemon threads (:class:`~pgfence.aio_parts.HandlerThreads`); what a
   return or raise becomes is :mod:`pgfence.handlers`' (``refusal``, ``raised``, ``returned``);
-* the flusher reports outcomes in batches: when is :func:`pgfence.reporter.due` and
-  :func:`~pgfence.reporter.take_batch`, what to send and what the answers mean are the
+* the flusher reports outcomes in batches (``complete_many``, ``fail_many``,
+  ``snooze_many``): when is :func:`pgfence.reporter.due` and :func:`~pgfence.reporter.take_batch`, what to send and what the answers mean are the
   steps of :class:`pgfence.reporter.Reporting`, which
   :class:`~pgfence.aio_parts.AsyncReporter` awaits;
-* the heartbeat task renews every held lease with ``heartbeat_many`` every ``lease / 3``
-  (:func:`pgfence.heartbeats.revoke_refused` reads the answers);
+* the heartbeat task renews every held lease with ``heartbeat_many`` every ``lease / 3``,
+  and just after a lease capped by a run timeout ends (:class:`pgfence.heartbeats.Rounds`
+  decides when, :func:`pgfence.heartbeats.revoke_refused` reads the answers);
 * the LISTEN wake-up is the threaded :class:`~pgfence.listener.Listener`, on a thread of
   its own with its own connection, and the stand-in sweeper is :func:`pgfence.sweeper.run`
   on another, calling the AsyncClient through the loop.
@@ -47,7 +48,7 @@ from .aio_client import AsyncClient
 from .aio_parts import AsyncReporter, BlockingCalls, HandlerThreads, is_async, wait_event
 from .claimer import CLAIM_HOLDOFF, SHUTDOWN_LOOKUP_WAIT, admit, claim_size, idle_wait, may_have_claimed
 from .handlers import Handler, raised, refusal, returned, run_handler
-from .heartbeats import chunks, interval, revoke_refused
+from .heartbeats import Rounds, chunks, interval, revoke_refused
 from .ledger import Entry, Ledger, Result
 from .limits import Limits
 from .listener import Listener
@@ -101,7 +102,8 @@ class AsyncWorker:
         self.listen = listen
         self.limits = limits
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{random.getrandbits(24):06x}"
-        self.counters = {"claimed": 0, "completed": 0, "failed": 0, "lease_lost": 0, "released": 0}
+        self.counters = {"claimed": 0, "completed": 0, "failed": 0, "lease_lost": 0, "released": 0,
+                         "snoozed": 0}
         self._async_kinds = {kind for kind, h in self.handlers.items() if is_async(h)}
         self._stop = Stop()
         self._ledger = Ledger(self._stop.stopping.is_set)
@@ -327,17 +329,24 @@ class AsyncWorker:
             await self._reporter.report(take_batch(results, self._reporter.max_batch))
 
     async def _heartbeat_loop(self) -> None:
-        """Renew every held lease every ``lease / 3`` (see :mod:`pgfence.heartbeats`)."""
+        """Renew every held lease every ``lease / 3``, and just after a lease capped by a run
+        timeout ends (the rounds of :class:`pgfence.heartbeats.Rounds`, as the threaded
+        worker's heartbeats; see :mod:`pgfence.heartbeats`)."""
         assert self.limits is not None
-        every = interval(self.lease)
-        while not await wait_event(self._done, every):
-            for chunk in chunks(self._ledger.held_entries(), self.limits.batch):
+        rounds = Rounds(self._ledger, interval(self.lease))
+        rounds.start()
+        while not await wait_event(self._done, rounds.sleep()):
+            if not rounds.due():
+                continue
+            entries = self._ledger.held_entries()
+            rounds.begin(entries)
+            for chunk in chunks(entries, self.limits.batch):
                 try:
                     outcomes = await self.client.heartbeat_many(
                         [e.job.id for e in chunk], [e.job.attempt_token for e in chunk], lease=self.lease)
                 except RETRYABLE as exc:
                     log.warning("worker %s: heartbeat failed (%s); next try in %.1fs", self.worker_id,
-                                str(exc).strip(), every)
+                                str(exc).strip(), rounds.interval)
                     break
                 revoke_refused(self._ledger, chunk, outcomes, self.counters)
 

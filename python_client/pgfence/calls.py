@@ -27,7 +27,7 @@ from psycopg.types.json import Jsonb
 from .errors import JobNotFound, SchemaMismatch
 from .limits import Limits
 from .models import (Attempt, Enqueued, Job, JobRecord, Outcome, QueueLimit, QueueStats, Reclaimed, Rejection,
-                     SweeperHealth)
+                     Schedule, SweeperHealth)
 
 #: The ``pgfence.schema_version()`` this client speaks.
 SCHEMA_VERSION = 3
@@ -120,19 +120,22 @@ def not_deployed() -> SchemaMismatch:
 
 def enqueue(kind: str, payload: Any = None, *, queue: str = "default", priority: int = 0,
             run_at: Optional[datetime] = None, max_attempts: int = 3,
-            recovery_policy: str = "auto", idempotency_key: Optional[str] = None) -> Call[int]:
+            recovery_policy: str = "auto", idempotency_key: Optional[str] = None,
+            timeout: Optional[timedelta] = None, unique_for: Optional[timedelta] = None) -> Call[int]:
     return _scalar(
         "SELECT pgfence.enqueue(kind => %s, payload => %s, queue => %s, priority => %s, "
-        "run_at => %s, max_attempts => %s, recovery_policy => %s, idempotency_key => %s)",
+        "run_at => %s, max_attempts => %s, recovery_policy => %s, idempotency_key => %s, "
+        "timeout => %s::interval, unique_for => %s::interval)",
         (kind, Jsonb({} if payload is None else payload), queue, priority, _aware(run_at),
-         max_attempts, recovery_policy, idempotency_key), int)
+         max_attempts, recovery_policy, idempotency_key, timeout, unique_for), int)
 
 
 def enqueue_many(kinds: Sequence[str], payloads: Optional[Sequence[Any]] = None, *,
                  queue: str = "default", priorities: Optional[Sequence[int]] = None,
                  run_ats: Optional[Sequence[Optional[datetime]]] = None, max_attempts: int = 3,
                  recovery_policy: str = "auto",
-                 idempotency_keys: Optional[Sequence[Optional[str]]] = None) -> Call[list[Enqueued]]:
+                 idempotency_keys: Optional[Sequence[Optional[str]]] = None,
+                 timeout: Optional[timedelta] = None, unique_for: Optional[timedelta] = None) -> Call[list[Enqueued]]:
     # Payloads travel as one JSON array that the server unpacks in order: one
     # json.dumps and one jsonb parse instead of a jsonb[] literal of escaped
     # elements (1,000-job batches: 64-68k -> 100-113k jobs/s, measured).
@@ -141,7 +144,7 @@ def enqueue_many(kinds: Sequence[str], payloads: Optional[Sequence[Any]] = None,
         params.append(json.dumps([{} if p is None else p for p in payloads]))
     params += [queue, None if priorities is None else list(priorities),
                None if run_ats is None else [_aware(t) for t in run_ats], max_attempts, recovery_policy,
-               None if idempotency_keys is None else list(idempotency_keys)]
+               None if idempotency_keys is None else list(idempotency_keys), timeout, unique_for]
     query = _ENQUEUE_MANY.format(payloads="NULL" if payloads is None else _PAYLOADS_FROM_JSON_ARRAY)
     return _rows(Enqueued, query, params, positional=True)
 
@@ -238,6 +241,17 @@ def release_many(job_ids: Sequence[int], attempt_tokens: Sequence[uuid.UUID], *,
                  f"{_FENCE_ARRAYS}, started => %s)", (list(job_ids), list(attempt_tokens), started))
 
 
+def snooze(job_id: int, attempt_token: uuid.UUID, delay: timedelta) -> Call[str]:
+    return _scalar("SELECT pgfence.snooze(job_id => %s, attempt_token => %s, delay => %s)",
+                   (job_id, attempt_token, delay), str, fenced=("snooze", job_id, attempt_token))
+
+
+def snooze_many(job_ids: Sequence[int], attempt_tokens: Sequence[uuid.UUID],
+                delays: Sequence[timedelta]) -> Call[list[Outcome]]:
+    return _rows(Outcome, "SELECT id, accepted, status, detail FROM pgfence.snooze_many("
+                 f"{_FENCE_ARRAYS}, delays => %s::interval[])", (list(job_ids), list(attempt_tokens), list(delays)))
+
+
 # -- operator ---------------------------------------------------------------------
 
 def reclaim_expired(max_jobs: int = 50) -> Call[list[Reclaimed]]:
@@ -313,9 +327,65 @@ def set_queue_limit(queue: str, max_running: Optional[int]) -> Call[None]:
                    (queue, max_running), _none)
 
 
+def set_queue_timeout(queue: str, timeout: Optional[timedelta]) -> Call[None]:
+    return _scalar("SELECT pgfence.set_queue_timeout(queue => %s, timeout => %s::interval)", (queue, timeout), _none)
+
+
+def queue_timeouts() -> Call[dict[str, timedelta]]:
+    return Call("SELECT queue, timeout FROM pgfence.queue_timeouts()", None,
+                lambda rows, conn: {str(q): t for q, t in rows})
+
+
+def set_queue_rate_limit(queue: str, max_claims: Optional[int],
+                         per: timedelta = timedelta(seconds=1)) -> Call[None]:
+    return _scalar("SELECT pgfence.set_queue_rate_limit(queue => %s, max_claims => %s::integer, per => %s)",
+                   (queue, max_claims, per), _none)
+
+
 def queue_limits() -> Call[list[QueueLimit]]:
-    return _rows(QueueLimit, "SELECT queue, paused_at, paused_by, max_running, running, limited_at, limited_by"
+    return _rows(QueueLimit, "SELECT queue, paused_at, paused_by, max_running, running, limited_at, limited_by,"
+                 " max_claims, claims_per, claims_available, rate_limited_at, rate_limited_by"
                  " FROM pgfence.queue_limits()", positional=True)
+
+
+def schedule(name: str, cron: Optional[str] = None, kind: Optional[str] = None, payload: Any = None, *,
+             queue: str = "default", priority: int = 0, max_attempts: int = 3, recovery_policy: str = "auto",
+             time_zone: str = "UTC", catch_up: str = "latest", every: Optional[timedelta] = None,
+             replace: bool = False, slot_key: Optional[str] = None) -> Call[datetime]:
+    return _scalar(
+        "SELECT pgfence.schedule(name => %s, cron => %s, kind => %s, payload => %s, queue => %s,"
+        " priority => %s, max_attempts => %s, recovery_policy => %s, time_zone => %s, catch_up => %s,"
+        " every => %s::interval, replace => %s, slot_key => %s)",
+        (name, cron, kind, Jsonb({} if payload is None else payload), queue, priority, max_attempts,
+         recovery_policy, time_zone, catch_up, every, replace, slot_key))
+
+
+def unschedule(name: str) -> Call[bool]:
+    return _scalar("SELECT pgfence.unschedule(name => %s)", (name,), bool)
+
+
+def pause_schedule(name: str) -> Call[bool]:
+    return _scalar("SELECT pgfence.pause_schedule(name => %s)", (name,), bool)
+
+
+def resume_schedule(name: str) -> Call[bool]:
+    return _scalar("SELECT pgfence.resume_schedule(name => %s)", (name,), bool)
+
+
+def schedules() -> Call[list[Schedule]]:
+    return _rows(Schedule,
+                 "SELECT name, cron, every, kind, payload, queue, priority, max_attempts, recovery_policy, time_zone,"
+                 " catch_up, slot_key, paused_at, paused_by, created_at, created_by, next_fire_at, last_fire_at,"
+                 " last_slot, last_job_id, last_error, last_error_at FROM pgfence.schedules()", positional=True)
+
+
+def fire_schedules(max_slots: int = 100) -> Call[int]:
+    return _scalar("SELECT pgfence.fire_schedules(max_slots => %s)", (max_slots,), int)
+
+
+def cron_next(cron: str, after: Optional[datetime] = None, time_zone: str = "UTC") -> Call[Optional[datetime]]:
+    return _scalar("SELECT pgfence.cron_next(cron => %s, after => coalesce(%s, now()), time_zone => %s)",
+                   (cron, _aware(after), time_zone))
 
 
 def wakeup_tags(queues: Sequence[str]) -> Call[dict[str, str]]:
@@ -376,7 +446,7 @@ _FENCE_ARRAYS = "job_ids => %b::bigint[], attempt_tokens => %b::uuid[]"
 
 _ENQUEUE_MANY = ("SELECT ordinal, id, created FROM pgfence.enqueue_many(kinds => %s, payloads => {payloads}, "
                  "queue => %s, priorities => %s, run_ats => %s, max_attempts => %s, recovery_policy => %s, "
-                 "idempotency_keys => %s)")
+                 "idempotency_keys => %s, timeout => %s::interval, unique_for => %s::interval)")
 _PAYLOADS_FROM_JSON_ARRAY = ("ARRAY(SELECT p.value FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS p(value, ord)"
                              " ORDER BY p.ord)")
 

@@ -70,6 +70,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _duration(text: str) -> timedelta:
+    """``--timeout``: a positive number of seconds."""
+    return timedelta(seconds=_positive_seconds(text))
+
+
+def _duration_or_zero(text: str) -> timedelta:
+    """``--unique-for``: 0 or a positive number of seconds."""
+    return timedelta(seconds=_nonnegative_seconds(text))
+
+
 def _nonnegative_int(text: str) -> int:
     value = _int(text)
     if value < 0:
@@ -183,6 +193,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--recovery-policy", choices=("auto", "manual"), default="auto",
                    help="when a lease expires: auto requeues, manual sends to manual_review (default auto)")
     e.add_argument("--idempotency-key", metavar="KEY", help="at most one live or done job per (queue, key)")
+    e.add_argument("--timeout", type=_duration, metavar="SECONDS",
+                   help="run timeout of each attempt (default: the queue's, else none)")
+    e.add_argument("--unique-for", type=_duration_or_zero, metavar="SECONDS",
+                   help="how long a done job keeps holding its key: 0 not at all, else until its creation "
+                        "plus that (default: its retention)")
     e.set_defaults(func=cmd_enqueue)
 
     s = command("stats", "jobs per queue and status, and the sweeper's health",
@@ -210,16 +225,60 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("job_id", metavar="ID", type=_positive_int, help="the job id")
     c.set_defaults(func=cmd_cancel)
 
-    q = command("queue", "pause, resume or cap a queue, or list the paused and capped ones",
+    q = command("queue", "pause, resume, cap or rate-limit a queue, or list the controlled ones",
                 "Flow control per queue (operators): 'pause' makes claims take nothing from QUEUE (jobs "
                 "already claimed finish; enqueue still works), 'resume' undoes it, 'limit' caps how many "
-                "of its jobs are processing at once across every worker ('none' removes the cap), "
-                "'list' prints the paused and capped queues with their running jobs.")
-    q.add_argument("action", choices=("pause", "resume", "limit", "list"), help="what to do")
+                "of its jobs are processing at once across every worker ('none' removes the cap), 'rate' "
+                "lets claims hand out at most N of its jobs per --per seconds (a token bucket; 'none' "
+                "removes it), 'timeout' sets the default run timeout in seconds of its jobs enqueued from "
+                "now on ('none' removes it), 'list' prints the paused, capped and rate-limited queues with "
+                "their running jobs.")
+    q.add_argument("action", choices=("pause", "resume", "limit", "rate", "timeout", "list"), help="what to do")
     q.add_argument("queue", metavar="QUEUE", nargs="?", help="the queue (not for 'list')")
-    q.add_argument("max_running", metavar="MAX_RUNNING", nargs="?", type=_limit, default=_NOT_GIVEN,
-                   help="for 'limit': a positive number, or 'none' to remove the cap")
+    q.add_argument("max_running", metavar="N", nargs="?", type=_limit, default=_NOT_GIVEN,
+                   help="for 'limit': MAX_RUNNING; for 'rate': MAX_CLAIMS; for 'timeout': SECONDS; a positive "
+                        "number, or 'none' to remove the cap, the rate limit or the timeout")
+    q.add_argument("--per", type=_positive_seconds, default=None, metavar="SECONDS",
+                   help="for 'rate': the interval of MAX_CLAIMS, in seconds (default 1; 0.001..86400)")
     q.set_defaults(func=cmd_queue)
+
+    sc = command("schedule", "add, remove, pause, resume or list schedules",
+                 "Schedules (operators): pgfence enqueues a job at each slot of a cron expression (5 fields, "
+                 "in --time-zone) or every fixed interval; the background sweeper fires due slots, each "
+                 "exactly once.")
+    scs = sc.add_subparsers(dest="schedule_action", metavar="ACTION", parser_class=_Parser)
+    scs.required = True
+    sa = scs.add_parser("add", parents=[common], help="create (or with --replace, change) a schedule",
+                        description="pgfence.schedule: enqueue KIND with PAYLOAD_JSON at each slot of --cron or "
+                                    "--every; prints the first slot.")
+    sa.add_argument("name", metavar="NAME", help="the schedule's name")
+    sa.add_argument("kind", metavar="KIND", help="the kind of the jobs it enqueues")
+    sa.add_argument("payload", metavar="PAYLOAD_JSON", nargs="?", default="{}",
+                    help="a JSON object (default {}); '-' reads it from stdin")
+    when = sa.add_mutually_exclusive_group(required=True)
+    when.add_argument("--cron", metavar="EXPR", help="5 fields: minute hour day-of-month month day-of-week "
+                      "(e.g. '*/5 * * * *', '0 3 * * mon-fri'), or @hourly, @daily, ...")
+    when.add_argument("--every", type=_positive_int, metavar="SECONDS",
+                      help="every SECONDS seconds (slots at multiples of it since the Unix epoch)")
+    sa.add_argument("--queue", default="default", help="queue name (default 'default')")
+    sa.add_argument("--priority", type=_int, default=0, help="higher runs first (default 0)")
+    sa.add_argument("--max-attempts", type=_positive_int, default=3, help="claims before dead-lettering (default 3)")
+    sa.add_argument("--recovery-policy", choices=("auto", "manual"), default="auto",
+                    help="when a lease expires: auto requeues, manual sends to manual_review (default auto)")
+    sa.add_argument("--time-zone", default="UTC", help="the zone of the cron's wall-clock times (default UTC)")
+    sa.add_argument("--catch-up", choices=("all", "latest", "none"), default="latest",
+                    help="slots missed while nothing fired: all (at most 100), latest (default) or none")
+    sa.add_argument("--replace", action="store_true", help="change the schedule if NAME exists")
+    sa.add_argument("--slot-key", metavar="KEY",
+                    help="put each job's slot (ISO 8601, UTC) into its payload under KEY (default: not)")
+    for action, summary in (("remove", "remove a schedule (its jobs stay)"),
+                            ("pause", "stop a schedule firing until resumed"),
+                            ("resume", "fire a paused schedule again, from its next slot")):
+        one = scs.add_parser(action, parents=[common], help=summary, description=summary + ".")
+        one.add_argument("name", metavar="NAME", help="the schedule's name")
+    scs.add_parser("list", parents=[common], help="every schedule with its next and last fire time",
+                   description="pgfence.schedules(): every schedule with its next and last fire time.")
+    sc.set_defaults(func=cmd_schedule)
 
     r = command("reclaim", "reclaim every expired lease now",
                 "CALL pgfence.sweep(): reclaim every expired lease now (what the background sweeper "
@@ -357,7 +416,8 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     def body(client: Client, conn: psycopg.Connection[Any]) -> int:
         job_id = client.enqueue(args.kind, payload, queue=args.queue, priority=args.priority,
                                 run_at=args.run_at, max_attempts=args.max_attempts,
-                                recovery_policy=args.recovery_policy, idempotency_key=args.idempotency_key)
+                                recovery_policy=args.recovery_policy, idempotency_key=args.idempotency_key,
+                                timeout=args.timeout, unique_for=args.unique_for)
         print(job_id)
         return 0
     return _with_client(args, body)
@@ -454,7 +514,7 @@ def _history_line(client: Client) -> str:
         counts = client.history_summary(timedelta(hours=1))
     except psycopg.errors.InsufficientPrivilege:
         return "last hour: attempt history needs the pgfence_operator role"
-    outcomes = ["done", "failed", "reclaimed", "released", "cancelled"]
+    outcomes = ["done", "failed", "reclaimed", "released", "cancelled", "snoozed"]
     parts = [f"{o} {counts.get(o, 0)}" for o in outcomes]
     return f"last hour: attempts {', '.join(parts)}; refused stale calls {counts.get('rejected', 0)}"
 
@@ -553,17 +613,27 @@ def _limit(text: str) -> Optional[int]:
     return _positive_int(text)
 
 
+def _rate_text(max_claims: int, per: timedelta) -> str:
+    seconds = per.total_seconds()
+    return f"at most {max_claims} claimed per {seconds:g} second{'' if seconds == 1 else 's'}"
+
+
 def cmd_queue(args: argparse.Namespace) -> int:
     if args.action == "list":
         if args.queue is not None:
             raise CliError("'queue list' takes no QUEUE", hint="run 'pgfence queue list'", code=2)
     elif args.queue is None:
         raise CliError(f"'queue {args.action}' needs a QUEUE", hint=f"run 'pgfence queue {args.action} NAME'", code=2)
-    if args.action == "limit" and args.max_running is _NOT_GIVEN:
-        raise CliError("'queue limit' needs MAX_RUNNING",
-                       hint="pass a positive number, or 'none' to remove the cap", code=2)
-    if args.action != "limit" and args.max_running is not _NOT_GIVEN:
-        raise CliError(f"'queue {args.action}' takes no MAX_RUNNING", hint="only 'queue limit' does", code=2)
+    needs = {"limit": "MAX_RUNNING", "rate": "MAX_CLAIMS", "timeout": "SECONDS"}
+    removes = {"limit": "cap", "rate": "rate limit", "timeout": "default run timeout"}
+    if args.action in needs and args.max_running is _NOT_GIVEN:
+        raise CliError(f"'queue {args.action}' needs {needs[args.action]}",
+                       hint=f"pass a positive number, or 'none' to remove the {removes[args.action]}", code=2)
+    if args.action not in needs and args.max_running is not _NOT_GIVEN:
+        raise CliError(f"'queue {args.action}' takes no MAX_RUNNING, MAX_CLAIMS or SECONDS",
+                       hint="only 'queue limit', 'queue rate' and 'queue timeout' do", code=2)
+    if args.action != "rate" and args.per is not None:
+        raise CliError(f"'queue {args.action}' takes no --per", hint="only 'queue rate' does", code=2)
 
     def body(client: Client, conn: psycopg.Connection[Any]) -> int:
         name = printable(args.queue or "")
@@ -575,15 +645,70 @@ def cmd_queue(args: argparse.Namespace) -> int:
             client.set_queue_limit(args.queue, args.max_running)
             print(f"queue {name}: no cap" if args.max_running is None
                   else f"queue {name}: at most {args.max_running} running")
+        elif args.action == "timeout":
+            client.set_queue_timeout(args.queue, None if args.max_running is None
+                                     else timedelta(seconds=args.max_running))
+            print(f"queue {name}: no default run timeout" if args.max_running is None
+                  else f"queue {name}: run timeout {args.max_running}s for jobs enqueued from now on")
+        elif args.action == "rate":
+            per = timedelta(seconds=args.per if args.per is not None else 1.0)
+            client.set_queue_rate_limit(args.queue, args.max_running, per)
+            print(f"queue {name}: no rate limit" if args.max_running is None
+                  else f"queue {name}: {_rate_text(args.max_running, per)}")
         else:
             rows = client.queue_limits()
             if not rows:
-                print("no queue is paused or capped")
+                print("no queue is paused, capped or rate-limited")
             for r in rows:
                 paused = (f"paused since {r.paused_at.isoformat(sep=' ', timespec='seconds')} by {printable(r.paused_by or '')}"
                           if r.paused_at else "running")
                 cap = f"{r.running}/{r.max_running} running" if r.max_running is not None else f"{r.running} running, no cap"
-                print(f"{printable(r.queue)}: {paused}; {cap}")
+                rate = (f"; {_rate_text(r.max_claims, r.claims_per)} ({r.claims_available} available now)"
+                        if r.max_claims is not None and r.claims_per is not None else "")
+                print(f"{printable(r.queue)}: {paused}; {cap}{rate}")
+        return 0
+    return _with_client(args, body)
+
+
+def _when(value: Optional[datetime]) -> str:
+    return value.isoformat(sep=" ", timespec="seconds") if value is not None else "never"
+
+
+def cmd_schedule(args: argparse.Namespace) -> int:
+    payload = _read_payload(args.payload) if args.schedule_action == "add" else None
+
+    def body(client: Client, conn: psycopg.Connection[Any]) -> int:
+        action = args.schedule_action
+        name = printable(getattr(args, "name", ""))
+        if action == "add":
+            first = client.schedule(args.name, args.cron, args.kind, payload, queue=args.queue,
+                                    priority=args.priority, max_attempts=args.max_attempts,
+                                    recovery_policy=args.recovery_policy, time_zone=args.time_zone,
+                                    catch_up=args.catch_up,
+                                    every=None if args.every is None else timedelta(seconds=args.every),
+                                    replace=args.replace, slot_key=args.slot_key)
+            print(f"schedule {name}: first slot {_when(first)}")
+        elif action == "remove":
+            print(f"schedule {name} removed" if client.unschedule(args.name) else f"no schedule {name}")
+        elif action == "pause":
+            print(f"schedule {name} paused" if client.pause_schedule(args.name)
+                  else f"schedule {name} was paused already")
+        elif action == "resume":
+            print(f"schedule {name} resumed" if client.resume_schedule(args.name)
+                  else f"schedule {name} was not paused")
+        else:
+            rows = client.schedules()
+            if not rows:
+                print("no schedules")
+            for r in rows:
+                when = (f"cron {printable(r.cron)} {printable(r.time_zone)}" if r.cron is not None
+                        else f"every {int(r.every.total_seconds()) if r.every else 0}s")
+                state = (f"paused since {_when(r.paused_at)} by {printable(r.paused_by or '')}"
+                         if r.paused_at else f"next {_when(r.next_fire_at)}")
+                print(f"{printable(r.name)}: {when}; kind {printable(r.kind)} queue {printable(r.queue)};"
+                      f" catch-up {printable(r.catch_up)}; {state}; last {_when(r.last_fire_at)}"
+                      f"{'' if r.last_job_id is None else f' (job {r.last_job_id})'}; by {printable(r.created_by)}"
+                      f"{'' if r.last_error is None else f'; failing since {_when(r.last_error_at)}: {printable(r.last_error)}'}")
         return 0
     return _with_client(args, body)
 

@@ -20,7 +20,7 @@ from .calls import SCHEMA_VERSION, Call, RawJson
 from .errors import LeaseLost, PgfenceError, translate
 from .limits import Limits
 from .models import (Attempt, Enqueued, Job, JobRecord, Outcome, QueueLimit, QueueStats, Reclaimed, Rejection,
-                     SweeperHealth)
+                     Schedule, SweeperHealth)
 
 log = escaped_logger("pgfence.client")
 
@@ -164,25 +164,36 @@ class Client:
 
     def enqueue(self, kind: str, payload: Any = None, *, queue: str = "default", priority: int = 0,
                 run_at: Optional[datetime] = None, max_attempts: int = 3,
-                recovery_policy: str = "auto", idempotency_key: Optional[str] = None) -> int:
+                recovery_policy: str = "auto", idempotency_key: Optional[str] = None,
+                timeout: Optional[timedelta] = None, unique_for: Optional[timedelta] = None) -> int:
         """``pgfence.enqueue``: one job; returns its id (an existing job's id when
-        ``idempotency_key`` matches a live or done job of the queue)."""
+        ``idempotency_key`` matches a live or done job of the queue that holds it).
+
+        ``timeout`` (default ``None``: the queue's default, :meth:`set_queue_timeout`, or
+        none): the run timeout of each attempt; past it the attempt ends as ``timed_out``
+        and the job follows its ``recovery_policy``. ``unique_for`` (default ``None``: a
+        done job holds its key for its retention): ``timedelta(0)`` holds the key only while
+        the job is queued, processing or in manual_review; a period holds it until the
+        job's creation plus that period."""
         return self._do(calls.enqueue(kind, payload, queue=queue, priority=priority, run_at=run_at,
                                       max_attempts=max_attempts, recovery_policy=recovery_policy,
-                                      idempotency_key=idempotency_key))
+                                      idempotency_key=idempotency_key, timeout=timeout, unique_for=unique_for))
 
     def enqueue_many(self, kinds: Sequence[str], payloads: Optional[Sequence[Any]] = None, *,
                      queue: str = "default", priorities: Optional[Sequence[int]] = None,
                      run_ats: Optional[Sequence[Optional[datetime]]] = None, max_attempts: int = 3,
                      recovery_policy: str = "auto",
-                     idempotency_keys: Optional[Sequence[Optional[str]]] = None) -> list[Enqueued]:
+                     idempotency_keys: Optional[Sequence[Optional[str]]] = None,
+                     timeout: Optional[timedelta] = None, unique_for: Optional[timedelta] = None) -> list[Enqueued]:
         """``pgfence.enqueue_many``: up to 10,000 jobs into one queue in one call.
 
         Parallel sequences; returns one :class:`Enqueued` per input, in input order.
+        ``timeout`` and ``unique_for``: one value for the batch, as :meth:`enqueue`'s.
         """
         return self._do(calls.enqueue_many(kinds, payloads, queue=queue, priorities=priorities, run_ats=run_ats,
                                            max_attempts=max_attempts, recovery_policy=recovery_policy,
-                                           idempotency_keys=idempotency_keys))
+                                           idempotency_keys=idempotency_keys, timeout=timeout,
+                                           unique_for=unique_for))
 
     # -- worker -----------------------------------------------------------
 
@@ -251,6 +262,19 @@ class Client:
                      started: bool = True) -> list[Outcome]:
         """``pgfence.release_many``: give many attempts back; per-job outcome."""
         return self._do(calls.release_many(job_ids, attempt_tokens, started=started))
+
+    def snooze(self, job_id: int, attempt_token: uuid.UUID, delay: timedelta) -> str:
+        """``pgfence.snooze``: back to the queue after ``delay`` (more than 0, at most 365 days),
+        the attempt recorded ``snoozed`` and not counted toward ``max_attempts``; returns the new
+        status (``queued``; past 100 snoozes of the job the attempt fails instead: ``queued`` or
+        ``failed``). Raises :class:`LeaseLost`."""
+        return self._do(calls.snooze(job_id, attempt_token, delay))
+
+    def snooze_many(self, job_ids: Sequence[int], attempt_tokens: Sequence[uuid.UUID],
+                    delays: Sequence[timedelta]) -> list[Outcome]:
+        """``pgfence.snooze_many``: snooze many attempts in one call; per-job outcome (an
+        accepted row past the snooze cap has a ``detail`` saying the attempt failed instead)."""
+        return self._do(calls.snooze_many(job_ids, attempt_tokens, delays))
 
     # -- operator ---------------------------------------------------------
 
@@ -322,9 +346,73 @@ class Client:
         processing at once across every worker (operators); ``None`` removes the cap."""
         return self._do(calls.set_queue_limit(queue, max_running))
 
+    def set_queue_timeout(self, queue: str, timeout: Optional[timedelta]) -> None:
+        """``pgfence.set_queue_timeout``: the run timeout (1 ms..30 days) of ``queue``'s jobs
+        enqueued from now on without one of their own (operators); ``None`` removes it."""
+        return self._do(calls.set_queue_timeout(queue, timeout))
+
+    def queue_timeouts(self) -> dict[str, timedelta]:
+        """``pgfence.queue_timeouts()``: {queue: its default run timeout} (operators)."""
+        return self._do(calls.queue_timeouts())
+
+    def set_queue_rate_limit(self, queue: str, max_claims: Optional[int],
+                             per: timedelta = timedelta(seconds=1)) -> None:
+        """``pgfence.set_queue_rate_limit``: claims hand out at most ``max_claims`` (1..1,000,000)
+        jobs of ``queue`` per ``per`` (1 ms..1 day) across every worker, by a token bucket (a
+        burst of ``max_claims`` after an idle spell); the rest stay queued (operators).
+        ``None`` removes the limit."""
+        return self._do(calls.set_queue_rate_limit(queue, max_claims, per))
+
     def queue_limits(self) -> list[QueueLimit]:
-        """``pgfence.queue_limits()``: the paused and capped queues, with their running jobs."""
+        """``pgfence.queue_limits()``: the paused, capped and rate-limited queues, with their
+        running jobs and the claims a rate limit allows now."""
         return self._do(calls.queue_limits())
+
+    def schedule(self, name: str, cron: Optional[str] = None, kind: Optional[str] = None, payload: Any = None, *,
+                 queue: str = "default", priority: int = 0, max_attempts: int = 3, recovery_policy: str = "auto",
+                 time_zone: str = "UTC", catch_up: str = "latest", every: Optional[timedelta] = None,
+                 replace: bool = False, slot_key: Optional[str] = None) -> datetime:
+        """``pgfence.schedule``: enqueue ``kind`` at each slot of ``cron`` (5 fields, wall-clock
+        times of ``time_zone``) or ``every`` interval (operators); returns the first slot.
+
+        Options as :meth:`enqueue`; ``catch_up`` after a downtime: ``"all"`` (each missed
+        slot, the newest 100 at most), ``"latest"`` (default) or ``"none"``. An existing
+        ``name`` is refused (``psycopg.errors.UniqueViolation``) unless ``replace=True``.
+        ``slot_key``: put each job's slot (ISO 8601, UTC) into its payload under this key.
+        """
+        return self._do(calls.schedule(name, cron, kind, payload, queue=queue, priority=priority,
+                                       max_attempts=max_attempts, recovery_policy=recovery_policy,
+                                       time_zone=time_zone, catch_up=catch_up, every=every, replace=replace,
+                                       slot_key=slot_key))
+
+    def unschedule(self, name: str) -> bool:
+        """``pgfence.unschedule``: remove a schedule (its jobs stay); true when it existed."""
+        return self._do(calls.unschedule(name))
+
+    def pause_schedule(self, name: str) -> bool:
+        """``pgfence.pause_schedule``: the schedule fires nothing until :meth:`resume_schedule`;
+        true when it paused it. An unknown name raises :class:`InvalidArgument`."""
+        return self._do(calls.pause_schedule(name))
+
+    def resume_schedule(self, name: str) -> bool:
+        """``pgfence.resume_schedule``: fire again from the next slot after now (slots during
+        the pause are not caught up); true when it was paused."""
+        return self._do(calls.resume_schedule(name))
+
+    def schedules(self) -> list[Schedule]:
+        """``pgfence.schedules()``: every schedule by name, with its next and last fire time."""
+        return self._do(calls.schedules())
+
+    def fire_schedules(self, max_slots: int = 100) -> int:
+        """``pgfence.fire_schedules``: enqueue the due slots of every schedule now (at most
+        ``max_slots`` jobs), each slot once; returns how many. The sweeper does this on every
+        pass; call it where no sweeper runs."""
+        return self._do(calls.fire_schedules(max_slots))
+
+    def cron_next(self, cron: str, after: Optional[datetime] = None, time_zone: str = "UTC") -> Optional[datetime]:
+        """``pgfence.cron_next``: when ``cron`` fires next after ``after`` (default: now) in
+        ``time_zone``, as a schedule with it would."""
+        return self._do(calls.cron_next(cron, after, time_zone))
 
     def wakeup_tags(self, queues: Sequence[str]) -> dict[str, str]:
         """``pgfence.wakeup_tags``: {queue: the NOTIFY pgfence_enqueue payload an enqueue

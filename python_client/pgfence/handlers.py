@@ -51,6 +51,18 @@ class RetryAfter(Exception):
         self.delay = delay
 
 
+class Snooze(Exception):
+    """Raise from a handler to run the job again after ``delay`` (more than 0, at most
+    ``Limits.snooze_max_s``, 365 days) without counting the attempt as a failure: the
+    worker reports a fenced ``snooze``, the attempt history records it as ``snoozed``.
+    A job may be snoozed ``Limits.snoozes_per_job`` (100) times; past that the database
+    fails the attempt instead (retried after ``delay`` while attempts remain)."""
+
+    def __init__(self, delay: timedelta, message: str = "") -> None:
+        super().__init__(message or f"snooze for {delay}")
+        self.delay = delay
+
+
 def error_text(exc: BaseException) -> str:
     """Type, message and traceback of ``exc``, storable (see :func:`storable_text`)."""
     try:
@@ -112,13 +124,22 @@ def refusal(entry: Entry, handlers: Mapping[str, Any], worker_id: str) -> Option
 
 def raised(entry: Entry, exc: BaseException, limits: Limits = Limits()) -> Result:
     """The outcome of a handler that raised ``exc``: ``Interrupted`` gives the job back,
-    ``PermanentFailure`` dead-letters it, ``RetryAfter`` with a delay outside what
-    ``fail`` accepts (``limits.max_retry_in``) fails with the default backoff, anything
-    else fails it."""
+    ``PermanentFailure`` dead-letters it, ``Snooze`` snoozes it (reported with
+    ``snooze_many``), ``RetryAfter`` fails it to be retried after its delay; a ``Snooze``
+    or ``RetryAfter`` delay outside what ``snooze`` or ``fail`` accepts
+    (``limits.max_snooze``, ``limits.max_retry_in``) fails it with the default backoff;
+    anything else fails it."""
     if isinstance(exc, Interrupted):
         return Result(entry, False, None, interrupted=True)
     if isinstance(exc, PermanentFailure):
         return Result(entry, False, error_text(exc), permanent=True)
+    if isinstance(exc, Snooze):
+        snooze = exc.delay
+        if isinstance(snooze, timedelta) and timedelta(0) < snooze <= limits.max_snooze:
+            return Result(entry, False, None, snooze=snooze)
+        return Result(entry, False, storable_text(
+            f"Snooze with delay {snooze!r} outside (0, {limits.snooze_max_s // 86400} days], failed with the "
+            "default backoff instead\n" + error_text(exc)))
     if isinstance(exc, RetryAfter):
         delay = exc.delay
         if isinstance(delay, timedelta) and timedelta(0) <= delay <= limits.max_retry_in:
@@ -146,7 +167,12 @@ def returned(entry: Entry, value: Any) -> Result:
 def run_handler(entry: Entry, handlers: Mapping[str, Handler], worker_id: str,
                 limits: Limits = Limits()) -> Result:
     """Run the handler of ``entry``'s job; always returns its outcome (see :func:`refusal`,
-    :func:`raised` and :func:`returned`)."""
+    :func:`raised` and :func:`returned`).
+
+    A payload that could not be decoded, an unknown kind, and a result jsonb cannot
+    store fail permanently; ``RetryAfter`` with a delay outside what ``fail`` accepts
+    (``limits.max_retry_in``) fails with the default backoff instead, and so does
+    ``Snooze`` with a delay outside what ``snooze`` accepts (``limits.max_snooze``)."""
     refused = refusal(entry, handlers, worker_id)
     if refused is not None:
         return refused
@@ -157,5 +183,5 @@ def run_handler(entry: Entry, handlers: Mapping[str, Handler], worker_id: str,
     return returned(entry, value)
 
 
-__all__ = ["Handler", "Interrupted", "PermanentFailure", "RetryAfter", "run_handler", "refusal", "raised", "returned",
-           "error_text", "storable_text", "result_json", "MAX_ERROR_CHARS"]
+__all__ = ["Handler", "Interrupted", "PermanentFailure", "RetryAfter", "Snooze", "run_handler", "refusal", "raised",
+           "returned", "error_text", "storable_text", "result_json", "MAX_ERROR_CHARS"]

@@ -8,13 +8,23 @@ result is never reported; an attempt that never started is dropped at once. A re
 for an attempt whose outcome is already being reported changes nothing: the reporter
 learns from the database whether that outcome counted. A connection failure skips the
 round (the next one comes ``lease / 3`` later, well before the leases end).
+
+A run timeout (``enqueue(timeout=...)``) caps a lease at the attempt's deadline: the
+database never extends it further and refuses the heartbeats after it. So that a
+handler's ``should_stop()`` turns true right after the deadline, not up to ``lease / 3``
+later, a round also comes just after the earliest lease end the database returned
+(``Entry.expires``), once per such end. Only the database decides: this clock (the
+local one) only picks when to ask, and a skewed clock makes that round come early (the
+heartbeat is accepted, and the regular rounds go on) or late (at most the regular
+interval).
 """
 
 from __future__ import annotations
 
+import time
 import uuid
-from datetime import timedelta
-from typing import Any, Callable, Iterator, Protocol, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
 
 from ._text import escaped_logger
 from .ledger import Entry, Ledger
@@ -37,10 +47,61 @@ def interval(lease: timedelta) -> float:
     return max(lease.total_seconds() / 3.0, 0.01)
 
 
+#: How long after a lease's end (as the database returned it) its extra round comes.
+AFTER_EXPIRY = 0.05
+#: How often, at most, the heartbeat thread looks at the held leases' ends between two
+#: rounds (a job claimed meanwhile may have a lease that ends before the next round).
+RECHECK = 0.25
+
+
 def chunks(entries: Sequence[Entry], size: int) -> Iterator[Sequence[Entry]]:
     """``entries`` in calls of at most ``size`` (the database's batch limit)."""
     for start in range(0, len(entries), size):
         yield entries[start:start + size]
+
+
+class Rounds:
+    """When the next heartbeat round comes (both workers' heartbeats ask this): every
+    ``interval``, and once just after each held lease end the database returned that is
+    sooner (a lease capped by a run timeout), so ``should_stop()`` turns true right after
+    the deadline."""
+
+    def __init__(self, ledger: Ledger, interval: float) -> None:
+        self.ledger = ledger
+        self.interval = interval
+        # The lease ends an extra round was made for, by job id (one round per end).
+        self._asked: dict[int, datetime] = {}
+        self._next_beat = time.monotonic() + interval
+
+    def start(self) -> None:
+        """The heartbeats start: the first regular round comes ``interval`` from now."""
+        self._next_beat = time.monotonic() + self.interval
+
+    def next_wait(self, now: Optional[datetime] = None) -> float:
+        """Seconds until the next round: ``interval``, or less when a held lease ends
+        sooner (a run timeout's deadline) and no round was made for that end yet."""
+        now = now or datetime.now(timezone.utc)
+        wait = self.interval
+        for e in self.ledger.held_entries():
+            if e.expires is not None and self._asked.get(e.id) != e.expires:
+                wait = min(wait, (e.expires - now).total_seconds() + AFTER_EXPIRY)
+        return max(wait, 0.01)
+
+    def sleep(self) -> float:
+        """How long to wait before asking :meth:`due` again."""
+        return max(min(self._next_beat - time.monotonic(), self.next_wait(), RECHECK), 0.0)
+
+    def due(self) -> bool:
+        """Whether a round is due now."""
+        return time.monotonic() >= self._next_beat or self.next_wait() <= 0.01
+
+    def begin(self, entries: Sequence[Entry]) -> None:
+        """A round for ``entries`` starts: the ends it asks just after are remembered, and
+        the next regular round comes ``interval`` from now."""
+        now = datetime.now(timezone.utc)
+        self._asked = {e.id: e.expires for e in entries
+                       if e.expires is not None and (e.expires - now).total_seconds() + AFTER_EXPIRY <= 0.01}
+        self._next_beat = time.monotonic() + self.interval
 
 
 class Heartbeats:
@@ -57,15 +118,25 @@ class Heartbeats:
         self.counters = counters
         self.limits = limits
         self.interval = interval(lease)
+        self.rounds = Rounds(ledger, self.interval)
 
     def run(self, done: Callable[[float], Any]) -> None:
-        """Beat every ``interval`` until ``done(timeout)`` (an Event's ``wait``) is true."""
-        while not done(self.interval):
-            self.beat()
+        """Beat every ``interval``, or sooner just after a lease capped by a run timeout
+        ends (:class:`Rounds`), until ``done(timeout)`` (an Event's ``wait``) is true."""
+        rounds = self.rounds
+        rounds.start()
+        while not done(rounds.sleep()):
+            if rounds.due():
+                self.beat()
+
+    def next_wait(self, now: Optional[datetime] = None) -> float:
+        """See :meth:`Rounds.next_wait`."""
+        return self.rounds.next_wait(now)
 
     def beat(self) -> None:
         """One round: renew every held lease; revoke the attempts whose renewal was refused."""
         entries = self.ledger.held_entries()
+        self.rounds.begin(entries)
         for chunk in chunks(entries, self.limits.batch):
             try:
                 outcomes = self.calls.heartbeat_many([e.job.id for e in chunk], [e.job.attempt_token for e in chunk],
@@ -79,11 +150,14 @@ class Heartbeats:
 
 def revoke_refused(ledger: Ledger, chunk: Sequence[Entry], outcomes: Sequence[Outcome],
                    counters: dict[str, int]) -> None:
-    """The answers of one ``heartbeat_many`` call for ``chunk``: revoke each attempt whose
-    renewal was refused (unless its outcome is being reported: the reporter learns the
-    truth), counting it in ``lease_lost``."""
+    """The answers of one ``heartbeat_many`` call for ``chunk``: note each accepted
+    lease's new end (``Entry.expires``, capped by a run timeout), and revoke each attempt
+    whose renewal was refused (unless its outcome is being reported: the reporter learns
+    the truth), counting it in ``lease_lost``."""
     for entry, o in zip(chunk, outcomes):
         if o.accepted:
+            if o.lease_expires_at is not None:
+                entry.expires = o.lease_expires_at
             continue
         if not ledger.revoke(entry):
             continue  # its outcome is being reported: the reporter learns the truth
@@ -93,4 +167,4 @@ def revoke_refused(ledger: Ledger, chunk: Sequence[Entry], outcomes: Sequence[Ou
                     job.attempts, o.detail)
 
 
-__all__ = ["Heartbeats", "Renews", "interval", "chunks", "revoke_refused"]
+__all__ = ["Heartbeats", "Renews", "Rounds", "interval", "chunks", "revoke_refused", "AFTER_EXPIRY", "RECHECK"]

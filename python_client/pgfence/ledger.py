@@ -47,14 +47,18 @@ class Entry:
       back while it ran. ``job.lease_lost`` reads it.
     * ``given_back``: the shutdown released the attempt while its handler ran (a late
       result is then logged as that, not as a lost lease).
+    * ``expires``: the lease's end as the database last said it (the claim, then each
+      accepted heartbeat); a run timeout caps it at the attempt's deadline, and the
+      heartbeats then ask again just after it (see :mod:`pgfence.heartbeats`).
     """
 
-    __slots__ = ("job", "lost", "given_back", "_stopping")
+    __slots__ = ("job", "lost", "given_back", "expires", "_stopping")
 
     def __init__(self, job: Job, stopping: Callable[[], bool] = _never) -> None:
         self.job = job
         self.lost = False
         self.given_back = False
+        self.expires = job.lease_expires_at
         self._stopping = stopping
 
     @property
@@ -75,7 +79,8 @@ class Result:
     """A handler's outcome for one attempt, waiting to be reported.
 
     ``value``: the JSON text of the result (``ok``), or the error text. ``retry_in``
-    and ``permanent`` go to ``fail``; ``interrupted`` asks for a fenced release."""
+    and ``permanent`` go to ``fail``; ``interrupted`` asks for a fenced release;
+    ``snooze`` (a delay) asks for a fenced ``snooze``."""
 
     entry: Entry
     ok: bool
@@ -83,6 +88,7 @@ class Result:
     retry_in: Optional[timedelta] = None
     permanent: bool = False
     interrupted: bool = False
+    snooze: Optional[timedelta] = None
 
     @property
     def job(self) -> Job:

@@ -30,6 +30,8 @@ class Limits:
     * ``error_chars`` [100000]: characters of one error text (``fail``).
     * ``lease_min_ms``, ``lease_max_ms`` [1, 86400000]: a lease (1 ms .. 1 day).
     * ``retry_in_max_s`` [31536000]: a ``retry_in`` given to ``fail``, in seconds (0 .. 365 days).
+    * ``snooze_max_s`` [31536000]: a ``snooze`` delay, in seconds (more than 0 .. 365 days).
+    * ``snoozes_per_job`` [100]: snoozes a job may take; past them a snooze fails the attempt.
     """
 
     max_jobs: int = 1000
@@ -42,11 +44,18 @@ class Limits:
     lease_min_ms: int = 1
     lease_max_ms: int = 86_400_000
     retry_in_max_s: int = 31_536_000
+    snooze_max_s: int = 31_536_000
+    snoozes_per_job: int = 100
 
     @property
     def max_retry_in(self) -> timedelta:
         """``retry_in_max_s`` as a timedelta."""
         return timedelta(seconds=self.retry_in_max_s)
+
+    @property
+    def max_snooze(self) -> timedelta:
+        """``snooze_max_s`` as a timedelta."""
+        return timedelta(seconds=self.snooze_max_s)
 
     @classmethod
     def from_rows(cls, rows: Iterable[Any]) -> Limits:

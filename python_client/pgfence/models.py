@@ -105,8 +105,9 @@ class QueueStats:
 
 @dataclass(frozen=True)
 class QueueLimit:
-    """One row of ``pgfence.queue_limits()``: a paused or capped queue, and how many of its
-    jobs are processing now."""
+    """One row of ``pgfence.queue_limits()``: a paused, capped or rate-limited queue, how
+    many of its jobs are processing now, and for a rate limit (``max_claims`` per
+    ``claims_per``) how many claims its bucket allows now (``claims_available``)."""
 
     queue: str
     paused_at: Optional[datetime]
@@ -115,6 +116,45 @@ class QueueLimit:
     running: int
     limited_at: Optional[datetime]
     limited_by: Optional[str]
+    max_claims: Optional[int] = None
+    claims_per: Optional[timedelta] = None
+    claims_available: Optional[int] = None
+    rate_limited_at: Optional[datetime] = None
+    rate_limited_by: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One row of ``pgfence.schedules()``: a schedule, its job options and when it fires.
+
+    ``cron`` (in ``time_zone``) or ``every`` is set, not both; ``next_fire_at`` is the
+    next slot (after every slot fired; ``None``: none within 3700 days), ``last_slot`` the last slot fired, at
+    ``last_fire_at``, as job ``last_job_id``; ``last_error``: why its last fire failed
+    (cleared when a slot fires). Its jobs' ``enqueued_by`` is ``created_by``.
+    """
+
+    name: str
+    cron: Optional[str]
+    every: Optional[timedelta]
+    kind: str
+    payload: Any
+    queue: str
+    priority: int
+    max_attempts: int
+    recovery_policy: str
+    time_zone: str
+    catch_up: str
+    slot_key: Optional[str]
+    paused_at: Optional[datetime]
+    paused_by: Optional[str]
+    created_at: datetime
+    created_by: str
+    next_fire_at: Optional[datetime]
+    last_fire_at: Optional[datetime]
+    last_slot: Optional[datetime]
+    last_job_id: Optional[int]
+    last_error: Optional[str]
+    last_error_at: Optional[datetime]
 
 
 @dataclass(frozen=True)

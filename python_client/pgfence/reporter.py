@@ -1,16 +1,16 @@
 """The reporter: who decides when to report an outcome, and what the database's answer means.
 
 Handlers leave their outcomes in the ledger's ``results``. The reporter takes them in
-batches and reports each batch with one ``complete_many`` and one ``fail_many`` call (an
-``Interrupted`` handler's job with one fenced ``release_many``); a job stays held (and
-heartbeated) until the database has accepted or refused its outcome.
+batches and reports each batch with one ``complete_many``, one ``fail_many`` and one
+``snooze_many`` call (an ``Interrupted`` handler's job with one fenced ``release_many``); a
+job stays held (and heartbeated) until the database has accepted or refused its outcome.
 
 * When: :func:`due`: ``flush_batch`` outcomes are waiting, the oldest has waited
   ``flush_interval``, or the worker is stopping (busy workers report in few, large calls).
 * Which: :func:`take_batch`: at most ``max_batch`` outcomes, one per job id (two attempts
   of one job go in separate calls, which refuse duplicate ids).
 * What: :func:`split`: a lost attempt's outcome is void and never reported; the rest
-  are released, completed or failed.
+  are released, snoozed, completed or failed.
 * The answers: an accepted outcome is counted, a refused one (its token was no longer
   current) marks the attempt's lease lost. A call refused for its values, not its tokens,
   is retried one outcome at a time to find the one refused: a result the database
@@ -69,6 +69,9 @@ class Calls(Protocol):
     def release_many(self, job_ids: Sequence[int], attempt_tokens: Sequence[uuid.UUID], *,
                      started: bool = True) -> list[Outcome]: ...
 
+    def snooze_many(self, job_ids: Sequence[int], attempt_tokens: Sequence[uuid.UUID],
+                    delays: Sequence[timedelta]) -> list[Outcome]: ...
+
 
 class Bell(Protocol):
     """What the flusher sleeps on while idle (a threading.Event that handlers set)."""
@@ -102,10 +105,11 @@ def take_batch(results: deque[Result], max_batch: int) -> list[Result]:
 @dataclass
 class Split:
     """A batch by what becomes of it: ``void`` (the attempt was lost: never reported),
-    ``interrupted`` (released), ``done`` (completed), ``failed`` (failed)."""
+    ``interrupted`` (released), ``snoozed`` (snoozed), ``done`` (completed), ``failed`` (failed)."""
 
     void: list[Result] = field(default_factory=list)
     interrupted: list[Result] = field(default_factory=list)
+    snoozed: list[Result] = field(default_factory=list)
     done: list[Result] = field(default_factory=list)
     failed: list[Result] = field(default_factory=list)
 
@@ -118,6 +122,8 @@ def split(batch: Sequence[Result]) -> Split:
             s.void.append(r)
         elif r.interrupted:
             s.interrupted.append(r)
+        elif r.snooze is not None:
+            s.snoozed.append(r)
         elif r.ok:
             s.done.append(r)
         else:
@@ -147,7 +153,7 @@ class Reporting:
     """The reporter's decisions, without I/O (see the module's docstring).
 
     * ``ledger``: where reported attempts are settled.
-    * ``counters``: the worker's counters (completed, failed, lease_lost, released).
+    * ``counters``: the worker's counters (completed, failed, snoozed, lease_lost, released).
     * ``hurried``: true after a second signal (stop retrying).
     * ``limits``: the database's limits (``max_batch`` is at most ``limits.batch``).
     """
@@ -201,6 +207,8 @@ class Reporting:
             yield from self.complete_steps(s.done)
         if s.failed:
             yield from self.fail_steps(s.failed)
+        if s.snoozed:
+            yield from self.snooze_steps(s.snoozed)
 
     def release_steps(self, entries: list[Entry], *, started: bool) -> Steps[None]:
         """Give these attempts back with fenced ``release_many`` calls of at most
@@ -248,10 +256,17 @@ class Reporting:
         if outcomes is not None:
             self._answers(failed, outcomes, "failed")
 
+    def snooze_steps(self, snoozed: list[Result]) -> Steps[None]:
+        outcomes = yield from self._send(snoozed, self.snooze_steps, self._snooze_refused, Request(
+            "snooze_many", ([r.job.id for r in snoozed], [r.job.attempt_token for r in snoozed],
+                            [r.snooze or timedelta(0) for r in snoozed])))
+        if outcomes is not None:
+            self._answers(snoozed, outcomes, "snoozed")
+
     def _send(self, results: list[Result], each: Callable[[list[Result]], Steps[None]],
               refused_one: Callable[[Result, Exception], Steps[None]],
               request: Request) -> Steps[Optional[list[Outcome]]]:
-        """The outcomes of ``request`` (complete_many or fail_many for ``results``), through
+        """The outcomes of ``request`` (complete_many, fail_many or snooze_many for ``results``), through
         retrying; None when they were dealt with here instead: given up after a second
         signal, or refused for their values (not their tokens), when each result goes
         alone through ``each`` to find the one refused, which ``refused_one`` handles."""
@@ -292,6 +307,14 @@ class Reporting:
             f"FailureNotStorable: the database refused this failure ({type(exc).__name__}: {exc})"),
             permanent=r.permanent)])
 
+    def _snooze_refused(self, r: Result, exc: Exception) -> Steps[None]:
+        """The database refused a snooze for its value (not its token): fail the attempt
+        instead, with the default backoff."""
+        log.error("job %s kind=%s attempt=%s: the database refused its snooze (%s); failing the attempt",
+                  r.job.id, r.job.kind, r.job.attempts, str(exc).strip())
+        yield from self.fail_steps([Result(r.entry, False, storable_text(
+            f"SnoozeNotStorable: the database refused this snooze ({type(exc).__name__}: {exc})"))])
+
     def _abandon(self, results: list[Result]) -> None:
         """A second signal during an outage: these outcomes are not reported (their leases
         expire and the reclaim rule applies, as after a crash)."""
@@ -314,6 +337,9 @@ class Reporting:
                 self.counters[verb] += 1
                 if verb == "completed":
                     log.info("completed job %s kind=%s attempt=%s", job.id, job.kind, job.attempts)
+                elif verb == "snoozed":
+                    log.info("snoozed job %s kind=%s attempt=%s for %s -> %s%s", job.id, job.kind, job.attempts,
+                             r.snooze, o.status if o else "?", f" ({o.detail})" if o and o.detail else "")
                 else:
                     log.info("failed job %s kind=%s attempt=%s -> %s: %s", job.id, job.kind, job.attempts,
                              o.status if o else "?", (r.value or "").splitlines()[0][:200])
@@ -321,7 +347,8 @@ class Reporting:
                 r.entry.lost = True
                 self.counters["lease_lost"] += 1
                 log.warning("job %s kind=%s attempt=%s: lease lost, %s refused: %s", job.id, job.kind,
-                            job.attempts, "complete" if verb == "completed" else "fail", o.detail)
+                            job.attempts, {"completed": "complete", "snoozed": "snooze"}.get(verb, "fail"),
+                            o.detail)
         self.ledger.settle([r.entry for r in results])
 
 

@@ -9,7 +9,7 @@ be reported), and runs each on a thread with its own pooled connection:
 * ``concurrency`` handler threads take ready attempts from the ledger and run their
   handlers (:mod:`pgfence.handlers`: what a handler's return or raise becomes);
 * the flusher (:mod:`pgfence.reporter`) reports outcomes with ``complete_many`` /
-  ``fail_many`` every few milliseconds;
+  ``fail_many`` / ``snooze_many`` every few milliseconds;
 * the heartbeat thread (:mod:`pgfence.heartbeats`) extends every held lease every
   ``lease / 3``;
 * the listener (:mod:`pgfence.listener`) wakes the claimer on ``NOTIFY pgfence_enqueue``;
@@ -38,7 +38,7 @@ from . import sweeper
 from ._text import escaped_logger
 from .claimer import Claimer
 from .client import Client
-from .handlers import Handler, Interrupted, PermanentFailure, RetryAfter, run_handler
+from .handlers import Handler, Interrupted, PermanentFailure, RetryAfter, Snooze, run_handler
 from .heartbeats import Heartbeats
 from .ledger import Entry, LockedLedger
 from .limits import Limits
@@ -101,7 +101,8 @@ class Worker:
         # (the database's own statement of its limits, read once: pgfence.limits())
         self.limits = limits = client.limits() if limits is None else limits
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{random.getrandbits(24):06x}"
-        self.counters = {"claimed": 0, "completed": 0, "failed": 0, "lease_lost": 0, "released": 0}
+        self.counters = {"claimed": 0, "completed": 0, "failed": 0, "lease_lost": 0, "released": 0,
+                         "snoozed": 0}
 
         self._stop = Stop()
         self._ledger = LockedLedger(threading.Lock(), self._stop.stopping.is_set)
@@ -240,4 +241,4 @@ class Worker:
         self.stop()
 
 
-__all__ = ["Worker", "Interrupted", "PermanentFailure", "RetryAfter", "Handler"]
+__all__ = ["Worker", "Interrupted", "PermanentFailure", "RetryAfter", "Snooze", "Handler"]

@@ -6,9 +6,13 @@ Payload keys:
 
 * ``started``: a file path; the handler appends its pid to it when it starts,
   so a test knows the handler is running (not merely claimed).
+* ``ms``: how long ``nap`` sleeps (milliseconds).
 * ``marker``: a file path; ``hold`` waits while it exists (and stops early when
   ``job.should_stop()``), ``hold_stubborn`` waits while it exists and ignores
   ``should_stop`` (a handler that overruns the shutdown grace).
+
+The Node.js test worker (clients/node/test/fixtures/worker.js) has the same kinds with
+the same payload keys, so a mixed fleet runs one queue (tests/test_mixed_fleet.py).
 
 Every handler returns ``{"pid": <its process id>, "attempt": job.attempts}``, so
 a test can tell which process completed a job.
@@ -47,6 +51,11 @@ def echo(job: Job) -> dict[str, Any]:
     return _result(job)
 
 
+def nap(job: Job) -> dict[str, Any]:
+    time.sleep(float(job.payload.get("ms", 100)) / 1000.0)
+    return _result(job)
+
+
 def hold(job: Job) -> dict[str, Any]:
     _started(job)
     deadline = time.monotonic() + MAX_HOLD_SECONDS
@@ -63,4 +72,4 @@ def hold_stubborn(job: Job) -> dict[str, Any]:
     return _result(job)
 
 
-HANDLERS = {"echo": echo, "hold": hold, "hold_stubborn": hold_stubborn}
+HANDLERS = {"echo": echo, "nap": nap, "hold": hold, "hold_stubborn": hold_stubborn}

@@ -1,5 +1,6 @@
--- Deploy pgfence:functions/claim to pg (reworked after @v0.6.0)
--- requires: functions/claim@v0.6.0
+-- Deploy pgfence:functions/claim to pg (reworked after @v0.7.0)
+-- requires: functions/claim@v0.7.0
+-- requires: tables/job_timeouts
 -- requires: tables/jobs_claim_order
 -- requires: tables/secret_key
 -- requires: functions/_checks
@@ -13,7 +14,11 @@
 -- like a yes/no question); claimed() stays, deprecated, calling it. Changed after
 -- @v0.6.0: while any queue is paused or capped (pgfence.queue_controls has a row),
 -- claim picks through _claim_controlled (functions/queue_controls); otherwise as
--- before, after one look at that table.
+-- before, after one look at that table. Changed after @v0.7.0: a job's run timeout
+-- (tables/job_timeouts, stored on the job at enqueue, so nothing more is read per row)
+-- caps the lease: lease_expires_at = least(claim time + lease, claim time + timeout),
+-- so the attempt's deadline is reserved_at + timeout; claim_results renews a lease no
+-- further than that and returns no attempt past it. Same signature and rows.
 
 BEGIN;
 
@@ -364,7 +369,8 @@ BEGIN
                reserved_by      = worker_id,
                reserved_at      = v_now,
                heartbeat_at     = NULL,
-               lease_expires_at = v_now + lease,
+               -- (the run timeout caps the lease: the attempt's deadline is reserved_at + timeout)
+               lease_expires_at = least(v_now + lease, v_now + j.timeout),
                updated_at       = v_now
          WHERE j.id = ANY (v_ids)
         RETURNING j.id, j.queue, j.kind, j.payload, j.attempts, j.max_attempts, j.attempt_token,
@@ -378,7 +384,7 @@ END $$;
 COMMENT ON FUNCTION pgfence.claim(text, text[], interval, integer, uuid) IS
 $$Claim 0..max_jobs (1..1000) runnable jobs for worker_id from queues (NULL = all; else 1..10000 names),
 priority DESC, available_at, id order, each with a fresh attempt_token and a lease (1 ms..1 day) from
-clock_timestamp(). Reclaims a batch of expired leases first (same rule as the sweep). Never hands one job to
+clock_timestamp(), capped at the job's run timeout (its deadline: reserved_at + timeout). Reclaims a batch of expired leases first (same rule as the sweep). Never hands one job to
 two callers, and locks only the jobs it returns. Takes nothing from a paused queue (pause_queue) and never more
 than a capped queue's free slots (set_queue_limit; a capped queue's jobs come after the others' in a claim over
 several queues). request_id (optional, fresh per call):
@@ -430,6 +436,7 @@ BEGIN
           FROM pgfence.jobs j
          WHERE j.status = 'processing'
            AND j.reserved_by = worker_id
+           AND (j.timeout IS NULL OR j.reserved_at + j.timeout > clock_timestamp())
            AND j.attempt_token IN (SELECT pgfence._request_token(pgfence._request_prefix(r, j.reserved_at),
                                                                  j.id, j.attempts)
                                      FROM unnest(request_ids) AS r)
@@ -438,7 +445,8 @@ BEGIN
     ), renewed AS (
         UPDATE pgfence.jobs j
            -- (clock_timestamp(), not a time read before the row locks were waited for)
-           SET lease_expires_at = clock_timestamp() + lease, heartbeat_at = clock_timestamp(),
+           SET lease_expires_at = least(clock_timestamp() + lease, j.reserved_at + j.timeout),
+               heartbeat_at = clock_timestamp(),
                updated_at = clock_timestamp()
           FROM held h
          WHERE j.id = h.id
@@ -452,8 +460,8 @@ END $$;
 
 COMMENT ON FUNCTION pgfence.claim_results(text, uuid[], interval) IS
 $$The jobs that claim calls made with these request_ids (1..1000) took and still hold for worker_id (status
-processing, same attempt), in claim order, as claim returned them, each lease renewed to clock_timestamp() +
-lease (like a heartbeat): for a caller whose claim reply was lost. Waits (up to 10 s, then 55P03) for such a
+processing, same attempt, run timeout not passed), in claim order, as claim returned them, each lease renewed
+to clock_timestamp() + lease (like a heartbeat, never past the run timeout): for a caller whose claim reply was lost. Waits (up to 10 s, then 55P03) for such a
 claim that is still running. Needs READ COMMITTED. Errors: 22004, 22023, PF004, 55P03.$$;
 
 -- The old name of claim_results, kept so that callers of schema_version 3 keep working.

@@ -1,7 +1,9 @@
--- Deploy pgfence:functions/complete to pg (reworked after @v0.5.0)
--- requires: functions/complete@v0.5.0
+-- Deploy pgfence:functions/complete to pg (reworked after @v0.7.0)
+-- requires: functions/complete@v0.7.0
 -- requires: tables/history
 -- requires: functions/_checks
+-- requires: functions/_rules
+-- requires: tables/job_unique_for
 --
 -- complete and complete_many. Results at most 1 MiB as jsonb, nested at most 64
 -- levels, checked before anything is written. Changed after @v0.5.0: a completed job
@@ -12,6 +14,11 @@
 -- version of the row and of its index entries) and an insert into pgfence.attempts,
 -- and the purge no longer deletes it later. A job with an idempotency key leaves its
 -- key in pgfence.held_keys until its history goes.
+-- Changed after @v0.7.0: an attempt whose run timeout (tables/job_timeouts) has passed
+-- cannot complete, even before the sweeper reclaimed it: it is refused (PF001, "timed
+-- out after ...") and ended as timed_out (_end_timed_out). A job enqueued with
+-- unique_for (tables/job_unique_for) holds its key once done only until created_at +
+-- unique_for (held_keys.held_until), or not at all when that has passed (unique_for 0).
 
 BEGIN;
 
@@ -64,6 +71,7 @@ BEGIN
           CROSS JOIN LATERAL (SELECT * FROM pgfence.jobs x WHERE x.id = i.id AND x.attempt_token = i.token OFFSET 0) j
           LEFT JOIN pgfence.retention q ON q.queue = j.queue
          WHERE j.status = 'processing'
+           AND (j.timeout IS NULL OR v_now < j.reserved_at + j.timeout)
          ORDER BY j.id
     ), gone AS (
         DELETE FROM pgfence.jobs j
@@ -75,7 +83,7 @@ BEGIN
         RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts, j.available_at,
                   j.recovery_policy, j.idempotency_key, j.attempt_token, j.reserved_by, j.reserved_at,
                   j.heartbeat_at, t.lease_expires_at, j.reclaim_count, j.last_error, t.result, j.created_at,
-                  j.enqueued_by, t.purge_at
+                  j.enqueued_by, t.purge_at, j.unique_for
     ), earlier AS (
         DELETE FROM pgfence.attempts a
          USING gone g
@@ -85,10 +93,15 @@ BEGIN
         SELECT e.job_id, jsonb_agg(to_jsonb(e) - 'job_id' ORDER BY e.ended_at, e.attempt) AS attempts
           FROM earlier e GROUP BY e.job_id
     ), keys AS (
-        INSERT INTO pgfence.held_keys AS k (queue, idempotency_key, job_id, purge_at)
-        SELECT g.queue, g.idempotency_key, g.id, g.purge_at FROM gone g WHERE g.idempotency_key IS NOT NULL
+        -- (unique_for: no key held once done when created_at + unique_for has passed,
+        -- 0 among them; else held until then, and at most until the purge)
+        INSERT INTO pgfence.held_keys AS k (queue, idempotency_key, job_id, purge_at, held_until)
+        SELECT g.queue, g.idempotency_key, g.id, g.purge_at, g.created_at + g.unique_for
+          FROM gone g
+         WHERE g.idempotency_key IS NOT NULL
+           AND (g.unique_for IS NULL OR g.created_at + g.unique_for > v_now)
         ON CONFLICT ON CONSTRAINT held_keys_pkey
-            DO UPDATE SET job_id = excluded.job_id, purge_at = excluded.purge_at
+            DO UPDATE SET job_id = excluded.job_id, purge_at = excluded.purge_at, held_until = excluded.held_until
     )
     INSERT INTO pgfence.finished_jobs (id, queue, kind, payload, priority, attempts, max_attempts, available_at,
                                        recovery_policy, idempotency_key, attempt_token, reserved_by, reserved_at,
@@ -108,7 +121,9 @@ BEGIN
                        FROM unnest(job_ids) WITH ORDINALITY AS i(id, ord) ORDER BY i.ord;
         RETURN;
     END IF;
-    -- Some were refused (or already done by this token: accepted, idempotent).
+    -- Some were refused (or already done by this token: accepted, idempotent). An
+    -- attempt refused because its run timeout passed ends now, as timed_out.
+    PERFORM pgfence._end_timed_out(job_ids, attempt_tokens);
     v_acc := pgfence._accepted(job_ids, attempt_tokens, 'done');
     PERFORM pgfence._record_rejections(job_ids, attempt_tokens, v_acc, 'complete');
     RETURN QUERY
@@ -117,7 +132,7 @@ END $$;
 
 COMMENT ON FUNCTION pgfence.complete_many(bigint[], uuid[], jsonb[]) IS
 $$Complete 1..10000 attempts in one call: processing -> done where (job_ids[i], attempt_tokens[i]) still
-holds the lease, storing results[i] (NULL, or any JSON value of at most 1 MiB as jsonb, nested at most 64
+holds the lease and its run timeout (reserved_at + timeout) has not passed (else it ends as timed_out), storing results[i] (NULL, or any JSON value of at most 1 MiB as jsonb, nested at most 64
 levels). Returns (id, accepted, status, detail) per input in input order; accepted = done by this token
 (idempotent). A completed job leaves pgfence.jobs for the history (pgfence.finished_jobs, one row with its
 attempts; read it through pgfence.all_jobs or pgfence.job). Refused rows change nothing; detail says why, and
@@ -144,7 +159,7 @@ END $$;
 
 COMMENT ON FUNCTION pgfence.complete(bigint, uuid, jsonb) IS
 $$Complete a job: processing -> done with result (NULL, or any JSON value of at most 1 MiB as jsonb, nested
-at most 64 levels), only while attempt_token is current. Idempotent for the token that completed it.
+at most 64 levels), only while attempt_token is current and the attempt's run timeout has not passed. Idempotent for the token that completed it.
 Errors: PF001 lease lost (DETAIL says why), PF002 unknown job, 22004, 22023, PF004.$$;
 
 INSERT INTO pgfence.routine_grants (routine, roles) VALUES ('complete', '{pgfence_worker}'),

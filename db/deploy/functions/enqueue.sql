@@ -1,6 +1,10 @@
--- Deploy pgfence:functions/enqueue to pg (reworked after @v0.5.0)
--- requires: functions/enqueue@v0.5.0
+-- Deploy pgfence:functions/enqueue to pg (reworked after @v0.7.0)
+-- requires: functions/enqueue@v0.7.0
 -- requires: tables/history
+-- requires: tables/job_timeouts
+-- requires: tables/job_unique_for
+-- requires: tables/queue_timeouts
+-- requires: functions/queue_timeouts
 --
 -- enqueue and its shared option checks. NOTIFY pgfence_enqueue carries the queue's
 -- wake-up tag (tables/secret_key), not its name; payloads nest at most 64 levels
@@ -8,6 +12,15 @@
 -- held in pgfence.held_keys (done jobs have left pgfence.jobs and its unique index):
 -- enqueue looks there first, and again after an insert that may have waited for a
 -- holder that completed meanwhile.
+-- Changed after @v0.7.0: two arguments (a new signature: the old one is dropped, since
+-- adding defaulted parameters with CREATE OR REPLACE would make an overload):
+--   * timeout: the job's run timeout (tables/job_timeouts), else the queue's default
+--     (pgfence.queue_timeouts), resolved here and stored on the job, so claim reads
+--     nothing more for it;
+--   * unique_for: how long a done job keeps holding its idempotency key
+--     (tables/job_unique_for): NULL as before (its retention), 0 not at all, else until
+--     created_at + unique_for. A key held by a done job (pgfence.held_keys) past its
+--     held_until is free.
 
 BEGIN;
 
@@ -27,14 +40,16 @@ COMMENT ON FUNCTION pgfence._enqueue_options_ok(text, integer, text) IS
 -- history existed: the key is held until the purge frees it). The probe of
 -- _key_held_after_insert leaves a row with purge_at -infinity for the rest of its
 -- transaction: that one holds nothing.
+-- A key whose job was enqueued with unique_for is held only until its held_until.
 CREATE OR REPLACE FUNCTION pgfence._held_key(queue text, idempotency_key text) RETURNS bigint
-LANGUAGE sql STABLE AS $$
+LANGUAGE sql VOLATILE AS $$
     SELECT k.job_id FROM pgfence.held_keys k
      WHERE k.queue = _held_key.queue AND k.idempotency_key = _held_key.idempotency_key
        AND k.purge_at > '-infinity'
+       AND (k.held_until IS NULL OR k.held_until > clock_timestamp())
 $$;
 COMMENT ON FUNCTION pgfence._held_key(text, text) IS
-  'Private: the done job whose idempotency key (queue, idempotency_key) is held (pgfence.held_keys, until the purge frees it after its retention), or NULL.';
+  'Private: the done job whose idempotency key (queue, idempotency_key) is held (pgfence.held_keys, until the purge frees it after its retention, or until its held_until), or NULL.';
 
 -- After an enqueue inserted a job with (queue, key): the done job that holds the key,
 -- if one does. The insert may have waited for a job holding the key in pgfence.jobs'
@@ -83,6 +98,28 @@ END $$;
 COMMENT ON FUNCTION pgfence._check_enqueue_options(text, integer, text) IS
   'Private: check queue, max_attempts and recovery_policy of an enqueue.';
 
+-- unique_for: NULL (a done job holds its key for its retention), or 0 .. 100 years.
+-- Stored as a plain length of time (_timeout_length), like a timeout.
+CREATE OR REPLACE FUNCTION pgfence._unique_for_ok(value interval) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT value IS NULL OR (value BETWEEN interval '0' AND interval '36500 days'
+                             AND pgfence._interval_signs_agree(value))
+$$;
+COMMENT ON FUNCTION pgfence._unique_for_ok(interval) IS
+  'Private: true for NULL or a valid unique_for (0 .. 100 years, parts of one sign), never NULL.';
+
+CREATE OR REPLACE FUNCTION pgfence._check_unique_for(arg text, value interval) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT pgfence._unique_for_ok(value) THEN
+        PERFORM pgfence._check_interval(arg, value, interval '0', interval '36500 days', '0..100 years',
+            'pass NULL (a done job holds its key for its retention), 0 (only while queued, processing or '
+            'manual_review) or a period such as ''1 hour'' (held until created_at + that)');
+    END IF;
+END $$;
+COMMENT ON FUNCTION pgfence._check_unique_for(text, interval) IS
+  'Private: check a unique_for interval (NULL, or 0 .. 100 years), naming arg.';
+
 CREATE OR REPLACE FUNCTION pgfence._key_ok(value text) RETURNS boolean
 LANGUAGE sql IMMUTABLE AS $$
     SELECT value IS NULL OR (value <> '' AND char_length(value) <= 255)
@@ -102,9 +139,10 @@ COMMENT ON FUNCTION pgfence._check_idempotency_key(text, text) IS
   'Private: check an idempotency key (NULL, or 1..255 characters).';
 
 -- Enqueue one job and return its id. With an idempotency_key, while a job with the
--- same (queue, key) is queued, processing, manual_review or done, nothing is
--- inserted and that job's id is returned, also under concurrent same-key calls.
--- Runs in the caller's transaction: rolled back with it.
+-- same (queue, key) is queued, processing, manual_review or done (and holding its key:
+-- unique_for), nothing is inserted and that job's id is returned, also under
+-- concurrent same-key calls. Runs in the caller's transaction: rolled back with it.
+DROP FUNCTION IF EXISTS pgfence.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text);
 CREATE OR REPLACE FUNCTION pgfence.enqueue(
     kind            text,
     payload         jsonb       DEFAULT '{}',
@@ -113,7 +151,9 @@ CREATE OR REPLACE FUNCTION pgfence.enqueue(
     run_at          timestamptz DEFAULT NULL,
     max_attempts    integer     DEFAULT 3,
     recovery_policy text        DEFAULT 'auto',
-    idempotency_key text        DEFAULT NULL
+    idempotency_key text        DEFAULT NULL,
+    timeout         interval    DEFAULT NULL,
+    unique_for      interval    DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
@@ -121,6 +161,8 @@ DECLARE
     v_id bigint;
     v_held bigint;
     v_now timestamptz := clock_timestamp();
+    v_timeout interval;
+    v_unique_for interval;
 BEGIN
     -- One expression decides whether every argument is valid (the common case costs
     -- no nested calls); only an invalid call runs the checks that name the argument.
@@ -128,7 +170,8 @@ BEGIN
     IF NOT coalesce(pgfence._name_ok(kind) AND pgfence._payload_ok(payload)
                     AND pgfence._enqueue_options_ok(queue, max_attempts, recovery_policy)
                     AND enqueue.priority IS NOT NULL AND pgfence._key_ok(idempotency_key)
-                    AND pgfence._run_at_ok(enqueue.run_at), false) THEN
+                    AND pgfence._run_at_ok(enqueue.run_at) AND pgfence._timeout_ok(enqueue.timeout)
+                    AND pgfence._unique_for_ok(enqueue.unique_for), false) THEN
         PERFORM pgfence._check_name('kind', kind);
         PERFORM pgfence._check_payload('payload', payload);
         PERFORM pgfence._check_enqueue_options(queue, max_attempts, recovery_policy);
@@ -137,14 +180,23 @@ BEGIN
         END IF;
         PERFORM pgfence._check_idempotency_key('idempotency_key', idempotency_key);
         PERFORM pgfence._check_run_at('run_at', enqueue.run_at);
+        PERFORM pgfence._check_timeout('timeout', enqueue.timeout);
+        PERFORM pgfence._check_unique_for('unique_for', enqueue.unique_for);
     END IF;
+    -- The run timeout: the job's own, else the queue's default (one look-up by key).
+    IF enqueue.timeout IS NOT NULL THEN
+        v_timeout := pgfence._timeout_length(enqueue.timeout);
+    ELSE
+        SELECT t.timeout INTO v_timeout FROM pgfence.queue_timeouts t WHERE t.queue = enqueue.queue;
+    END IF;
+    v_unique_for := pgfence._timeout_length(enqueue.unique_for);  -- (NULL for NULL)
 
     IF idempotency_key IS NULL THEN
         INSERT INTO pgfence.jobs (queue, kind, payload, priority, available_at, max_attempts,
-                                  recovery_policy, created_at, updated_at, enqueued_by)
+                                  recovery_policy, created_at, updated_at, enqueued_by, timeout)
         VALUES (enqueue.queue, enqueue.kind, enqueue.payload, enqueue.priority,
                 coalesce(enqueue.run_at, v_now), enqueue.max_attempts, enqueue.recovery_policy, v_now, v_now,
-                pgfence._invoker())
+                pgfence._invoker(), v_timeout)
         RETURNING id INTO v_id;
         PERFORM pg_notify('pgfence_enqueue', pgfence._wakeup_tag(enqueue.queue));
         RETURN v_id;
@@ -160,10 +212,11 @@ BEGIN
             RETURN v_id;
         END IF;
         INSERT INTO pgfence.jobs AS j (queue, kind, payload, priority, available_at, max_attempts,
-                                       recovery_policy, idempotency_key, created_at, updated_at, enqueued_by)
+                                       recovery_policy, idempotency_key, created_at, updated_at, enqueued_by,
+                                       timeout, unique_for)
         VALUES (enqueue.queue, enqueue.kind, enqueue.payload, enqueue.priority,
                 coalesce(enqueue.run_at, v_now), enqueue.max_attempts, enqueue.recovery_policy,
-                enqueue.idempotency_key, v_now, v_now, pgfence._invoker())
+                enqueue.idempotency_key, v_now, v_now, pgfence._invoker(), v_timeout, v_unique_for)
         ON CONFLICT (queue, idempotency_key)
             WHERE idempotency_key IS NOT NULL
               AND status IN ('queued', 'processing', 'manual_review', 'done')
@@ -187,14 +240,18 @@ BEGIN
     END LOOP;
 END $$;
 
-COMMENT ON FUNCTION pgfence.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text) IS
+COMMENT ON FUNCTION pgfence.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, interval, interval) IS
 $$Enqueue one job; returns its id. payload: a JSON object of at most 1 MiB, nested at most 64 levels.
 run_at NULL = now. max_attempts 1..1000. recovery_policy 'auto' (expired lease -> queued) or 'manual'
 (-> manual_review). idempotency_key: while a job with the same (queue, key) is
-queued/processing/manual_review, or done and not yet purged (pgfence.held_keys), returns that job's id and
-inserts nothing (under REPEATABLE READ or SERIALIZABLE, a same-key
+queued/processing/manual_review, or done and holding it (pgfence.held_keys: until purged, or per unique_for),
+returns that job's id and inserts nothing (under REPEATABLE READ or SERIALIZABLE, a same-key
 enqueue or completion committed since the transaction's snapshot raises 40001: retry the transaction). Joins the caller's transaction. On commit, notifies channel pgfence_enqueue with the queue's
-wake-up tag (pgfence.wakeup_tags). Errors: 22004 NULL argument, 22023 bad value.$$;
+wake-up tag (pgfence.wakeup_tags). timeout (1 ms..30 days; NULL = the queue's default, set_queue_timeout, or
+none): the run timeout of each attempt; the lease never outlives claim time + timeout, and an attempt that
+reaches it ends as timed_out (its calls get PF001) and the job follows its recovery_policy. unique_for (NULL,
+or 0..100 years): how long a done job keeps holding its key: NULL its retention, 0 not at all, else until
+created_at + unique_for. Errors: 22004 NULL argument, 22023 bad value.$$;
 
 INSERT INTO pgfence.routine_grants (routine, roles) VALUES ('enqueue', '{pgfence_producer}')
 ON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;

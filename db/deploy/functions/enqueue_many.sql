@@ -1,5 +1,5 @@
--- Deploy pgfence:functions/enqueue_many to pg (reworked after @v0.5.0)
--- requires: functions/enqueue_many@v0.5.0
+-- Deploy pgfence:functions/enqueue_many to pg (reworked after @v0.7.0)
+-- requires: functions/enqueue_many@v0.7.0
 -- requires: functions/enqueue
 -- requires: tables/history
 --
@@ -7,6 +7,8 @@
 -- (_check_enqueue_many_inputs). Changed after @v0.5.0: keys held by done jobs
 -- (pgfence.held_keys) resolve to them, looked up before the insert and again after it
 -- (see _key_held_after_insert in functions/enqueue).
+-- Changed after @v0.7.0: timeout and unique_for, one value for the batch, as enqueue's
+-- (a new signature: the old one is dropped); a held key past its held_until is free.
 
 BEGIN;
 
@@ -78,6 +80,7 @@ COMMENT ON FUNCTION pgfence._check_enqueue_many_inputs(text[], jsonb[], text, in
 -- one per input element: ordinal (1-based), the job id, and created = false when
 -- an idempotency key resolved to an existing job (or to an earlier element of
 -- the same batch with the same key). Same idempotency rules as enqueue.
+DROP FUNCTION IF EXISTS pgfence.enqueue_many(text[], jsonb[], text, integer[], timestamptz[], integer, text, text[]);
 CREATE OR REPLACE FUNCTION pgfence.enqueue_many(
     kinds            text[],
     payloads         jsonb[]       DEFAULT NULL,
@@ -86,7 +89,9 @@ CREATE OR REPLACE FUNCTION pgfence.enqueue_many(
     run_ats          timestamptz[] DEFAULT NULL,
     max_attempts     integer       DEFAULT 3,
     recovery_policy  text          DEFAULT 'auto',
-    idempotency_keys text[]        DEFAULT NULL
+    idempotency_keys text[]        DEFAULT NULL,
+    timeout          interval      DEFAULT NULL,
+    unique_for       interval      DEFAULT NULL
 ) RETURNS TABLE(ordinal integer, id bigint, created boolean)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
@@ -105,9 +110,20 @@ DECLARE
     v_held_ids bigint[];
     v_plain_ords integer[];
     v_plain_ids bigint[];
+    v_timeout interval;
+    v_unique_for interval;
 BEGIN
     PERFORM pgfence._check_enqueue_many_inputs(kinds, payloads, enqueue_many.queue, priorities, run_ats,
         enqueue_many.max_attempts, enqueue_many.recovery_policy, idempotency_keys);
+    PERFORM pgfence._check_timeout('timeout', enqueue_many.timeout);
+    PERFORM pgfence._check_unique_for('unique_for', enqueue_many.unique_for);
+    -- The run timeout: the batch's, else the queue's default (one look-up by key).
+    IF enqueue_many.timeout IS NOT NULL THEN
+        v_timeout := pgfence._timeout_length(enqueue_many.timeout);
+    ELSE
+        SELECT t.timeout INTO v_timeout FROM pgfence.queue_timeouts t WHERE t.queue = enqueue_many.queue;
+    END IF;
+    v_unique_for := pgfence._timeout_length(enqueue_many.unique_for);  -- (NULL for NULL)
 
     -- Jobs without a key: one INSERT with pre-assigned ids, so each input row
     -- knows its id without relying on RETURNING order.
@@ -119,11 +135,11 @@ BEGIN
          WHERE t.key IS NULL
     ), ins AS (
         INSERT INTO pgfence.jobs (id, queue, kind, payload, priority, available_at, max_attempts,
-                                  recovery_policy, created_at, updated_at, enqueued_by)
+                                  recovery_policy, created_at, updated_at, enqueued_by, timeout)
         OVERRIDING SYSTEM VALUE
         SELECT i.id, enqueue_many.queue, i.kind, coalesce(i.payload, '{}'), coalesce(i.priority, 0),
                coalesce(i.run_at, v_now), enqueue_many.max_attempts, enqueue_many.recovery_policy, v_now, v_now,
-               v_invoker
+               v_invoker, v_timeout
           FROM input i
     )
     SELECT array_agg(i.ord), array_agg(i.id) INTO v_plain_ords, v_plain_ids FROM input i;
@@ -142,7 +158,8 @@ BEGIN
             SELECT array_agg(k.idempotency_key), array_agg(k.job_id) INTO v_new_keys, v_new_ids
               FROM pgfence.held_keys k
              WHERE k.queue = enqueue_many.queue AND k.idempotency_key = ANY (v_todo)
-               AND k.purge_at > '-infinity';
+               AND k.purge_at > '-infinity'
+               AND (k.held_until IS NULL OR k.held_until > clock_timestamp());
             IF v_new_keys IS NOT NULL THEN
                 v_keys := v_keys || v_new_keys;
                 v_key_ids := v_key_ids || v_new_ids;
@@ -158,10 +175,11 @@ BEGIN
                  ORDER BY t.key, t.ord
             ), ins AS (
                 INSERT INTO pgfence.jobs AS j (queue, kind, payload, priority, available_at, max_attempts,
-                                               recovery_policy, idempotency_key, created_at, updated_at, enqueued_by)
+                                               recovery_policy, idempotency_key, created_at, updated_at, enqueued_by,
+                                               timeout, unique_for)
                 SELECT enqueue_many.queue, r.kind, coalesce(r.payload, '{}'), coalesce(r.priority, 0),
                        coalesce(r.run_at, v_now), enqueue_many.max_attempts, enqueue_many.recovery_policy,
-                       r.key, v_now, v_now, v_invoker
+                       r.key, v_now, v_now, v_invoker, v_timeout, v_unique_for
                   FROM rep r
                 ON CONFLICT (queue, idempotency_key)
                     WHERE idempotency_key IS NOT NULL
@@ -221,12 +239,13 @@ BEGIN
     ORDER BY 1;
 END $$;
 
-COMMENT ON FUNCTION pgfence.enqueue_many(text[], jsonb[], text, integer[], timestamptz[], integer, text, text[]) IS
+COMMENT ON FUNCTION pgfence.enqueue_many(text[], jsonb[], text, integer[], timestamptz[], integer, text, text[], interval, interval) IS
 $$Enqueue a batch (1..10000 jobs) into one queue in one call. Parallel arrays: kinds (required),
 payloads, priorities, run_ats, idempotency_keys (each NULL for all-defaults, or one element per job;
 a NULL element of idempotency_keys means no key). Returns (ordinal, id, created) per input element
 in input order; created is false where a key resolved to an existing job or an earlier element. Same
-validation and idempotency rules as enqueue; one NOTIFY pgfence_enqueue with the queue's wake-up tag.$$;
+validation and idempotency rules as enqueue; one NOTIFY pgfence_enqueue with the queue's wake-up tag.
+timeout and unique_for (one value for the whole batch) as enqueue's.$$;
 
 INSERT INTO pgfence.routine_grants (routine, roles) VALUES ('enqueue_many', '{pgfence_producer}')
 ON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;

@@ -1,7 +1,14 @@
--- Deploy pgfence:functions/heartbeat to pg (reworked after @v0.4.0)
--- requires: functions/heartbeat@v0.4.0
+-- Deploy pgfence:functions/heartbeat to pg (reworked after @v0.7.0)
+-- requires: functions/heartbeat@v0.7.0
 -- requires: functions/_fence
 -- requires: functions/_checks
+-- requires: functions/_rules
+--
+-- heartbeat and heartbeat_many, whole. Changed after @v0.7.0: a job's run timeout
+-- (tables/job_timeouts) bounds its attempt: a heartbeat never extends a lease past the
+-- deadline reserved_at + timeout (the reply shows the capped expiry), and once the
+-- deadline has passed it is refused (PF001, "timed out after ..."), ending the attempt
+-- as the reclaim would (_end_timed_out) instead of waiting for the sweeper.
 
 BEGIN;
 
@@ -9,6 +16,7 @@ BEGIN;
 -- in-flight jobs) in one round trip: lease_expires_at = clock_timestamp() + lease,
 -- heartbeat_at stamped, only where the token is current. A lease stays valid until
 -- someone takes it away: a heartbeat after expiry but before any reclaim succeeds.
+-- A run timeout caps it: never past reserved_at + timeout, and no heartbeat from then on.
 CREATE OR REPLACE FUNCTION pgfence.heartbeat_many(
     job_ids        bigint[],
     attempt_tokens uuid[],
@@ -31,10 +39,12 @@ BEGIN
     v_now := clock_timestamp();
     -- Rows in id order: a fixed lock order, so no deadlock against complete_many.
     UPDATE pgfence.jobs j
-       SET lease_expires_at = v_now + lease, heartbeat_at = v_now, updated_at = v_now
+       SET lease_expires_at = least(v_now + lease, j.reserved_at + j.timeout),  -- (least ignores a NULL)
+           heartbeat_at = v_now, updated_at = v_now
       FROM (SELECT t.id, t.token, 'processing'::text AS held
               FROM unnest(job_ids, attempt_tokens) AS t(id, token) ORDER BY t.id) i
-     WHERE j.id = i.id AND j.status = i.held AND j.attempt_token = i.token;
+     WHERE j.id = i.id AND j.status = i.held AND j.attempt_token = i.token
+       AND (j.timeout IS NULL OR v_now < j.reserved_at + j.timeout);
     -- (j.status = <column> rather than = 'processing': the literal would let the
     -- planner drive the join from the partial index jobs_reclaim_idx, whose row
     -- estimate is tiny, and rescan the input for every processing row.)
@@ -45,12 +55,14 @@ BEGIN
     IF v_count = n THEN
         v_acc := array_fill(true, ARRAY[n]);
     ELSE
+        -- (an attempt refused because its run timeout passed ends now, as timed_out)
+        PERFORM pgfence._end_timed_out(job_ids, attempt_tokens);
         v_acc := pgfence._accepted(job_ids, attempt_tokens, 'processing');
         -- A heartbeat that crossed its own attempt's complete, fail or release (a worker
         -- heartbeats every job in flight, including one whose outcome is on its way) is
         -- refused but is no stale worker: it is not recorded. (A healthy worker draining
         -- 20,000 jobs with a 1.5 s lease recorded 624 such "refusals".)
-        SELECT array_agg(v_acc[i.ord] OR pgfence._attempt_ended(i.id, i.token, '{done,failed,released}')
+        SELECT array_agg(v_acc[i.ord] OR pgfence._attempt_ended(i.id, i.token, '{done,failed,released,snoozed}')
                          ORDER BY i.ord)
           INTO v_quiet
           FROM unnest(job_ids, attempt_tokens) WITH ORDINALITY AS i(id, token, ord);
@@ -64,7 +76,8 @@ END $$;
 
 COMMENT ON FUNCTION pgfence.heartbeat_many(bigint[], uuid[], interval) IS
 $$Extend 1..10000 leases in one call to clock_timestamp() + lease (1 ms..1 day) where the token is
-current. Returns (id, accepted, lease_expires_at, status, detail) per input in input order; refused rows
+current, never past the attempt's run timeout (reserved_at + timeout; after it refused, the attempt ended as
+timed_out). Returns (id, accepted, lease_expires_at, status, detail) per input in input order; refused rows
 change nothing and are recorded in pgfence.rejections, except those whose attempt already ended by its own
 complete, fail or release (a heartbeat that crossed it). Errors: 22004, 22023, PF004.$$;
 
@@ -88,7 +101,8 @@ END $$;
 
 COMMENT ON FUNCTION pgfence.heartbeat(bigint, uuid, interval) IS
 $$Extend a lease to clock_timestamp() + lease and stamp heartbeat_at, only while attempt_token is
-current; returns the new expiry. Errors: PF001 lease lost (DETAIL), PF002 unknown job, 22004, 22023, PF004.$$;
+current; returns the new expiry, capped at the attempt's run timeout (reserved_at + timeout; once it passed,
+PF001 timed out). Errors: PF001 lease lost (DETAIL), PF002 unknown job, 22004, 22023, PF004.$$;
 
 -- The privilege rule's rows for this change's routines, applied.
 INSERT INTO pgfence.routine_grants (routine, roles) VALUES

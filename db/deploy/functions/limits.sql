@@ -1,5 +1,6 @@
--- Deploy pgfence:functions/limits to pg
--- requires: schema
+-- Deploy pgfence:functions/limits to pg (reworked after @v0.7.0)
+-- requires: functions/limits@v0.7.0
+-- requires: functions/snooze
 --
 -- The limits a caller sizes its work by (batch and claim sizes, name, payload, result
 -- and error sizes, leases, delays), as data a caller in any language can read instead
@@ -9,6 +10,7 @@
 -- themselves keep their literals (they sit in hot paths, where a literal costs
 -- nothing); tests/test_sql_limits.py holds each row against the behaviour, at the
 -- limit and one past it.
+-- Changed after @v0.7.0: snooze_max_s and snoozes_per_job (functions/snooze).
 
 BEGIN;
 
@@ -17,7 +19,7 @@ RETURNS TABLE(name text, value bigint, description text)
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT * FROM (VALUES
         ('max_jobs',           1000::bigint, 'jobs one claim may return (claim max_jobs), request ids per claim_results call'),
-        ('batch',              10000,        'elements of one batch call: enqueue_many kinds, heartbeat_many/complete_many/fail_many/release_many job_ids; reclaim_expired, purge_finished and sweep batches'),
+        ('batch',              10000,        'elements of one batch call: enqueue_many kinds, heartbeat_many/complete_many/fail_many/release_many/snooze_many job_ids; reclaim_expired, purge_finished and sweep batches'),
         ('queues',             10000,        'queue names in one claim (claim queues)'),
         ('name_chars',         128,          'characters of a kind, queue or worker_id'),
         ('key_chars',          255,          'characters of an idempotency key'),
@@ -31,13 +33,15 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
         ('retry_in_max_s',     31536000,     'longest retry delay of fail, in seconds (365 days)'),
         ('rejections_per_job', 100,          'refused fenced calls stored per job (the rest are counted: rejections_not_stored)'),
         ('run_sweeper_ahead_s', 3600,        'how far ahead run_sweeper run_until may be, in seconds'),
-        ('sweeper_stale_s',    120,          'seconds without a sweeper pass after which sweeper_health says stopped')
+        ('sweeper_stale_s',    120,          'seconds without a sweeper pass after which sweeper_health says stopped'),
+        ('snooze_max_s',       31536000,     'longest delay of snooze, in seconds (365 days; the shortest is more than 0)'),
+        ('snoozes_per_job',    100,          'snoozes a job may take; past them a snooze fails the attempt (snooze, snooze_many)')
     ) AS l(name, value, description)
 $$;
 COMMENT ON FUNCTION pgfence.limits() IS
 $$The limits a caller sizes its work by (name, value, description): max_jobs, batch, queues, name_chars,
 key_chars, payload_bytes, result_bytes, json_depth, error_chars, max_attempts, lease_min_ms, lease_max_ms,
-retry_in_max_s, rejections_per_job, run_sweeper_ahead_s, sweeper_stale_s. Read them rather than copy the
+retry_in_max_s, rejections_per_job, run_sweeper_ahead_s, sweeper_stale_s, snooze_max_s, snoozes_per_job. Read them rather than copy the
 numbers; a later version may raise one.$$;
 
 INSERT INTO pgfence.routine_grants (routine, roles) VALUES

@@ -1,4 +1,6 @@
--- Deploy pgfence:functions/queue_controls to pg
+-- Deploy pgfence:functions/queue_controls to pg (reworked after @v0.7.0)
+-- requires: functions/queue_controls@v0.7.0
+-- requires: tables/queue_rate_limits
 -- requires: tables/queue_controls
 -- requires: functions/_checks
 --
@@ -7,8 +9,15 @@
 --     claimed (running, or prefetched by a worker) finish normally; enqueue still works.
 --   * set_queue_limit(queue, max_running): claim never lets more than max_running jobs
 --     of the queue be processing at once, across all workers; NULL removes the cap.
--- All three are operator actions, recorded in pgfence.queue_controls (who, when).
+--   * set_queue_rate_limit(queue, max_claims, per): claims hand out at most max_claims
+--     jobs of the queue per `per`, across all workers, by a token bucket (below); NULL
+--     removes the limit.
+-- All four are operator actions, recorded in pgfence.queue_controls (who, when).
 -- _claim_controlled is claim's pick while any queue has a control.
+-- Changed after @v0.7.0: the rate limit (set_queue_rate_limit, the bucket helpers and
+-- its use in _claim_controlled, queue_limits' new columns: a DROP and CREATE, as its
+-- result changed); resume_queue and set_queue_limit(NULL) keep a row that still holds a
+-- rate limit.
 
 BEGIN;
 
@@ -41,12 +50,12 @@ DECLARE
     v_row pgfence.queue_controls;
 BEGIN
     PERFORM pgfence._check_name('queue', queue);
-    -- The row first, locked (a concurrent pause or cap waits, or is waited for, and its
-    -- change is what is read), then one change to it.
+    -- The row first, locked (a concurrent pause, cap or rate limit waits, or is waited
+    -- for, and its change is what is read), then one change to it.
     SELECT * INTO v_row FROM pgfence.queue_controls c WHERE c.queue = queue FOR NO KEY UPDATE;
     IF NOT FOUND OR v_row.paused_at IS NULL THEN
         RETURN false;
-    ELSIF v_row.max_running IS NULL THEN
+    ELSIF v_row.max_running IS NULL AND v_row.max_claims IS NULL THEN
         DELETE FROM pgfence.queue_controls c WHERE c.queue = queue;
     ELSE
         UPDATE pgfence.queue_controls c SET paused_at = NULL, paused_by = NULL WHERE c.queue = queue;
@@ -73,11 +82,12 @@ BEGIN
                 limited_by = excluded.limited_by;
         RETURN;
     END IF;
-    -- No cap: the row locked first (as resume_queue), then kept for a pause or deleted.
+    -- No cap: the row locked first (as resume_queue), then kept for a pause or a rate
+    -- limit, or deleted.
     SELECT * INTO v_row FROM pgfence.queue_controls c WHERE c.queue = queue FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         RETURN;
-    ELSIF v_row.paused_at IS NULL THEN
+    ELSIF v_row.paused_at IS NULL AND v_row.max_claims IS NULL THEN
         DELETE FROM pgfence.queue_controls c WHERE c.queue = queue;
     ELSE
         UPDATE pgfence.queue_controls c
@@ -91,19 +101,101 @@ workers; NULL removes the cap. It binds the claims that start after it commits (
 its max_jobs). Jobs running beyond a lowered cap finish; claims take again once fewer run. A lease that expired
 but is not yet reclaimed counts as running until it is. Errors: 22004, 22023.$$;
 
--- The queues with a control, and how many of their jobs are processing now.
-CREATE OR REPLACE FUNCTION pgfence.queue_limits()
+-- A rate limit's token bucket at `at`: its tokens as of refilled_at plus max_claims per
+-- `per` since (a clock that went back adds nothing), at most max_claims. NULL: no limit.
+CREATE OR REPLACE FUNCTION pgfence._rate_tokens(max_claims integer, per interval, tokens double precision,
+                                                refilled_at timestamptz, at timestamptz)
+RETURNS double precision
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT least(max_claims::double precision,
+                 tokens + greatest(extract(epoch FROM at - refilled_at)::double precision, 0)
+                          * max_claims / extract(epoch FROM per)::double precision)
+$$;
+COMMENT ON FUNCTION pgfence._rate_tokens(integer, interval, double precision, timestamptz, timestamptz) IS
+  'Private: a rate limit''s bucket at `at` (refilled at max_claims per `per` since refilled_at, at most max_claims); NULL without a limit.';
+
+-- The claims a rate limit's bucket allows at `at`: its whole tokens. NULL: no limit.
+CREATE OR REPLACE FUNCTION pgfence._rate_allowance(max_claims integer, per interval, tokens double precision,
+                                                   refilled_at timestamptz, at timestamptz)
+RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    -- (+ 1e-9: refills that add up to a whole token may land a hair below it)
+    SELECT floor(pgfence._rate_tokens(max_claims, per, tokens, refilled_at, at) + 1e-9)::integer
+$$;
+COMMENT ON FUNCTION pgfence._rate_allowance(integer, interval, double precision, timestamptz, timestamptz) IS
+  'Private: the claims a rate limit''s bucket allows at `at` (its whole tokens); NULL without a limit.';
+
+-- Operator: at most max_claims jobs of a queue claimed per `per` (NULL: no limit). A
+-- token bucket of max_claims tokens, refilled continuously at max_claims per `per` by the
+-- database clock, each claimed job taking one. It starts full, so the queue may hand out
+-- max_claims at once after an idle spell of `per` (the burst), and over any window of
+-- length T at most max_claims + max_claims * T / per.
+CREATE OR REPLACE FUNCTION pgfence.set_queue_rate_limit(queue text, max_claims integer,
+                                                        per interval DEFAULT interval '1 second')
+RETURNS void
+LANGUAGE plpgsql AS $$
+#variable_conflict use_variable
+DECLARE
+    v_row pgfence.queue_controls;
+BEGIN
+    PERFORM pgfence._check_name('queue', queue);
+    IF max_claims IS NOT NULL THEN
+        PERFORM pgfence._check_range('max_claims', max_claims, 1, 1000000);
+        PERFORM pgfence._check_interval('per', per, interval '1 millisecond', interval '1 day',
+            '1 millisecond..1 day', 'pass an interval between 1 millisecond and 1 day, e.g. ''1 second''');
+        -- A new limit starts with a full bucket; a changed one keeps what is left of its
+        -- bucket (at most the new size), so setting a limit again grants no extra burst.
+        INSERT INTO pgfence.queue_controls AS c (queue, max_claims, claims_per, rate_tokens, rate_refilled_at,
+                                                 rate_limited_at, rate_limited_by)
+        VALUES (queue, max_claims, per, max_claims, clock_timestamp(), clock_timestamp(), pgfence._invoker())
+        ON CONFLICT ON CONSTRAINT queue_controls_pkey DO UPDATE
+            SET max_claims = excluded.max_claims, claims_per = excluded.claims_per,
+                rate_tokens = CASE WHEN c.rate_tokens IS NULL THEN excluded.rate_tokens
+                                   ELSE least(c.rate_tokens, excluded.max_claims) END,
+                rate_refilled_at = coalesce(c.rate_refilled_at, excluded.rate_refilled_at),
+                rate_limited_at = excluded.rate_limited_at, rate_limited_by = excluded.rate_limited_by;
+        RETURN;
+    END IF;
+    -- No limit: the row locked first (as resume_queue), then kept for a pause or a cap, or deleted.
+    SELECT * INTO v_row FROM pgfence.queue_controls c WHERE c.queue = queue FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    ELSIF v_row.paused_at IS NULL AND v_row.max_running IS NULL THEN
+        DELETE FROM pgfence.queue_controls c WHERE c.queue = queue;
+    ELSE
+        UPDATE pgfence.queue_controls c
+           SET max_claims = NULL, claims_per = NULL, rate_tokens = NULL, rate_refilled_at = NULL,
+               rate_limited_at = clock_timestamp(), rate_limited_by = pgfence._invoker()
+         WHERE c.queue = queue;
+    END IF;
+END $$;
+COMMENT ON FUNCTION pgfence.set_queue_rate_limit(text, integer, interval) IS
+$$Operator: claims hand out at most max_claims (1..1000000) jobs of queue per `per` (1 millisecond..1 day,
+default 1 second), across all workers: a token bucket of max_claims, refilled continuously at max_claims per
+`per` by the database clock, so the burst after an idle spell is max_claims and over any window of length T at
+most max_claims + max_claims * T / per are claimed; the other jobs stay queued. NULL removes the limit (per is
+then ignored). It binds the claims that start after it commits. Errors: 22004, 22023.$$;
+
+-- The queues with a control, how many of their jobs are processing now, and what a rate
+-- limit's bucket allows now. (A DROP and CREATE: its result gained the rate limit's
+-- columns after @v0.7.0.)
+DROP FUNCTION IF EXISTS pgfence.queue_limits();
+CREATE FUNCTION pgfence.queue_limits()
 RETURNS TABLE(queue text, paused_at timestamptz, paused_by text, max_running integer, running bigint,
-              limited_at timestamptz, limited_by text)
+              limited_at timestamptz, limited_by text, max_claims integer, claims_per interval,
+              claims_available integer, rate_limited_at timestamptz, rate_limited_by text)
 LANGUAGE sql STABLE AS $$
     SELECT c.queue, c.paused_at, c.paused_by, c.max_running,
            (SELECT count(*) FROM pgfence.jobs j WHERE j.status = 'processing' AND j.queue = c.queue),
-           c.limited_at, c.limited_by
+           c.limited_at, c.limited_by, c.max_claims, c.claims_per,
+           pgfence._rate_allowance(c.max_claims, c.claims_per, c.rate_tokens, c.rate_refilled_at, clock_timestamp()),
+           c.rate_limited_at, c.rate_limited_by
       FROM pgfence.queue_controls c
      ORDER BY c.queue
 $$;
 COMMENT ON FUNCTION pgfence.queue_limits() IS
-  'Operator: the paused and capped queues (pgfence.queue_controls) with the number of their jobs processing now.';
+$$Operator: the paused, capped and rate-limited queues (pgfence.queue_controls) with the number of their jobs
+processing now and, for a rate limit, the claims its bucket allows now (claims_available).$$;
 
 -- claim's pick while some queue has a control (claim calls it only then): the ids of
 -- the jobs locked (FOR NO KEY UPDATE SKIP LOCKED), at most max_jobs, NULL for none.
@@ -114,13 +206,16 @@ COMMENT ON FUNCTION pgfence.queue_limits() IS
 --      when controlled queues fill that window (a paused queue's backlog at the front),
 --      through _claim_from_list over the queues that have queued jobs (one probe of
 --      jobs_claim_idx per queue) less the controlled ones.
---   2. Then each capped, unpaused queue asked for that has a runnable job, in name
---      order, while max_jobs is not reached: its row of queue_controls is locked FOR NO
---      KEY UPDATE SKIP LOCKED (held until the claim commits, so the claim that takes it
---      next counts this one's jobs as processing), its processing jobs counted, and at
---      most max_running minus those taken. A row another claim holds is skipped: that
---      queue gives nothing to this claim (the caller claims again), so claims never wait
---      for one another here, however long a caller's transaction, and never deadlock.
+--   2. Then each capped or rate-limited, unpaused queue asked for that has a runnable
+--      job, in name order, while max_jobs is not reached: its row of queue_controls is
+--      locked FOR NO KEY UPDATE SKIP LOCKED (held until the claim commits, so the claim
+--      that locks it next counts this one's jobs as processing and sees its bucket
+--      debited), and at most min(max_running minus its processing jobs, the whole tokens
+--      of its bucket refilled to clock_timestamp()) are taken; a rate limit's bucket is
+--      then debited by the jobs taken (refilled_at = that clock). A row another claim
+--      holds is skipped: that queue gives nothing to this claim (the caller claims
+--      again), so claims never wait for one another here, however long a caller's
+--      transaction, and never deadlock.
 -- So a claim over several queues takes a capped queue's jobs after the others', not in
 -- strict priority order across them. Paused queues are never read.
 CREATE OR REPLACE FUNCTION pgfence._claim_controlled(queues text[], max_jobs integer, as_of timestamptz)
@@ -129,7 +224,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := as_of;
     v_ctl jsonb;
-    v_capped text[];
+    v_limited text[];
     v_free text[];
     v_cand bigint[];
     v_seen bigint;
@@ -137,15 +232,18 @@ DECLARE
     v_ids bigint[];
     v_got bigint[];
     v_need integer;
-    v_max integer;
     v_running integer;
     v_queue text;
+    v_row pgfence.queue_controls;
+    v_take integer;
+    v_clock timestamptz;
+    v_tokens double precision;
 BEGIN
     SELECT coalesce(jsonb_object_agg(q.queue, true), '{}'),
            coalesce(array_agg(q.queue ORDER BY q.queue)
-                        FILTER (WHERE q.paused_at IS NULL AND q.max_running IS NOT NULL
+                        FILTER (WHERE q.paused_at IS NULL AND (q.max_running IS NOT NULL OR q.max_claims IS NOT NULL)
                                   AND (queues IS NULL OR q.queue = ANY (queues))), '{}')
-      INTO v_ctl, v_capped
+      INTO v_ctl, v_limited
       FROM pgfence.queue_controls q;
     IF queues IS NOT NULL THEN
         SELECT array_agg(DISTINCT q.name) INTO v_free FROM unnest(queues) AS q(name) WHERE NOT v_ctl ? q.name;
@@ -182,36 +280,55 @@ BEGIN
     END IF;
     v_ids := coalesce(v_ids, '{}');
 
-    FOREACH v_queue IN ARRAY v_capped LOOP
+    FOREACH v_queue IN ARRAY v_limited LOOP
         v_need := max_jobs - cardinality(v_ids);
         EXIT WHEN v_need <= 0;
         CONTINUE WHEN NOT EXISTS (SELECT FROM pgfence.jobs j
                                    WHERE j.status = 'queued' AND j.queue = v_queue AND j.available_at <= v_now);
-        v_max := NULL;
-        SELECT q.max_running INTO v_max FROM pgfence.queue_controls q
+        v_row := NULL;
+        SELECT * INTO v_row FROM pgfence.queue_controls q
          WHERE q.queue = v_queue AND q.paused_at IS NULL
            FOR NO KEY UPDATE SKIP LOCKED;
-        CONTINUE WHEN v_max IS NULL;  -- another claim counts it now, or paused or uncapped meanwhile
-        SELECT count(*) INTO v_running FROM pgfence.jobs j WHERE j.status = 'processing' AND j.queue = v_queue;
-        CONTINUE WHEN v_running >= v_max;
+        -- another claim holds it now, or paused or uncontrolled meanwhile
+        CONTINUE WHEN v_row.queue IS NULL OR (v_row.max_running IS NULL AND v_row.max_claims IS NULL);
+        v_take := v_need;
+        IF v_row.max_running IS NOT NULL THEN
+            SELECT count(*) INTO v_running FROM pgfence.jobs j WHERE j.status = 'processing' AND j.queue = v_queue;
+            v_take := least(v_take, v_row.max_running - v_running);
+        END IF;
+        IF v_row.max_claims IS NOT NULL THEN
+            v_clock := clock_timestamp();
+            v_tokens := pgfence._rate_tokens(v_row.max_claims, v_row.claims_per, v_row.rate_tokens,
+                                             v_row.rate_refilled_at, v_clock);
+            v_take := least(v_take, pgfence._rate_allowance(v_row.max_claims, v_row.claims_per, v_row.rate_tokens,
+                                                            v_row.rate_refilled_at, v_clock));
+        END IF;
+        CONTINUE WHEN v_take <= 0;
         SELECT array_agg(p.id) INTO v_got
           FROM (SELECT j.id FROM pgfence.jobs j
                  WHERE j.status = 'queued' AND j.queue = v_queue AND j.available_at <= v_now
                  ORDER BY j.priority DESC, j.available_at, j.id
-                 LIMIT least(v_need, v_max - v_running)
+                 LIMIT v_take
                    FOR NO KEY UPDATE SKIP LOCKED) p;
+        IF v_row.max_claims IS NOT NULL AND v_got IS NOT NULL THEN
+            -- (the claim that locks the row next reads this, committed with the claim)
+            UPDATE pgfence.queue_controls q
+               SET rate_tokens = greatest(v_tokens - cardinality(v_got), 0), rate_refilled_at = v_clock
+             WHERE q.queue = v_queue;
+        END IF;
         v_ids := v_ids || coalesce(v_got, '{}');
     END LOOP;
     RETURN CASE WHEN cardinality(v_ids) > 0 THEN v_ids END;
 END $$;
 COMMENT ON FUNCTION pgfence._claim_controlled(text[], integer, timestamptz) IS
-  'Private: claim''s pick while a queue is paused or capped: nothing from paused queues, at most max_running processing per capped queue (its control row locked SKIP LOCKED while counting, until the claim commits); the locked ids, or NULL.';
+  'Private: claim''s pick while a queue is paused, capped or rate-limited: nothing from paused queues, at most max_running processing per capped queue and at most its bucket''s allowance per rate-limited queue (its control row locked SKIP LOCKED until the claim commits, the bucket debited by what was taken); the locked ids, or NULL.';
 
 INSERT INTO pgfence.routine_grants (routine, roles) VALUES
-    ('pause_queue',     '{pgfence_operator}'),
-    ('resume_queue',    '{pgfence_operator}'),
-    ('set_queue_limit', '{pgfence_operator}'),
-    ('queue_limits',    '{pgfence_operator}')
+    ('pause_queue',          '{pgfence_operator}'),
+    ('resume_queue',         '{pgfence_operator}'),
+    ('set_queue_limit',      '{pgfence_operator}'),
+    ('set_queue_rate_limit', '{pgfence_operator}'),
+    ('queue_limits',         '{pgfence_operator}')
 ON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;
 SELECT pgfence._apply_privileges();
 

@@ -1,5 +1,6 @@
--- Deploy pgfence:functions/report_rejection to pg (reworked after @v0.5.0)
--- requires: functions/report_rejection@v0.5.0
+-- Deploy pgfence:functions/report_rejection to pg (reworked after @v0.7.0)
+-- requires: functions/report_rejection@v0.7.0
+-- requires: functions/snooze
 -- requires: functions/_fence
 -- requires: tables/history
 --
@@ -7,6 +8,8 @@
 -- job's, is refused with 22023), at most 100 per job (later ones counted, not
 -- stored). Changed after @v0.5.0: a done job is read from the history
 -- (pgfence.all_jobs), so a refused call on it is reported as before.
+-- Changed after @v0.7.0: the operation snooze (functions/snooze); a repeat by the token
+-- whose snooze is recorded is accepted, so it is not reported.
 
 BEGIN;
 
@@ -26,10 +29,10 @@ BEGIN
     ELSIF attempt_token IS NULL THEN
         PERFORM pgfence._raise_null('attempt_token', 'pass the attempt_token the refused call carried');
     ELSIF operation IS NULL THEN
-        PERFORM pgfence._raise_null('operation', 'pass heartbeat, complete, fail or release');
-    ELSIF operation NOT IN ('heartbeat', 'complete', 'fail', 'release') THEN
+        PERFORM pgfence._raise_null('operation', 'pass heartbeat, complete, fail, release or snooze');
+    ELSIF operation NOT IN ('heartbeat', 'complete', 'fail', 'release', 'snooze') THEN
         PERFORM pgfence._raise_invalid('operation', quote_literal(operation), 'unknown operation',
-            'pass heartbeat, complete, fail or release');
+            'pass heartbeat, complete, fail, release or snooze');
     END IF;
     SELECT x.status, x.attempt_token, x.last_error, x.reserved_by INTO j FROM pgfence.all_jobs x WHERE x.id = job_id LIMIT 1;
     IF NOT FOUND THEN
@@ -49,10 +52,17 @@ BEGIN
         PERFORM pgfence._raise_invalid('attempt_token', attempt_token::text,
             'already released this job: a release with it is accepted, not refused',
             'report only calls that raised PF001');
-    ELSIF operation = 'heartbeat' AND pgfence._attempt_ended(job_id, attempt_token, '{done,failed,released}') THEN
+    ELSIF operation = 'snooze' AND (pgfence._attempt_ended(job_id, attempt_token, '{snoozed}')
+          OR EXISTS (SELECT FROM pgfence.all_attempts a
+                      WHERE a.job_id = report_rejection.job_id AND a.attempt_token = report_rejection.attempt_token
+                        AND a.outcome = 'failed' AND starts_with(a.error, 'snooze limit reached'))) THEN
+        PERFORM pgfence._raise_invalid('attempt_token', attempt_token::text,
+            'already snoozed this job: a snooze with it is accepted, not refused',
+            'report only calls that raised PF001');
+    ELSIF operation = 'heartbeat' AND pgfence._attempt_ended(job_id, attempt_token, '{done,failed,released,snoozed}') THEN
         -- As heartbeat_many: a heartbeat that crossed its own attempt's end is no stale worker.
         PERFORM pgfence._raise_invalid('attempt_token', attempt_token::text,
-            'ended its own attempt (complete, fail or release): a heartbeat crossing that is not recorded',
+            'ended its own attempt (complete, fail, release or snooze): a heartbeat crossing that is not recorded',
             'report only calls of an attempt that something else ended');
     END IF;
     IF NOT pgfence._token_held(job_id, attempt_token, j.attempt_token) THEN
@@ -65,12 +75,12 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION pgfence.report_rejection(bigint, uuid, text) IS
-$$Record that a single heartbeat/complete/fail/release call with attempt_token was refused with PF001 (its own
+$$Record that a single heartbeat/complete/fail/release/snooze call with attempt_token was refused with PF001 (its own
 transaction rolled back). Stored in pgfence.rejections while the job has fewer than 100 stored, else counted in
 pgfence.rejection_overflow. Errors: PF002 unknown job, 22004, 22023 (unknown operation; the token never held
 an attempt of this job; the token is current; it completed (failed, released) the job, so a complete (fail,
-release) with it is accepted as a repeat; or, for a heartbeat, its attempt ended by its own complete, fail or
-release, which heartbeat_many does not record either).$$;
+release, snooze) with it is accepted as a repeat; or, for a heartbeat, its attempt ended by its own complete,
+fail, release or snooze, which heartbeat_many does not record either).$$;
 
 INSERT INTO pgfence.routine_grants (routine, roles) VALUES ('report_rejection', '{pgfence_worker}')
 ON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;

@@ -1,10 +1,16 @@
--- Deploy pgfence:functions/sweep to pg (reworked after @v0.3.0)
--- requires: functions/sweep@v0.3.0
+-- Deploy pgfence:functions/sweep to pg (reworked after @v0.7.0)
+-- requires: functions/sweep@v0.7.0
+-- requires: functions/schedules
 -- requires: tables/sweeper_pause
 -- requires: functions/_checks
 --
 -- The sweep (every expired lease, by hand or from a scheduler) and the background
--- sweeper pg_cron runs, whole. Changed after @v0.3.0:
+-- sweeper pg_cron runs, whole. Changed after @v0.7.0:
+--   * every reclaim pass of the background sweeper, and CALL pgfence.sweep() after its
+--     reclaims, fire due schedules (pgfence.fire_schedules), so schedules fire with no
+--     worker alive; a failed fire is logged as a WARNING and in sweeper_status.last_error
+--     and never stops the reclaims (the sweeper's pass is recorded either way).
+-- Changed after @v0.3.0:
 --   * safe whatever the caller's search_path: pg_cron runs these procedures as a
 --     superuser, and a login able to create public.pg_sleep(numeric) got its function
 --     run by it (ALTER ROLE ... SUPERUSER worked). Procedures that COMMIT cannot be
@@ -47,6 +53,7 @@ CREATE OR REPLACE PROCEDURE pgfence.sweep(INOUT reclaimed bigint DEFAULT 0, batc
 LANGUAGE plpgsql AS $$
 DECLARE
     v_more boolean;
+    v_fired integer;
 BEGIN
     -- (Run with the caller's rights and search_path, which may hold look-alikes of any
     -- function: pin the path, here and after every COMMIT, and call only
@@ -59,10 +66,19 @@ BEGIN
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pgfence, pg_temp', true);
         EXIT WHEN NOT v_more;
     END LOOP;
+    -- Then the due schedules, 100 slots per committed transaction. (A failure here is
+    -- the caller's to see: the reclaims are committed already.)
+    LOOP
+        v_fired := pgfence.fire_schedules(100);
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pgfence, pg_temp', true);
+        EXIT WHEN v_fired < 100;
+    END LOOP;
 END $$;
 
 COMMENT ON PROCEDURE pgfence.sweep(bigint, integer) IS
-$$Reclaim every expired lease (batch_size 1..10000 per transaction, each committed). CALL pgfence.sweep();
+$$Reclaim every expired lease (batch_size 1..10000 per transaction, each committed), then fire the due schedules
+(fire_schedules, 100 slots per transaction). CALL pgfence.sweep();
 outside a transaction block. Returns reclaimed = total jobs reclaimed. Safe to run concurrently, and
 whatever the caller's search_path. Not paused by pause_sweeper (an explicit call). Errors: 22004, 22023,
 PF004.$$;
@@ -217,7 +233,9 @@ $$The first state of a background sweeper run (used by run_sweeper): pass_interv
 NULL (the end of the current minute) or at most 1 hour ahead. Errors: 22004, 22023, PF004.$$;
 
 -- One step of a background sweeper run, in the transaction run_sweeper commits after
--- it: one reclaim batch (1,000 expired leases; when the pass is over it is recorded),
+-- it: one reclaim batch (1,000 expired leases; when the pass is over it is recorded
+-- and the due schedules are fired, at most 100 slots; a fire that fails is logged as
+-- a WARNING and in sweeper_status.last_error),
 -- one purge batch (every 10 s: finished jobs past their retention, 1,000 at a time; a
 -- purge that fails is logged as a WARNING and in sweeper_status.last_error, and the
 -- passes go on), or at most 10 ms of sleep (short transactions: a procedure's
@@ -274,6 +292,16 @@ BEGIN
         END IF;
         PERFORM pgfence.note_sweeper_pass(s.reclaimed, NULL);
         s.reclaimed := 0;
+        -- The due schedules (at most 100 slots a pass; more at the next one). A fire
+        -- that fails is rolled back alone: logged, and the passes go on.
+        BEGIN
+            PERFORM pgfence.fire_schedules(100);
+        EXCEPTION WHEN OTHERS THEN
+            RAISE WARNING 'pgfence: fire_schedules failed, the sweeper goes on reclaiming: % (SQLSTATE %)',
+                pgfence._printable(SQLERRM), SQLSTATE;
+            PERFORM pgfence.note_sweeper_pass(NULL, NULL,
+                left(format('fire_schedules failed: %s (SQLSTATE %s)', SQLERRM, SQLSTATE), 10000));
+        END;
         IF s.next_purge IS NULL OR clock_timestamp() >= s.next_purge THEN
             s.phase := 'purge';
             RETURN s;
@@ -299,8 +327,8 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION pgfence.sweeper_step(pgfence.sweeper_state) IS
-$$One step of a background sweeper run (used by run_sweeper, which commits after each): a reclaim batch,
-a purge batch, or at most 10 ms of sleep; returns the next state (done = true: the run is over). Errors:
+$$One step of a background sweeper run (used by run_sweeper, which commits after each): a reclaim batch
+(after the pass's last one, fire_schedules(100)), a purge batch, or at most 10 ms of sleep; returns the next state (done = true: the run is over). Errors:
 22023 (a state no sweeper_begin or sweeper_step returned).$$;
 
 -- After a pass (or a step that could not run): sleep until the next pass, or end the
@@ -375,7 +403,7 @@ BEGIN
 END $$;
 
 COMMENT ON PROCEDURE pgfence.run_sweeper(interval, timestamptz) IS
-$$Background sweeper: a reclaim pass (every expired lease) every pass_interval (10 ms..1 minute, default 0.5 s)
+$$Background sweeper: a reclaim pass (every expired lease, then the due schedules' slots) every pass_interval (10 ms..1 minute, default 0.5 s)
 until run_until (default: the end of the current minute; at most 1 hour ahead), each recorded in
 pgfence.sweeper_status, and purge_finished every 10 s (a failing purge is logged as a WARNING and in
 sweeper_status.last_error, and does not stop the passes); every step its own short transaction. pg_cron
@@ -397,7 +425,7 @@ ON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;
 SELECT pgfence._apply_privileges();
 
 COMMENT ON COLUMN pgfence.sweeper_status.last_error IS
-  'The last error the background sweeper caught and survived (a failed purge_finished), kept until the next one.';
+  'The last error the background sweeper caught and survived (a failed purge_finished or fire_schedules), kept until the next one.';
 COMMENT ON COLUMN pgfence.sweeper_status.last_error_at IS
   'When last_error happened (NULL: never).';
 

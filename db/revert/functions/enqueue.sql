@@ -1,12 +1,17 @@
--- Revert pgfence:functions/enqueue from pg (back to @v0.5.0)
+-- Revert pgfence:functions/enqueue from pg (back to @v0.7.0)
 --
--- Runs the @v0.5.0 script again (re-runnable: CREATE OR REPLACE, its rule rows):
--- enqueue without held keys; then drops the helpers the rework added (enqueue_many
--- and requeue, which call them, are reverted before this).
-
-\ir ../../deploy/functions/enqueue@v0.5.0.sql
+-- Drops the enqueue of this rework (a new signature), runs the @v0.7.0 script again
+-- (re-runnable: CREATE OR REPLACE, its rule rows) for the enqueue without timeout and
+-- unique_for, then drops the helpers the rework added (enqueue_many, which calls them,
+-- is reverted before this).
 
 BEGIN;
-DROP FUNCTION IF EXISTS pgfence._key_held_after_insert(text, text);
-DROP FUNCTION IF EXISTS pgfence._held_key(text, text);
+DROP FUNCTION IF EXISTS pgfence.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, interval, interval);
+COMMIT;
+
+\ir ../../deploy/functions/enqueue@v0.7.0.sql
+
+BEGIN;
+DROP FUNCTION IF EXISTS pgfence._check_unique_for(text, interval);
+DROP FUNCTION IF EXISTS pgfence._unique_for_ok(interval);
 COMMIT;

@@ -1,6 +1,11 @@
--- Revert pgfence:functions/enqueue_many from pg (back to @v0.5.0)
+-- Revert pgfence:functions/enqueue_many from pg (back to @v0.7.0)
 --
--- Runs the @v0.5.0 script again (re-runnable: CREATE OR REPLACE, its rule rows):
--- the definitions that read and write only pgfence.jobs and pgfence.attempts.
+-- Drops the enqueue_many of this rework (a new signature), then runs the @v0.7.0
+-- script again (re-runnable: CREATE OR REPLACE, its rule rows): enqueue_many without
+-- timeout and unique_for.
 
-\ir ../../deploy/functions/enqueue_many@v0.5.0.sql
+BEGIN;
+DROP FUNCTION IF EXISTS pgfence.enqueue_many(text[], jsonb[], text, integer[], timestamptz[], integer, text, text[], interval, interval);
+COMMIT;
+
+\ir ../../deploy/functions/enqueue_many@v0.7.0.sql

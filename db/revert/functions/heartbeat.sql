@@ -1,11 +1,6 @@
--- Revert pgfence:functions/heartbeat from pg (back to @v0.4.0)
+-- Revert pgfence:functions/heartbeat from pg (back to @v0.7.0)
 --
--- The rework changed no definition: it restates the change whole (CREATE OR REPLACE,
--- its rows in pgfence.routine_grants, which @v0.4.0 had too, from the schema change).
--- Nothing to undo but to apply the rule again.
+-- Runs the @v0.7.0 script again (re-runnable: CREATE OR REPLACE, its rule rows): the
+-- heartbeat that knows no run timeout.
 
-BEGIN;
-
-SELECT pgfence._apply_privileges();
-
-COMMIT;
+\ir ../../deploy/functions/heartbeat@v0.7.0.sql

@@ -1,8 +1,6 @@
--- Revert pgfence:functions/limits from pg
+-- Revert pgfence:functions/limits from pg (back to @v0.7.0)
+--
+-- Runs the @v0.7.0 script again (re-runnable: CREATE OR REPLACE, its rule row):
+-- limits() without the snooze rows.
 
-BEGIN;
-
-DROP FUNCTION IF EXISTS pgfence.limits();
-DELETE FROM pgfence.routine_grants WHERE routine = 'limits';
-
-COMMIT;
+\ir ../../deploy/functions/limits@v0.7.0.sql

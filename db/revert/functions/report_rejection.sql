@@ -1,6 +1,6 @@
--- Revert pgfence:functions/report_rejection from pg (back to @v0.5.0)
+-- Revert pgfence:functions/report_rejection from pg (back to @v0.7.0)
 --
--- Runs the @v0.5.0 script again (re-runnable: CREATE OR REPLACE, its rule rows):
--- the definitions that read and write only pgfence.jobs and pgfence.attempts.
+-- Runs the @v0.7.0 script again (re-runnable: CREATE OR REPLACE, its rule rows):
+-- report_rejection without the operation snooze.
 
-\ir ../../deploy/functions/report_rejection@v0.5.0.sql
+\ir ../../deploy/functions/report_rejection@v0.7.0.sql

@@ -18,4 +18,9 @@ SELECT 1 / (prosrc LIKE '%FOR NO KEY UPDATE%' AND prosrc NOT LIKE '%FOR UPDATE%'
 SELECT 1 / (prosrc LIKE '%INSERT INTO pgfence.attempts (job_id, queue,%')::int
   FROM pg_proc WHERE oid = 'pgfence._recover(bigint[], uuid[], text, boolean)'::regprocedure;
 
+-- (the rework after @v0.7.0: run timeouts)
+SELECT 'pgfence._end_timed_out(bigint[], uuid[])'::regprocedure, 'pgfence._timeout_error(interval)'::regprocedure;
+SELECT 1 / (prosrc LIKE '%''timed_out''%')::int
+  FROM pg_proc WHERE oid = 'pgfence._recover(bigint[], uuid[], text, boolean)'::regprocedure;
+
 ROLLBACK;

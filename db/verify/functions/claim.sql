@@ -32,4 +32,8 @@ SELECT 1 / (prosrc LIKE '%pgfence.secret_key%')::int
 SELECT 1 / (prosrc LIKE '%pgfence._claim_controlled(%')::int
   FROM pg_proc WHERE oid = 'pgfence.claim(text, text[], interval, integer, uuid)'::regprocedure;
 
+-- (the rework after @v0.7.0: the lease capped at the run timeout)
+SELECT 1 / (prosrc LIKE '%least(v_now + lease, v_now + j.timeout)%')::int
+  FROM pg_proc WHERE oid = 'pgfence.claim(text, text[], interval, integer, uuid)'::regprocedure;
+
 ROLLBACK;

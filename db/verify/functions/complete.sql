@@ -8,4 +8,14 @@ SELECT 'pgfence.complete(bigint, uuid, jsonb)'::regprocedure,
 SELECT 1 / (prosrc LIKE '%pgfence._check_result(''result'', result)%')::int
   FROM pg_proc WHERE oid = 'pgfence.complete(bigint, uuid, jsonb)'::regprocedure;
 
+-- (the rework after @v0.7.0: refused past the run timeout)
+SELECT 1 / (prosrc LIKE '%pgfence._end_timed_out(%')::int
+  FROM pg_proc WHERE oid = 'pgfence.complete_many(bigint[], uuid[], jsonb[])'::regprocedure;
+
+SELECT 1 / (prosrc LIKE '%held_until%')::int
+  FROM pg_proc WHERE oid = 'pgfence.complete_many(bigint[], uuid[], jsonb[])'::regprocedure;
+
+SELECT 1 / (prosrc LIKE '%held_until%')::int
+  FROM pg_proc WHERE oid = 'pgfence.complete_many(bigint[], uuid[], jsonb[])'::regprocedure;
+
 ROLLBACK;

@@ -2,11 +2,13 @@
 
 BEGIN;
 
-SELECT 'pgfence.enqueue_many(text[], jsonb[], text, integer[], timestamptz[], integer, text, text[])'::regprocedure,
+SELECT 'pgfence.enqueue_many(text[], jsonb[], text, integer[], timestamptz[], integer, text, text[], interval, interval)'::regprocedure,
        'pgfence.jobs_id_seq'::regclass,
        'pgfence._check_enqueue_many_inputs(text[], jsonb[], text, integer[], timestamptz[], integer, text, text[])'::regprocedure;
 -- The rework after @v0.3.0: the NOTIFY carries the wake-up tag.
 SELECT 1 / (prosrc LIKE '%pg_notify(''pgfence_enqueue'', pgfence._wakeup_tag(%')::int
-  FROM pg_proc WHERE oid = 'pgfence.enqueue_many(text[], jsonb[], text, integer[], timestamptz[], integer, text, text[])'::regprocedure;
+  FROM pg_proc WHERE oid = 'pgfence.enqueue_many(text[], jsonb[], text, integer[], timestamptz[], integer, text, text[], interval, interval)'::regprocedure;
+-- The rework after @v0.7.0: the old signature is gone (no overload).
+SELECT 1 / (to_regprocedure('pgfence.enqueue_many(text[], jsonb[], text, integer[], timestamptz[], integer, text, text[])') IS NULL)::int;
 
 ROLLBACK;

@@ -5,4 +5,8 @@ BEGIN;
 SELECT 'pgfence.heartbeat(bigint, uuid, interval)'::regprocedure,
        'pgfence.heartbeat_many(bigint[], uuid[], interval)'::regprocedure;
 
+-- (the rework after @v0.7.0: no lease past the run timeout)
+SELECT 1 / (prosrc LIKE '%j.reserved_at + j.timeout%')::int
+  FROM pg_proc WHERE oid = 'pgfence.heartbeat_many(bigint[], uuid[], interval)'::regprocedure;
+
 ROLLBACK;

@@ -5,7 +5,12 @@ BEGIN;
 SELECT 'pgfence.pause_queue(text)'::regprocedure,
        'pgfence.resume_queue(text)'::regprocedure,
        'pgfence.set_queue_limit(text, integer)'::regprocedure,
+       'pgfence.set_queue_rate_limit(text, integer, interval)'::regprocedure,
        'pgfence.queue_limits()'::regprocedure,
+       'pgfence._rate_tokens(integer, interval, double precision, timestamptz, timestamptz)'::regprocedure,
+       'pgfence._rate_allowance(integer, interval, double precision, timestamptz, timestamptz)'::regprocedure,
        'pgfence._claim_controlled(text[], integer, timestamptz)'::regprocedure;
+SELECT 1 / count(*) FROM pg_proc
+ WHERE oid = 'pgfence._claim_controlled(text[], integer, timestamptz)'::regprocedure AND prosrc LIKE '%max_claims%';
 
 ROLLBACK;

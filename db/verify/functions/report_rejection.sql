@@ -7,4 +7,8 @@ SELECT 'pgfence.report_rejection(bigint, uuid, text)'::regprocedure;
 SELECT 1 / (prosrc LIKE '%pgfence._token_held(job_id, attempt_token, j.attempt_token)%')::int
   FROM pg_proc WHERE oid = 'pgfence.report_rejection(bigint, uuid, text)'::regprocedure;
 
+-- The rework after @v0.7.0: the operation snooze.
+SELECT 1 / (prosrc LIKE '%''snooze''%')::int
+  FROM pg_proc WHERE oid = 'pgfence.report_rejection(bigint, uuid, text)'::regprocedure;
+
 ROLLBACK;

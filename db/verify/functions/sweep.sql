@@ -1,4 +1,4 @@
--- Verify pgfence:functions/sweep on pg
+-- Verify pgfence:functions/sweep on pg (reworked after @v0.7.0)
 
 BEGIN;
 
@@ -17,6 +17,10 @@ SELECT 1 / (count(*) = 2)::int FROM pg_catalog.pg_proc
  WHERE oid IN ('pgfence.sweep(bigint, integer)'::regprocedure, 'pgfence.run_sweeper(interval, timestamptz)'::regprocedure)
    AND prosrc LIKE '%pg_catalog.set_config(''search_path'', ''pg_catalog, pgfence, pg_temp'', true)%'
    AND prosrc NOT LIKE '%advisory%';
+-- Both fire the due schedules (the rework after @v0.7.0).
+SELECT 1 / (count(*) = 2)::int FROM pg_catalog.pg_proc
+ WHERE oid IN ('pgfence.sweep(bigint, integer)'::regprocedure, 'pgfence.sweeper_step(pgfence.sweeper_state)'::regprocedure)
+   AND prosrc LIKE '%pgfence.fire_schedules(100)%';
 SELECT 1 / has_function_privilege('pgfence_operator', 'pgfence.pause_sweeper()', 'EXECUTE')::int;
 SELECT 1 / (NOT has_function_privilege('pgfence_worker', 'pgfence.pause_sweeper()', 'EXECUTE'))::int;
 

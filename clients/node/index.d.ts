@@ -1,0 +1,188 @@
+// Type declarations of the pgfence Node.js package (plain JavaScript in lib/), checked
+// with `tsc -p tsconfig.json` against test/types.ts (tests/test_node_client.py runs it).
+import type { Pool, PoolConfig, ClientBase, QueryResult } from "pg";
+
+/** A job id (bigint): returned as its exact decimal string; accepted as a string, a safe integer or a BigInt. */
+export type JobId = string;
+export type JobIdInput = string | number | bigint;
+/** A UUID as text. */
+export type Uuid = string;
+/** A duration: a number is milliseconds (5000 = 5 s); a string is PostgreSQL interval text ("30 seconds"). */
+export type Duration = number | string;
+/** Anything JSON.stringify serializes (the database checks what it may store). */
+export type Json = unknown;
+/** timestamptz: a Date, or text PostgreSQL reads. */
+export type Timestamp = Date | string;
+
+export const SCHEMA_VERSION: number;
+
+export class PgfenceError extends Error {
+  constructor(message: string, info?: { sqlstate?: string | null; detail?: string | null; hint?: string | null; cause?: unknown });
+  readonly sqlstate: string | null;
+  readonly detail: string | null;
+  readonly hint: string | null;
+}
+/** PF001: the attempt token is no longer current; `detail` says why. */
+export class LeaseLost extends PgfenceError {}
+/** PF002 */
+export class JobNotFound extends PgfenceError {}
+/** PF003 */
+export class InvalidTransition extends PgfenceError {}
+/** PF004 */
+export class WrongIsolation extends PgfenceError {}
+/** 22023 / 22004 */
+export class InvalidArgument extends PgfenceError {}
+export class SchemaMismatch extends PgfenceError {}
+/** The PgfenceError for a pg error, or null when it is not a pgfence condition. */
+export function translate(err: unknown): PgfenceError | null;
+
+/** JSON text sent as it is (the database checks it). */
+export class RawJson {
+  constructor(text: string);
+  readonly text: string;
+}
+
+/** A claimed job: claim's row. */
+export interface ClaimedJob {
+  id: JobId;
+  queue: string;
+  kind: string;
+  payload: any;
+  attempts: number;
+  max_attempts: number;
+  attempt_token: Uuid;
+  lease_expires_at: Date;
+}
+/** A job as a worker's handler sees it. */
+export interface Job extends ClaimedJob {
+  /** Aborted when the lease is lost (reclaimed, cancelled, taken over) or the worker shuts down. */
+  signal: AbortSignal;
+  /** The same, polled. */
+  shouldStop(): boolean;
+}
+export interface Outcome { id: JobId; accepted: boolean; status: string | null; detail: string | null }
+export interface HeartbeatOutcome extends Outcome { lease_expires_at: Date | null }
+export interface Enqueued { ordinal: number; id: JobId; created: boolean }
+export interface Reclaimed { id: JobId; status: string; reclaim_count: number }
+export interface QueueStats { queue: string; status: string; jobs: number; oldest_runnable_age: unknown; expired_leases: number }
+export interface QueueLimit { queue: string; paused_at: Date | null; paused_by: string | null; max_running: number | null; running: number; limited_at: Date | null; limited_by: string | null }
+export interface SweeperHealth { state: "running" | "paused" | "stopped" | "never_ran"; last_pass_at: Date | null; last_pass_age: unknown; paused_at: Date | null; paused_by: string | null; last_error: string | null; last_error_at: Date | null }
+export interface JobRecord { id: JobId; queue: string; kind: string; status: string; payload: any; result: any; attempts: number; max_attempts: number; [column: string]: any }
+export interface AttemptRecord { attempt: number; attempt_token: Uuid; worker: string | null; claimed_at: Date; heartbeat_at: Date | null; lease_expires_at: Date | null; ended_at: Date | null; outcome: string; error: string | null }
+export interface RejectionRecord { attempt_token: Uuid; operation: string; caller: string; detail: string | null; rejected_at: Date }
+export interface WakeupTag { queue: string; tag: string }
+
+export interface ConnectOptions {
+  /** Named prepared statements (default true); false behind pgbouncer in transaction mode. */
+  prepared?: boolean;
+  /** Pool size (default 8). */
+  max?: number;
+  /** Check schema_version() (default true). */
+  checkSchema?: boolean;
+}
+
+export class Client {
+  constructor(target: { pool: Pool; prepared?: boolean } | { connection: ClientBase; prepared?: boolean });
+  static connect(config?: string | PoolConfig, options?: ConnectOptions): Promise<Client>;
+  readonly pool: Pool | null;
+  readonly connection: ClientBase | null;
+  readonly prepared: boolean;
+  /** The same client on a caller's pg connection: calls join the caller's transaction. */
+  using(connection: ClientBase): Client;
+  close(): Promise<void>;
+  query(text: string, values?: unknown[], name?: string): Promise<QueryResult<any>>;
+  checkSchema(): Promise<number>;
+  sweep(options?: { batch_size?: number }): Promise<number>;
+
+  // producer
+  enqueue(kind: string, payload?: Json | null, options?: { queue?: string; priority?: number; run_at?: Timestamp | null; max_attempts?: number; recovery_policy?: "auto" | "manual"; idempotency_key?: string | null }): Promise<JobId>;
+  enqueue_many(kinds: string[], payloads?: Json[] | null, options?: { queue?: string; priorities?: number[] | null; run_ats?: (Timestamp | null)[] | null; max_attempts?: number; recovery_policy?: "auto" | "manual"; idempotency_keys?: (string | null)[] | null }): Promise<Enqueued[]>;
+  // worker
+  claim(worker_id: string, queues?: string[] | null, options?: { lease?: Duration; max_jobs?: number; request_id?: Uuid | null }): Promise<ClaimedJob[]>;
+  claim_results(worker_id: string, request_ids: Uuid[], options?: { lease?: Duration }): Promise<ClaimedJob[]>;
+  /** @deprecated the old name of claim_results */
+  claimed(worker_id: string, request_ids: Uuid[], options?: { lease?: Duration }): Promise<ClaimedJob[]>;
+  heartbeat(job_id: JobIdInput, attempt_token: Uuid, options?: { lease?: Duration }): Promise<Date>;
+  heartbeat_many(job_ids: JobIdInput[], attempt_tokens: Uuid[], options?: { lease?: Duration }): Promise<HeartbeatOutcome[]>;
+  complete(job_id: JobIdInput, attempt_token: Uuid, result?: Json | RawJson | null): Promise<void>;
+  complete_many(job_ids: JobIdInput[], attempt_tokens: Uuid[], results?: (Json | RawJson | null)[] | null): Promise<Outcome[]>;
+  fail(job_id: JobIdInput, attempt_token: Uuid, error: string, options?: { retry_in?: Duration | null; permanent?: boolean }): Promise<"queued" | "failed">;
+  fail_many(job_ids: JobIdInput[], attempt_tokens: Uuid[], errors: string[], options?: { retry_ins?: (Duration | null)[] | null; permanents?: boolean[] | null }): Promise<Outcome[]>;
+  release(job_id: JobIdInput, attempt_token: Uuid, options?: { started?: boolean }): Promise<string>;
+  release_many(job_ids: JobIdInput[], attempt_tokens: Uuid[], options?: { started?: boolean }): Promise<Outcome[]>;
+  report_rejection(job_id: JobIdInput, attempt_token: Uuid, operation: "heartbeat" | "complete" | "fail" | "release"): Promise<void>;
+  wakeup_tags(queues: string[]): Promise<WakeupTag[]>;
+  // operator
+  reclaim_expired(options?: { max_jobs?: number }): Promise<Reclaimed[]>;
+  requeue(job_id: JobIdInput): Promise<void>;
+  cancel(job_id: JobIdInput): Promise<void>;
+  purge_finished(options?: { max_jobs?: number }): Promise<number>;
+  set_retention(queue: string | null, retain_done: Duration, retain_failed: Duration): Promise<void>;
+  pause_queue(queue: string): Promise<boolean>;
+  resume_queue(queue: string): Promise<boolean>;
+  set_queue_limit(queue: string, max_running: number | null): Promise<void>;
+  queue_limits(): Promise<QueueLimit[]>;
+  pause_sweeper(): Promise<boolean>;
+  resume_sweeper(): Promise<boolean>;
+  sweeper_health(): Promise<SweeperHealth>;
+  sweeper_last_pass(): Promise<Date | null>;
+  stats(): Promise<QueueStats[]>;
+  // read
+  /** Throws JobNotFound when the job does not exist or this role may not see it. */
+  job(job_id: JobIdInput): Promise<JobRecord>;
+  attempts_of(job_id: JobIdInput): Promise<AttemptRecord[]>;
+  rejections_of(job_id: JobIdInput): Promise<RejectionRecord[]>;
+  rejections_not_stored(job_id: JobIdInput): Promise<number>;
+  history_summary(options?: { since?: Duration }): Promise<Record<string, number>>;
+  limits(): Promise<Record<string, number>>;
+  schema_version(): Promise<number>;
+}
+
+/** Dead-letter the job now (no retry). */
+export class PermanentFailure extends Error { constructor(message?: string) }
+/** The handler stopped early (its signal aborted): give the job back with a fenced release. */
+export class Interrupted extends Error { constructor(message?: string) }
+/** Retry after `delay` (milliseconds, or interval text) instead of the default backoff. */
+export class RetryAfter extends Error { constructor(delay: Duration, message?: string); readonly delay: Duration }
+
+export type Handler = (job: Job) => unknown | Promise<unknown>;
+
+export interface Logger { info(message: string): void; warn(message: string): void; error(message: string): void }
+
+export interface WorkerOptions {
+  /** Queue names to claim from (default: all). */
+  queues?: string[] | null;
+  /** Handlers running at once (default 8). */
+  concurrency?: number;
+  /** Extra jobs claimed ahead (default 0). */
+  prefetch?: number;
+  /** Lease per claim in milliseconds (default 30000); heartbeats every lease / 3. */
+  lease?: number;
+  /** Longest idle wait between claims, ms (default 1000). */
+  pollInterval?: number;
+  /** How long a shutdown waits for running handlers, ms (default 30000). */
+  shutdownGrace?: number;
+  /** Outcomes are reported when flushBatch wait or the oldest waited flushInterval ms (defaults 500, 5). */
+  flushInterval?: number;
+  flushBatch?: number;
+  workerId?: string | null;
+  /** LISTEN pgfence_enqueue (default true). */
+  listen?: boolean;
+  /** CALL pgfence.sweep() every sweepInterval ms: true, false, or null (default: while
+   *  sweeper_health() says no background sweeper runs, looked at every minute). */
+  runSweeper?: boolean | null;
+  sweepInterval?: number;
+  /** Stop gracefully on SIGTERM/SIGINT while run() runs (default true). */
+  handleSignals?: boolean;
+  logger?: Partial<Logger>;
+}
+
+export class Worker {
+  constructor(client: Client, handlers: Record<string, Handler>, options?: WorkerOptions);
+  readonly workerId: string;
+  readonly counters: { claimed: number; completed: number; failed: number; lease_lost: number; released: number };
+  /** Begin a graceful shutdown (what SIGTERM/SIGINT do). */
+  stop(): void;
+  /** Run until stop() or a signal; resolves once every outcome is reported and every job given back. */
+  run(): Promise<void>;
+}

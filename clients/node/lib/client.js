@@ -1,0 +1,375 @@
+"use strict";
+// The client: one method per pgfence SQL function, each one literal query.
+//
+// Every decision (fencing, retry, backoff, reclaim, every limit) is made in PL/pgSQL;
+// this module passes arguments by name with an explicit cast each, maps rows to plain
+// objects and SQLSTATEs to errors (errors.js). The methods are generated from API, the
+// table below: a SQL function is one entry (see docs/node.md, "Adding a function").
+
+const crypto = require("node:crypto");
+const pg = require("pg");
+const { translate, LeaseLost, JobNotFound, SchemaMismatch, PgfenceError } = require("./errors");
+
+/** The pgfence.schema_version() this client speaks. */
+const SCHEMA_VERSION = 3;
+
+// -- argument types: how a JavaScript value is sent, and the SQL type it is cast to --
+//
+// Each value travels as a text (or array) parameter with an explicit cast, so the
+// database, not pg's guess, reads it: a number is never a bare interval, a JS array is
+// never a PostgreSQL array literal where JSON was meant.
+
+const isInt = (v) => typeof v === "bigint" || Number.isSafeInteger(v) || (typeof v === "string" && /^-?\d+$/.test(v));
+
+/** A bigint (job id): a decimal string, a safe integer Number, or a BigInt. */
+function sendId(v, name) {
+  if (v === null) return null;
+  if (!isInt(v)) throw new TypeError(`pgfence: ${name} must be an integer id (string, safe integer or BigInt), got ${describe(v)}`);
+  return String(v);
+}
+
+/** A value that is already JSON text: sent as it is (the database checks it). */
+class RawJson {
+  constructor(text) {
+    if (typeof text !== "string") throw new TypeError("pgfence: RawJson takes JSON text");
+    this.text = text;
+  }
+}
+
+/** jsonb: JSON.stringify(value), cast to jsonb by the server (which applies its own checks). */
+function sendJson(v, name) {
+  if (v === null) return null;
+  if (v instanceof RawJson) return v.text;
+  const text = JSON.stringify(v);
+  if (typeof text !== "string") throw new TypeError(`pgfence: ${name} cannot be serialized as JSON (${describe(v)})`);
+  return text;
+}
+
+/**
+ * An interval: a Number is milliseconds ("5000 milliseconds", never 5000 seconds); a
+ * string is PostgreSQL interval text ("30 seconds", "PT30S"), read by the server.
+ */
+function sendInterval(v, name) {
+  if (v === null) return null;
+  if (typeof v === "number") {
+    if (!Number.isFinite(v)) throw new TypeError(`pgfence: ${name} must be a finite number of milliseconds, got ${v}`);
+    return `${v} milliseconds`;
+  }
+  if (typeof v === "string") return v;
+  throw new TypeError(`pgfence: ${name} must be milliseconds (a number) or an interval string, got ${describe(v)}`);
+}
+
+function describe(v) {
+  if (Array.isArray(v)) return "an array";
+  return v === null ? "null" : typeof v;
+}
+
+const checked = (ok, what) => (v, name) => {
+  if (v !== null && !ok(v)) throw new TypeError(`pgfence: ${name} must be ${what}, got ${describe(v)}${typeof v === "number" ? ` ${v}` : ""}`);
+  return v;
+};
+const sendText = checked((v) => typeof v === "string", "a string");
+const sendInt = checked((v) => Number.isSafeInteger(v), "an integer");
+const sendBool = checked((v) => typeof v === "boolean", "a boolean");
+const sendUuid = checked((v) => typeof v === "string", "a UUID string");
+const sendTimestamp = checked((v) => (v instanceof Date && !Number.isNaN(v.getTime())) || typeof v === "string",
+  "a valid Date or timestamp text");
+const array = (send) => (v, name) => {
+  if (v === null) return null;
+  if (!Array.isArray(v)) throw new TypeError(`pgfence: ${name} must be an array, got ${describe(v)}`);
+  return v.map((x, i) => (x === null || x === undefined ? null : send(x, `${name}[${i}]`)));
+};
+
+const TYPES = {
+  text: { cast: "text", send: sendText },
+  int: { cast: "integer", send: sendInt },
+  bool: { cast: "boolean", send: sendBool },
+  uuid: { cast: "uuid", send: sendUuid },
+  id: { cast: "bigint", send: sendId },
+  jsonb: { cast: "jsonb", send: sendJson },
+  // enqueue's payload: null or undefined is the SQL default ('{}'), as in the Python client
+  payload: { cast: "jsonb", send: sendJson, omitNull: true },
+  interval: { cast: "interval", send: sendInterval },
+  timestamptz: { cast: "timestamptz", send: sendTimestamp },
+  "text[]": { cast: "text[]", send: array(sendText) },
+  "int[]": { cast: "integer[]", send: array(sendInt) },
+  "bool[]": { cast: "boolean[]", send: array(sendBool) },
+  "uuid[]": { cast: "uuid[]", send: array(sendUuid) },
+  "id[]": { cast: "bigint[]", send: array(sendId) },
+  // jsonb[]: each element's JSON text in a text[] (pg quotes it), cast element by element
+  "jsonb[]": { cast: "text[]::jsonb[]", send: array(sendJson) },
+  "payload[]": { cast: "text[]::jsonb[]", send: (v, n) => array(sendJson)(v === null ? null : v.map((p) => p ?? {}), n) },
+  "interval[]": { cast: "interval[]", send: array(sendInterval) },
+  "timestamptz[]": { cast: "timestamptz[]", send: array(sendTimestamp) },
+};
+
+// -- what comes back -----------------------------------------------------------------
+
+const ids = (...names) => (row) => {
+  for (const n of names) if (row[n] !== null && row[n] !== undefined) row[n] = String(row[n]);
+  return row;
+};
+const asId = (v) => (v === null ? null : String(v));
+const asInt = (v) => (v === null ? null : Number(v));
+
+// Column lists: id columns are cast to text, so ids arrive as exact decimal strings
+// whatever int8 parser the application installed in pg.
+const JOB_ROW = "id::text AS id, queue, kind, payload, attempts, max_attempts, attempt_token, lease_expires_at";
+const OUTCOME = "id::text AS id, accepted, status, detail";
+
+/**
+ * The API: one entry per SQL function. `args`: the positional arguments ("name type",
+ * in the SQL order); `options`: the arguments with a SQL default, passed in a trailing
+ * object by their SQL names (left out, the SQL default applies: nothing is defaulted
+ * here). `returns`: "void", "scalar" (the function's value, through `map`), or a column
+ * list (rows, each through `map`); `after` turns the rows or value into the answer.
+ * `fenced`: a single call refused with PF001 is reported with report_rejection.
+ */
+const API = {
+  // producer
+  enqueue: { args: ["kind text", "payload payload"],
+    options: ["queue text", "priority int", "run_at timestamptz", "max_attempts int", "recovery_policy text",
+      "idempotency_key text"], returns: "scalar", map: asId },
+  enqueue_many: { args: ["kinds text[]", "payloads payload[]"],
+    options: ["queue text", "priorities int[]", "run_ats timestamptz[]", "max_attempts int", "recovery_policy text",
+      "idempotency_keys text[]"], returns: "ordinal, id::text AS id, created" },
+  // worker
+  claim: { args: ["worker_id text", "queues text[]"], options: ["lease interval", "max_jobs int", "request_id uuid"],
+    returns: JOB_ROW },
+  claim_results: { args: ["worker_id text", "request_ids uuid[]"], options: ["lease interval"], returns: JOB_ROW },
+  claimed: { args: ["worker_id text", "request_ids uuid[]"], options: ["lease interval"], returns: JOB_ROW,
+    deprecated: "claim_results" },
+  heartbeat: { args: ["job_id id", "attempt_token uuid"], options: ["lease interval"], returns: "scalar", fenced: true },
+  heartbeat_many: { args: ["job_ids id[]", "attempt_tokens uuid[]"], options: ["lease interval"],
+    returns: `${OUTCOME}, lease_expires_at` },
+  complete: { args: ["job_id id", "attempt_token uuid", "result jsonb"], returns: "void", fenced: true },
+  complete_many: { args: ["job_ids id[]", "attempt_tokens uuid[]", "results jsonb[]"], returns: OUTCOME },
+  fail: { args: ["job_id id", "attempt_token uuid", "error text"], options: ["retry_in interval", "permanent bool"],
+    returns: "scalar", fenced: true },
+  fail_many: { args: ["job_ids id[]", "attempt_tokens uuid[]", "errors text[]"],
+    options: ["retry_ins interval[]", "permanents bool[]"], returns: OUTCOME },
+  release: { args: ["job_id id", "attempt_token uuid"], options: ["started bool"], returns: "scalar", fenced: true },
+  release_many: { args: ["job_ids id[]", "attempt_tokens uuid[]"], options: ["started bool"], returns: OUTCOME },
+  report_rejection: { args: ["job_id id", "attempt_token uuid", "operation text"], returns: "void" },
+  wakeup_tags: { args: ["queues text[]"], returns: "queue, tag" },
+  // operator
+  reclaim_expired: { options: ["max_jobs int"], returns: "id::text AS id, status, reclaim_count" },
+  requeue: { args: ["job_id id"], returns: "void" },
+  cancel: { args: ["job_id id"], returns: "void" },
+  purge_finished: { options: ["max_jobs int"], returns: "scalar", map: asInt },
+  set_retention: { args: ["queue text", "retain_done interval", "retain_failed interval"], returns: "void" },
+  pause_queue: { args: ["queue text"], returns: "scalar" },
+  resume_queue: { args: ["queue text"], returns: "scalar" },
+  set_queue_limit: { args: ["queue text", "max_running int"], returns: "void" },
+  queue_limits: { returns: "queue, paused_at, paused_by, max_running, running, limited_at, limited_by" },
+  pause_sweeper: { returns: "scalar" },
+  resume_sweeper: { returns: "scalar" },
+  sweeper_health: { returns: "state, last_pass_at, last_pass_age, paused_at, paused_by, last_error, last_error_at",
+    after: (rows) => rows[0] },
+  sweeper_last_pass: { returns: "scalar" },
+  stats: { returns: "queue, status, jobs, oldest_runnable_age, expired_leases", map: (r) => ({ ...r, jobs: asInt(r.jobs), expired_leases: asInt(r.expired_leases) }) },
+  // read
+  job: { args: ["job_id id"], returns: "*", map: ids("id"), after: (rows, args) => {
+    if (rows.length === 0) throw new JobNotFound(`pgfence: job ${args[0]} not found`, { sqlstate: "PF002" });
+    return rows[0];
+  } },
+  attempts_of: { args: ["job_id id"], returns: "*" },
+  rejections_of: { args: ["job_id id"], returns: "*" },
+  rejections_not_stored: { args: ["job_id id"], returns: "scalar", map: asInt },
+  history_summary: { options: ["since interval"], returns: "outcome, count",
+    after: (rows) => Object.fromEntries(rows.map((r) => [r.outcome, Number(r.count)])) },
+  limits: { returns: "name, value, description",
+    after: (rows) => Object.fromEntries(rows.map((r) => [r.name, Number(r.value)])) },
+  schema_version: { returns: "scalar" },
+};
+
+function parseSpec(list) {
+  return (list || []).map((s) => {
+    const [name, type] = s.split(" ");
+    if (!TYPES[type]) throw new Error(`pgfence: unknown argument type ${type}`);
+    return { name, type: TYPES[type] };
+  });
+}
+
+/** The query text for a call of `fn` with these arguments (in named notation). */
+function callText(fn, spec, passed) {
+  const named = passed.map((a, i) => `${a.name} => $${i + 1}::${a.type.cast}`).join(", ");
+  const call = `pgfence.${fn}(${named})`;
+  if (spec.returns === "void" || spec.returns === "scalar") return `SELECT ${call} AS value`;
+  return `SELECT ${spec.returns} FROM ${call}`;
+}
+
+/**
+ * Calls the pgfence SQL API.
+ *
+ * Build it with `await Client.connect(dsn)` (it owns a pg.Pool; every call runs alone,
+ * in autocommit, so a worker never sits idle in a transaction), or from a caller's pg
+ * Client or PoolClient (`client.using(conn)`, `new Client({ connection })`): calls then
+ * join whatever transaction the caller has open there.
+ */
+class Client {
+  /**
+   * @param {{pool?: import("pg").Pool, connection?: import("pg").ClientBase, prepared?: boolean}} target
+   *   exactly one of `pool` / `connection`. `prepared` [true]: run each query as a named
+   *   prepared statement (pg prepares it once per connection). Pass false behind
+   *   pgbouncer in transaction mode (before 1.21, or max_prepared_statements = 0).
+   */
+  constructor({ pool, connection, prepared = true } = {}) {
+    if ((pool === undefined) === (connection === undefined)) {
+      throw new TypeError("pgfence: Client needs exactly one of pool or connection (or use Client.connect(dsn))");
+    }
+    this.pool = pool ?? null;
+    this.connection = connection ?? null;
+    this.prepared = prepared;
+    this._ownsPool = false;
+  }
+
+  /**
+   * A client with its own pool of connections (a pg.Pool config, or a connection
+   * string; an empty one uses the PG* environment variables), its schema checked.
+   * @param {string|import("pg").PoolConfig} [config]
+   * @param {{prepared?: boolean, max?: number, checkSchema?: boolean}} [options]
+   */
+  static async connect(config = {}, { prepared = true, max = 8, checkSchema = true } = {}) {
+    const poolConfig = typeof config === "string" ? { connectionString: config } : { ...config };
+    poolConfig.max ??= max;
+    poolConfig.application_name ??= "pgfence-node";
+    const pool = new pg.Pool(poolConfig);
+    pool.on("error", () => {}); // an idle connection that died: the next call gets another
+    const client = new Client({ pool, prepared });
+    client._ownsPool = true;
+    try {
+      if (checkSchema) await client.checkSchema();
+    } catch (err) {
+      await pool.end();
+      throw err;
+    }
+    return client;
+  }
+
+  /** The same client on a caller's connection (pg Client or PoolClient): its calls join the caller's transaction. */
+  using(connection) {
+    return new Client({ connection, prepared: this.prepared });
+  }
+
+  /** Close the pool this client owns (a caller's pool or connection is left alone). */
+  async close() {
+    if (this._ownsPool && this.pool) {
+      this._ownsPool = false;
+      await this.pool.end();
+    }
+  }
+
+  /** Run one query on the client's connection or pool; a pgfence SQLSTATE becomes its PgfenceError. */
+  async query(text, values = [], name = undefined) {
+    const config = this.prepared && name ? { name, text, values } : { text, values };
+    try {
+      return await (this.connection ?? this.pool).query(config);
+    } catch (err) {
+      throw translate(err) ?? err;
+    }
+  }
+
+  /**
+   * Check that pgfence.schema_version() is the one this client speaks; returns it.
+   * Throws SchemaMismatch (run `sqitch deploy`) otherwise.
+   */
+  async checkSchema() {
+    let row;
+    try {
+      ({ rows: [row] } = await this.query(
+        "SELECT pgfence.schema_version() AS version,"
+        + " to_regprocedure('pgfence.claim_results(text, uuid[], interval)') IS NOT NULL AS additions"));
+    } catch (err) {
+      if (err && (err.code === "42883" || err.code === "3F000")) {
+        throw new SchemaMismatch("pgfence is not deployed in this database: run `sqitch deploy` "
+          + "(or `make deploy` in the pgfence repository)", { cause: err });
+      }
+      throw err;
+    }
+    if (row.version !== SCHEMA_VERSION) {
+      throw new SchemaMismatch(`the database has pgfence schema version ${row.version}, this client speaks `
+        + `${SCHEMA_VERSION}: run \`sqitch deploy\` with the matching pgfence release`);
+    }
+    if (!row.additions) {
+      throw new SchemaMismatch(`the database has pgfence schema version ${row.version} as of @v0.4.0, without the `
+        + "functions added since (claim_results, job, limits, ...) that this client calls: run `sqitch deploy`");
+    }
+    return row.version;
+  }
+
+  /**
+   * `CALL pgfence.sweep()`: reclaim every expired lease, a committed batch at a time
+   * (needs autocommit: the pool, or a caller's connection outside a transaction).
+   */
+  async sweep({ batch_size } = {}) {
+    const { rows } = batch_size === undefined
+      ? await this.query("CALL pgfence.sweep()")
+      : await this.query("CALL pgfence.sweep(batch_size => $1::integer)", [batch_size]);
+    return Number(rows[0].reclaimed);
+  }
+}
+
+/** Add one method per API entry to Client.prototype. */
+function define(fn, spec) {
+  const args = parseSpec(spec.args);
+  const options = parseSpec(spec.options);
+  const texts = new Map(); // which arguments are passed -> [statement name, text]
+  const method = async function (...given) {
+    const opts = given.length > args.length ? given[args.length] ?? {} : {};
+    if (typeof opts !== "object" || Array.isArray(opts)) {
+      throw new TypeError(`pgfence: ${fn}() takes ${args.length} arguments and an options object`);
+    }
+    for (const key of Object.keys(opts)) {
+      if (!options.some((o) => o.name === key)) {
+        throw new TypeError(`pgfence: ${fn}() has no option ${key} (options: ${options.map((o) => o.name).join(", ") || "none"})`);
+      }
+    }
+    const passed = [];
+    const values = [];
+    let mask = "";
+    const add = (a, v) => {
+      const omit = v === undefined || (v === null && a.type.omitNull);
+      mask += omit ? "0" : "1";
+      if (omit) return;
+      passed.push(a);
+      values.push(a.type.send(v, a.name));
+    };
+    args.forEach((a, i) => add(a, given[i]));
+    options.forEach((o) => add(o, opts[o.name]));
+    let entry = texts.get(mask);
+    if (entry === undefined) {
+      const text = callText(fn, spec, passed);
+      const hash = crypto.createHash("sha1").update(text).digest("hex").slice(0, 12);
+      entry = [`pgfence_${fn}_${hash}`, text];
+      texts.set(mask, entry);
+    }
+    let res;
+    try {
+      res = await this.query(entry[1], values, entry[0]);
+    } catch (err) {
+      if (spec.fenced && err instanceof LeaseLost && this.connection === null) {
+        // The refused call's transaction rolled back its rejection row: record it again.
+        try {
+          await this.report_rejection(given[0], given[1], fn);
+        } catch (_) { /* never hide the LeaseLost (PF002/22023 here are not the caller's problem) */ }
+      }
+      throw err;
+    }
+    let out;
+    if (spec.returns === "void") return undefined;
+    if (spec.returns === "scalar") {
+      const v = res.rows.length ? res.rows[0].value : null;
+      out = spec.map ? spec.map(v) : v;
+    } else {
+      out = spec.map ? res.rows.map(spec.map) : res.rows;
+    }
+    return spec.after ? spec.after(out, given) : out;
+  };
+  Object.defineProperty(method, "name", { value: fn });
+  Client.prototype[fn] = method;
+}
+
+for (const [fn, spec] of Object.entries(API)) define(fn, spec);
+
+module.exports = { Client, RawJson, SCHEMA_VERSION, API, TYPES, PgfenceError };

@@ -1,0 +1,99 @@
+"use strict";
+// Running one handler: what its return or its throw becomes (as pgfence/handlers.py).
+//
+// runHandler() calls the handler of a claimed attempt and always resolves to its
+// outcome; whether a failure is retried or dead-lettered, and when, is decided by the
+// database (fail / fail_many), never here.
+
+/** Throw from a handler to dead-letter the job now (no retry). */
+class PermanentFailure extends Error {
+  constructor(message) { super(message); this.name = "PermanentFailure"; }
+}
+
+/**
+ * Throw from a handler that stops early because `job.signal` aborted (or
+ * `job.shouldStop()` became true): shutdown, or a lost lease. The worker gives the job
+ * back with a fenced release (the reclaim rule: an auto job returns to the queue, a
+ * manual one goes to manual_review) instead of completing it.
+ */
+class Interrupted extends Error {
+  constructor(message = "interrupted") { super(message); this.name = "Interrupted"; }
+}
+
+/**
+ * Throw from a handler to retry after `delay` (milliseconds, or an interval string)
+ * instead of the default backoff; the database still dead-letters the job when its
+ * attempts are exhausted.
+ */
+class RetryAfter extends Error {
+  constructor(delay, message = undefined) {
+    super(message ?? `retry after ${typeof delay === "number" ? `${delay} ms` : delay}`);
+    this.name = "RetryAfter";
+    this.delay = delay;
+  }
+}
+
+/** Error texts are cut to this many characters (the end kept), well under the database's 100,000. */
+const MAX_ERROR_CHARS = 50000;
+
+/** An error text PostgreSQL can store: NUL characters escaped, lone surrogates replaced, cut to MAX_ERROR_CHARS. */
+function storableText(text) {
+  let t = String(text);
+  if (t.includes("\0")) t = t.replace(/\0/g, "\\x00");
+  if (typeof t.toWellFormed === "function") t = t.toWellFormed(); // (Node >= 20)
+  if (t.length > MAX_ERROR_CHARS) t = `...[truncated]\n${t.slice(-MAX_ERROR_CHARS)}`;
+  return t;
+}
+
+function errorText(err) {
+  try {
+    if (err instanceof Error) return storableText(err.stack && err.stack.includes(err.message) ? err.stack : `${err.name}: ${err.message}\n${err.stack || ""}`);
+    return storableText(`thrown value: ${typeof err === "string" ? err : JSON.stringify(err)}`);
+  } catch (_) {
+    return "thrown value (could not be formatted)";
+  }
+}
+
+/**
+ * Run the handler of `entry`'s job; resolves to a Result:
+ * {entry, ok, value (JSON text | error text | null), retryIn, permanent, interrupted}.
+ * An unknown kind, and a result JSON.stringify cannot serialize, fail permanently.
+ */
+async function runHandler(entry, handlers, workerId, limits) {
+  const job = entry.job;
+  const result = (ok, value, extra = {}) => ({ entry, ok, value, retryIn: null, permanent: false, interrupted: false, ...extra });
+  const handler = Object.prototype.hasOwnProperty.call(handlers, job.kind) ? handlers[job.kind] : undefined;
+  if (typeof handler !== "function") {
+    return result(false, storableText(`UnknownKind: no handler for kind ${JSON.stringify(job.kind)} in worker `
+      + `${workerId} (known: ${JSON.stringify(Object.keys(handlers).sort())})`), { permanent: true });
+  }
+  let value;
+  try {
+    value = await handler(job);
+  } catch (err) {
+    if (err instanceof Interrupted) return result(false, null, { interrupted: true });
+    if (err instanceof PermanentFailure) return result(false, errorText(err), { permanent: true });
+    if (err instanceof RetryAfter) {
+      const d = err.delay;
+      const maxMs = limits.retry_in_max_s * 1000;
+      if (typeof d === "string" || (typeof d === "number" && Number.isFinite(d) && d >= 0 && d <= maxMs)) {
+        return result(false, errorText(err), { retryIn: d });
+      }
+      return result(false, storableText(`RetryAfter with delay ${String(d)} outside 0..${maxMs} ms, failed with the `
+        + `default backoff instead\n${errorText(err)}`));
+    }
+    return result(false, errorText(err));
+  }
+  if (value === undefined || value === null) return result(true, null);
+  let text;
+  try {
+    text = JSON.stringify(value);
+    if (typeof text !== "string") throw new TypeError(`${typeof value} is not JSON`);
+  } catch (err) {
+    return result(false, storableText(`ResultNotJSON: handler for ${JSON.stringify(job.kind)} returned a value `
+      + `that cannot be stored as JSON: ${err.name}: ${err.message}`), { permanent: true });
+  }
+  return result(true, text);
+}
+
+module.exports = { PermanentFailure, Interrupted, RetryAfter, runHandler, storableText, errorText, MAX_ERROR_CHARS };

@@ -1,0 +1,15 @@
+"use strict";
+// pgfence for Node.js: the Client (one method per SQL function) and the Worker.
+// docs/node.md; the protocol every worker follows: docs/worker-protocol.md.
+
+const { Client, RawJson, SCHEMA_VERSION } = require("./client");
+const errors = require("./errors");
+const { Worker } = require("./worker");
+const { PermanentFailure, Interrupted, RetryAfter } = require("./handlers");
+
+module.exports = {
+  Client, RawJson, SCHEMA_VERSION, Worker, PermanentFailure, Interrupted, RetryAfter,
+  PgfenceError: errors.PgfenceError, LeaseLost: errors.LeaseLost, JobNotFound: errors.JobNotFound,
+  InvalidTransition: errors.InvalidTransition, WrongIsolation: errors.WrongIsolation,
+  InvalidArgument: errors.InvalidArgument, SchemaMismatch: errors.SchemaMismatch, translate: errors.translate,
+};

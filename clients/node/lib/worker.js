@@ -1,0 +1,378 @@
+"use strict";
+// The worker runtime: claim in batches, run handlers concurrently, report in batches.
+// The protocol is docs/worker-protocol.md; this is the Node.js form of the Python
+// Worker (pgfence/worker.py), in named parts around one in-flight ledger (ledger.js):
+//
+//   claimer     (claimLoop here) claims up to the free capacity with a fresh request id
+//               each time; after a claim whose reply was lost, asks claim_results first
+//   handlers    up to `concurrency` at once (handlers.js: what a return or throw becomes)
+//   reporter    (reporter.js) reports outcomes with complete_many / fail_many
+//   heartbeats  (beat here) heartbeat_many for every held lease every lease / 3
+//   listener    (listen here) LISTEN pgfence_enqueue, wakes the claimer on its queues' tags
+//   sweeper     (sweeper.js) CALL pgfence.sweep() while no pg_cron sweeper runs
+//   stopping    stop() or SIGTERM/SIGINT: stop claiming, give unstarted jobs back,
+//               wait shutdownGrace for running handlers, give the rest back; a second
+//               signal hurries it
+//
+// Every decision (retry or dead letter, backoff, fencing, reclaim) is the database's.
+
+const crypto = require("node:crypto");
+const os = require("node:os");
+const pg = require("pg");
+const { Ledger } = require("./ledger");
+const { Reporter } = require("./reporter");
+const { runHandler } = require("./handlers");
+const { retryable } = require("./retries");
+const { runSweeper } = require("./sweeper");
+
+/** After a claim that found nothing, the next waits at least this long (ms): a burst of wake-ups costs one claim. */
+const CLAIM_HOLDOFF = 5;
+/** Notifications within one second beyond which the listener stops listening (any role may NOTIFY), and for how long (ms). */
+const NOTIFY_FLOOD = 2000;
+const NOTIFY_FLOOD_PAUSE = 5000;
+
+/** A wake-up that many may ring and one awaits, with a timeout. */
+class Bell {
+  constructor() { this._rung = false; this._resolve = null; }
+  ring() {
+    this._rung = true;
+    if (this._resolve) { const r = this._resolve; this._resolve = null; r(); }
+  }
+  clear() { this._rung = false; }
+  wait(ms) {
+    if (this._rung) return Promise.resolve();
+    return new Promise((resolve) => {
+      const t = setTimeout(() => { this._resolve = null; resolve(); }, ms);
+      this._resolve = () => { clearTimeout(t); resolve(); };
+    });
+  }
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const quiet = { info() {}, warn: (m) => console.warn(m), error: (m) => console.error(m) };
+
+class Worker {
+  /**
+   * @param {import("./client").Client} client a Client with its own pool (Client.connect)
+   * @param {Record<string, (job: any) => any>} handlers {kind: async (job) => JSON-able result}
+   * @param {object} [options] see docs/node.md (durations in milliseconds):
+   *   queues [all], concurrency [8], prefetch [0], lease [30000], pollInterval [1000],
+   *   shutdownGrace [30000], flushInterval [5], flushBatch [500], workerId [host:pid:random],
+   *   listen [true], runSweeper [null: while sweeper_health() says none runs], sweepInterval [1000],
+   *   handleSignals [true], logger [warnings and errors to the console]
+   */
+  constructor(client, handlers, options = {}) {
+    if (!client || !client.pool) throw new TypeError("pgfence: Worker needs a Client with its own pool: await Client.connect(dsn)");
+    const o = { queues: null, concurrency: 8, prefetch: 0, lease: 30000, pollInterval: 1000, shutdownGrace: 30000,
+      flushInterval: 5, flushBatch: 500, workerId: null, listen: true, runSweeper: null, sweepInterval: 1000,
+      handleSignals: true, logger: quiet, ...options };
+    if (!(o.concurrency >= 1) || !(o.prefetch >= 0)) throw new RangeError("pgfence: concurrency must be >= 1 and prefetch >= 0");
+    if (typeof o.lease !== "number" || !Number.isFinite(o.lease)) throw new TypeError("pgfence: lease is in milliseconds (a number)");
+    this.client = client;
+    this.handlers = { ...handlers };
+    this.queues = o.queues === null ? null : [...o.queues];
+    this.concurrency = o.concurrency;
+    this.capacity = o.concurrency + o.prefetch;
+    this.lease = o.lease;
+    this.pollInterval = o.pollInterval;
+    this.shutdownGrace = o.shutdownGrace;
+    this.flushInterval = o.flushInterval;
+    this.flushBatch = o.flushBatch;
+    this.listenEnabled = o.listen;
+    this.runSweeper = o.runSweeper;
+    this.sweepInterval = o.sweepInterval;
+    this.handleSignals = o.handleSignals;
+    this.log = { ...quiet, ...o.logger };
+    this.workerId = o.workerId || `${os.hostname()}:${process.pid}:${crypto.randomBytes(3).toString("hex")}`;
+    this.counters = { claimed: 0, completed: 0, failed: 0, lease_lost: 0, released: 0 };
+    this.stopping = false;
+    this.hurry = false;
+    this.done = false;
+    this.signals = 0;
+    this.ledger = new Ledger(() => this.stopping);
+    this._wake = new Bell();     // the claimer: a slot freed, a NOTIFY, a stop
+    this._outcome = new Bell();  // the flusher: an outcome is waiting
+    this._handlerRuns = new Set();
+    this.unanswered = null;      // request id of a claim whose reply was lost
+    this.unansweredUntil = 0;
+  }
+
+  /** Begin a graceful shutdown (what SIGTERM/SIGINT do). */
+  stop() {
+    if (!this.stopping) {
+      this.stopping = true;
+      for (const e of this.ledger.held.values()) if (!e.controller.signal.aborted) e.controller.abort("shutting down");
+    }
+    this._wake.ring();
+  }
+
+  /** Run until stop() (or SIGTERM/SIGINT); resolves when every outcome is reported and every job given back. */
+  async run() {
+    this.limits = await this.client.limits();
+    this.reporter = new Reporter(this.client, this.ledger, { workerId: this.workerId, counters: this.counters,
+      hurried: () => this.hurry, limits: this.limits, log: this.log });
+    const onSignal = (sig) => this._onSignal(sig);
+    if (this.handleSignals) { process.on("SIGTERM", onSignal); process.on("SIGINT", onSignal); }
+    const heartbeat = setInterval(() => { this.beat().catch(() => {}); }, Math.max(this.lease / 3, 10));
+    const flusher = this._flushLoop();
+    const listener = this.listenEnabled ? this._listen() : Promise.resolve();
+    const finished = new Bell();
+    this._finished = finished;
+    const sweeper = this.runSweeper === false ? Promise.resolve() : runSweeper(this.client, this.runSweeper, {
+      sweepInterval: this.sweepInterval, workerId: this.workerId, done: () => this.done,
+      wait: (ms) => finished.wait(ms), log: this.log }).catch(() => {});
+    this.log.info(`worker ${this.workerId} started: queues=${this.queues ? this.queues.join(",") : "all"} concurrency=${this.concurrency} lease=${this.lease}ms`);
+    let failure = null;
+    try {
+      await this._claimLoop();
+    } catch (err) {
+      failure = err;
+      this.log.error(`worker ${this.workerId}: claiming failed (${err.message}); shutting down`);
+      this.stop();
+    }
+    try {
+      await this._shutdown();
+    } finally {
+      this.done = true;
+      this._outcome.ring();
+      await flusher;
+      clearInterval(heartbeat);
+      if (this._listenClient) this._listenClient.end().catch(() => {});
+      await listener;
+      finished.ring();
+      await sweeper;
+      if (this.handleSignals) { process.off("SIGTERM", onSignal); process.off("SIGINT", onSignal); }
+      this.log.info(`worker ${this.workerId} stopped: ${JSON.stringify(this.counters)}`);
+    }
+    if (failure) throw failure;
+  }
+
+  // -- the claimer --------------------------------------------------------------------
+
+  async _claimLoop() {
+    let backoff = 100;
+    const threshold = Math.max(1, Math.floor(this.capacity / 2));
+    while (!this.stopping) {
+      this._wake.clear();
+      if (this.unanswered !== null && Date.now() > this.unansweredUntil) {
+        this.log.warn(`worker ${this.workerId}: gave up looking up the claim whose reply was lost (request ${this.unanswered}); its jobs, if any, are reclaimed as their leases expire`);
+        this.unanswered = null;
+      }
+      if (this.unanswered !== null) {
+        try {
+          await this.recoverUnanswered();
+          backoff = 100;
+        } catch (err) {
+          if (!retryable(err)) throw err;
+          this.log.warn(`worker ${this.workerId}: looking up a claim whose reply was lost failed (${err.message}); retrying in ${backoff} ms`);
+          await this._wake.wait(backoff);
+          backoff = Math.min(backoff * 2, 5000);
+        }
+        continue;
+      }
+      const free = this.ledger.free(this.capacity);
+      let drained = false;
+      if (free > 0 && (free >= threshold || this.ledger.ready.length === 0)) {
+        const requestId = crypto.randomUUID();
+        const want = Math.min(free, this.limits.max_jobs);
+        let jobs;
+        try {
+          jobs = await this.client.claim(this.workerId, this.queues, { lease: this.lease, max_jobs: want, request_id: requestId });
+          backoff = 100;
+        } catch (err) {
+          if (!retryable(err)) throw err;
+          // It may have committed without its reply: ask claim_results before claiming again.
+          this.unanswered = requestId;
+          this.unansweredUntil = Date.now() + this.lease;
+          this.log.warn(`worker ${this.workerId}: claim failed (${err.message}); retrying in ${backoff} ms`);
+          await this._wake.wait(backoff);
+          backoff = Math.min(backoff * 2, 5000);
+          continue;
+        }
+        this.dispatch(jobs);
+        if (jobs.length === want) continue;
+        drained = true;
+      }
+      const from = Date.now();
+      await this._wake.wait(drained || free <= 0 ? this.pollInterval * (0.5 + Math.random() / 2) : 50);
+      if (drained && !this.stopping) {
+        const rest = CLAIM_HOLDOFF - (Date.now() - from);
+        if (rest > 0) await sleep(rest);
+      }
+    }
+  }
+
+  /** The jobs a claim whose reply was lost took (claim_results renews their leases): run them. */
+  async recoverUnanswered() {
+    const requestId = this.unanswered;
+    const jobs = await this.client.claim_results(this.workerId, [requestId], { lease: this.lease });
+    this.unanswered = null;
+    if (jobs.length) this.log.warn(`worker ${this.workerId}: the claim whose reply was lost had taken ${jobs.length} jobs (${jobs.map((j) => j.id).slice(0, 20)})`);
+    this.dispatch(jobs);
+  }
+
+  /** Enter claimed jobs in the ledger and start handlers. */
+  dispatch(jobs) {
+    if (!jobs.length) return;
+    const [, displaced] = this.ledger.admit(jobs);
+    for (const [old, neu] of displaced) {
+      this.counters.lease_lost += 1;
+      this.log.warn(`job ${old.job.id} attempt=${old.job.attempts}: lease lost (claimed again as attempt ${neu.job.attempts})`);
+    }
+    this.counters.claimed += jobs.length;
+    for (const j of jobs) this.log.info(`claimed job ${j.id} kind=${JSON.stringify(j.kind)} attempt=${j.attempts}/${j.max_attempts}`);
+    this._pump();
+  }
+
+  // -- the handlers -------------------------------------------------------------------
+
+  _pump() {
+    while (this.ledger.running.size < this.concurrency) {
+      const entry = this.ledger.take();
+      if (entry === null) return;
+      const run = (async () => {
+        const result = await runHandler(entry, this.handlers, this.workerId, this.limits);
+        this.ledger.finish(result);
+        this._outcome.ring();
+        this._wake.ring();
+      })().catch((err) => {
+        this.log.error(`job ${entry.job.id}: the worker failed around its handler (${err && err.message}); its lease will expire`);
+      }).finally(() => { this._handlerRuns.delete(run); this._pump(); });
+      this._handlerRuns.add(run);
+    }
+  }
+
+  // -- the reporter's loop ------------------------------------------------------------
+
+  async _flushLoop() {
+    const results = this.ledger.results;
+    for (;;) {
+      if (!results.length) {
+        if (this.done) return;
+        this._outcome.clear();
+        await this._outcome.wait(200);
+        continue;
+      }
+      if (results.length < this.flushBatch && !this.stopping) await sleep(this.flushInterval);
+      while (results.length) await this.reporter.report(this.reporter.takeBatch());
+    }
+  }
+
+  // -- the heartbeats -----------------------------------------------------------------
+
+  /** One round: renew every held lease; an attempt whose renewal was refused is lost (its signal aborts). */
+  async beat() {
+    if (this._beating) return;
+    this._beating = true;
+    try {
+      const entries = this.ledger.heldEntries();
+      for (let i = 0; i < entries.length; i += this.limits.batch) {
+        const chunk = entries.slice(i, i + this.limits.batch);
+        let outcomes;
+        try {
+          outcomes = await this.client.heartbeat_many(chunk.map((e) => e.job.id), chunk.map((e) => e.job.attempt_token), { lease: this.lease });
+        } catch (err) {
+          this.log.warn(`worker ${this.workerId}: heartbeat failed (${err.message})`);
+          return;
+        }
+        chunk.forEach((entry, k) => {
+          const o = outcomes[k];
+          if (o.accepted || !this.ledger.revoke(entry, o.detail)) return;
+          this.counters.lease_lost += 1;
+          this.log.warn(`job ${entry.job.id} kind=${JSON.stringify(entry.job.kind)} attempt=${entry.job.attempts}: lease lost on heartbeat: ${o.detail}`);
+        });
+      }
+    } finally {
+      this._beating = false;
+    }
+  }
+
+  // -- the listener -------------------------------------------------------------------
+
+  async _listen() {
+    let backoff = 500;
+    while (!this.done && !this.stopping) {
+      const conn = new pg.Client(this.client.pool.options);
+      conn.on("error", () => {});
+      this._listenClient = conn;
+      try {
+        await conn.connect();
+        let tags = null;
+        if (this.queues) tags = new Set((await this.client.wakeup_tags(this.queues)).map((r) => r.tag));
+        let second = 0, count = 0, paused = false;
+        conn.on("notification", (n) => {
+          const now = Math.floor(Date.now() / 1000);
+          if (now !== second) { second = now; count = 0; }
+          count += 1;
+          if (count > NOTIFY_FLOOD && !paused) {
+            // A flood (anyone may NOTIFY this channel): stop listening for a while and poll.
+            paused = true;
+            this.log.warn(`worker ${this.workerId}: more than ${NOTIFY_FLOOD} notifications in a second; not listening for ${NOTIFY_FLOOD_PAUSE} ms`);
+            conn.query("UNLISTEN pgfence_enqueue").catch(() => {});
+            setTimeout(() => {
+              paused = false;
+              if (!this.stopping) conn.query("LISTEN pgfence_enqueue").then(() => this._wake.ring(), () => {});
+            }, NOTIFY_FLOOD_PAUSE).unref();
+          }
+          if (!paused && (tags === null || tags.has(n.payload))) this._wake.ring();
+        });
+        await conn.query("LISTEN pgfence_enqueue");
+        this._wake.ring(); // whatever was enqueued while nobody listened
+        backoff = 500;
+        await new Promise((resolve) => { conn.once("end", resolve); conn.once("error", resolve); });
+      } catch (err) {
+        if (this.done || this.stopping) return;
+        this.log.warn(`worker ${this.workerId}: listener failed (${err.message}); polling meanwhile`);
+      } finally {
+        conn.end().catch(() => {});
+      }
+      if (!this.done && !this.stopping) await sleep(backoff);
+      backoff = Math.min(backoff * 2, 10000);
+    }
+  }
+
+  // -- stopping -----------------------------------------------------------------------
+
+  _onSignal(sig) {
+    this.signals += 1;
+    if (this.signals > 1) {
+      this.log.warn(`worker ${this.workerId}: second signal, giving running jobs back now`);
+      this.hurry = true;
+      this.shutdownGrace = 0;
+    } else {
+      this.log.info(`worker ${this.workerId}: ${sig} received, shutting down`);
+    }
+    this.stop();
+    if (this._graceWake) this._graceWake();
+  }
+
+  async _shutdown() {
+    this.log.info(`worker ${this.workerId} stopping: releasing unstarted jobs, waiting up to ${this.shutdownGrace} ms for running handlers`);
+    // 1. Jobs claimed but never started go back uncounted, with those of a lost claim reply.
+    if (this.unanswered !== null && !this.hurry) {
+      try { await this.recoverUnanswered(); } catch (err) {
+        this.log.warn(`worker ${this.workerId}: could not look up a claim whose reply was lost (${err.message})`);
+      }
+    }
+    this.unanswered = null;
+    await this.reporter.release(this.ledger.unstarted(), false);
+    // 2. Let running handlers finish within the grace period.
+    const until = Date.now() + this.shutdownGrace;
+    while (this.ledger.running.size && Date.now() < until) {
+      await new Promise((resolve) => {
+        const t = setTimeout(resolve, Math.min(20, Math.max(0, until - Date.now())));
+        this._graceWake = () => { clearTimeout(t); resolve(); };
+      });
+    }
+    // 3. Give back what still runs; its late result is void.
+    await this.reporter.release(this.ledger.giveBackRunning(), true);
+    // 4. Report every outcome already produced before leaving.
+    while (this.ledger.unreported()) {
+      this._outcome.ring();
+      await sleep(10);
+      if (this.hurry && !this.ledger.results.length) break;
+    }
+  }
+}
+
+module.exports = { Worker, Bell };

@@ -1,0 +1,276 @@
+"use strict";
+// The Worker against the test database: the protocol of docs/worker-protocol.md.
+const { test, before, after } = require("node:test");
+const assert = require("node:assert/strict");
+const fs = require("node:fs");
+const os = require("node:os");
+const path = require("node:path");
+const { Client, Worker, PermanentFailure, Interrupted, RetryAfter } = require("../lib");
+const { DSN, deleteQueues, queueName, sleep, waitFor, connect, doneAttempts, workerProcess } = require("./helpers");
+
+let client;
+before(async () => { client = await connect(); });
+after(async () => { await deleteQueues(client); await client.close(); });
+
+/** A Worker on its own pool, run until `stop()`; returns {worker, stop}. */
+async function startWorker(queue, handlers, options = {}) {
+  const wclient = await Client.connect(DSN, { max: 4 });
+  const worker = new Worker(wclient, handlers, { queues: [queue], pollInterval: 100, handleSignals: false, ...options });
+  const running = worker.run();
+  return {
+    worker,
+    async stop() { worker.stop(); await running; await wclient.close(); },
+  };
+}
+
+test("a worker drains the queue: completes, fails with the database's decision, dead-letters", async () => {
+  const queue = queueName("drain");
+  await client.enqueue_many(Array(30).fill("ok"), Array.from({ length: 30 }, (_, i) => ({ i })), { queue });
+  const boom = await client.enqueue("boom", {}, { queue, max_attempts: 2 });
+  const perm = await client.enqueue("perm", {}, { queue });
+  const later = await client.enqueue("later", {}, { queue });
+  const unknown = await client.enqueue("nobody", {}, { queue });
+  const w = await startWorker(queue, {
+    ok: async (job) => ({ twice: job.payload.i * 2 }),
+    boom: async () => { throw new Error("boom"); },
+    perm: async () => { throw new PermanentFailure("no recipient"); },
+    later: async () => { throw new RetryAfter(60000); },
+  }, { concurrency: 4, prefetch: 4 });
+  try {
+    await waitFor(async () => (await client.stats()).filter((s) => s.queue === queue && s.status === "done")
+      .reduce((n, s) => n + s.jobs, 0) >= 30, 20000, "30 jobs done");
+    await waitFor(async () => (await client.job(perm)).status === "failed", 10000, "perm dead-lettered");
+    await waitFor(async () => (await client.job(boom)).status === "failed", 10000, "boom dead-lettered after 2 attempts");
+  } finally {
+    await w.stop();
+  }
+  assert.equal((await client.job(boom)).attempts, 2);
+  assert.match((await client.job(perm)).last_error, /PermanentFailure: no recipient/);
+  const l = await client.job(later);
+  assert.equal(l.status, "queued");
+  assert.ok((l.available_at - l.updated_at) / 1000 > 55, "RetryAfter(60000) is 60 s");
+  const u = await client.job(unknown);
+  assert.deepEqual([u.status, /UnknownKind/.test(u.last_error)], ["failed", true]);
+  const rows = await doneAttempts(client, queue);
+  assert.equal(rows.filter((r) => r.status === "done").length, 30);
+  assert.ok(rows.filter((r) => r.status === "done").every((r) => r.done === 1));
+  assert.equal(w.worker.counters.completed, 30);
+});
+
+test("a handler's signal aborts when its lease is lost (cancel), and its late result is void", async () => {
+  const queue = queueName("abort");
+  const id = await client.enqueue("wait", {}, { queue });
+  let aborted = null;
+  let started = false;
+  const w = await startWorker(queue, {
+    wait: async (job) => {
+      started = true;
+      await new Promise((resolve) => job.signal.addEventListener("abort", resolve, { once: true }));
+      aborted = job.shouldStop();
+      return { late: true };
+    },
+  }, { lease: 600 });
+  try {
+    await waitFor(() => started, 10000, "the handler to start");
+    await client.cancel(id);
+    await waitFor(() => aborted !== null, 5000, "the heartbeat to abort the handler");
+  } finally {
+    await w.stop();
+  }
+  assert.equal(aborted, true);
+  const row = await client.job(id);
+  assert.deepEqual([row.status, row.result], ["cancelled", null]);
+  assert.equal(w.worker.counters.lease_lost, 1);
+});
+
+test("stop(): unstarted jobs go back uncounted, an interrupted one by the reclaim rule", async () => {
+  const queue = queueName("shutdown");
+  const first = await client.enqueue("hold", {}, { queue, priority: 10 });
+  const rest = await client.enqueue_many(["hold", "hold"], null, { queue });
+  let running = 0;
+  const w = await startWorker(queue, {
+    hold: async (job) => {
+      running += 1;
+      await new Promise((resolve) => job.signal.addEventListener("abort", resolve, { once: true }));
+      throw new Interrupted();
+    },
+  }, { concurrency: 1, prefetch: 2 });
+  await waitFor(() => running === 1, 10000, "one handler to run");
+  await w.stop();
+  const r1 = await client.job(first);
+  assert.deepEqual([r1.status, r1.attempts], ["queued", 1]);
+  for (const { id } of rest) {
+    const r = await client.job(id);
+    assert.deepEqual([r.status, r.attempts], ["queued", 0]);
+  }
+  assert.equal(w.worker.counters.released, 3);
+});
+
+test("a lost claim reply: the worker asks claim_results and runs those jobs", async () => {
+  const queue = queueName("lost_reply_worker");
+  const ids = (await client.enqueue_many(["ok", "ok", "ok"], null, { queue })).map((r) => r.id);
+  const wclient = await Client.connect(DSN, { max: 4 });
+  let lost = true;
+  const realClaim = wclient.claim.bind(wclient);
+  wclient.claim = async (...args) => {
+    const jobs = await realClaim(...args);
+    if (lost && jobs.length) { lost = false; throw Object.assign(new Error("Connection terminated unexpectedly"), {}); }
+    return jobs;
+  };
+  const worker = new Worker(wclient, { ok: async (job) => ({ attempt: job.attempts }) }, { queues: [queue], pollInterval: 100, handleSignals: false, lease: 30000 });
+  const running = worker.run();
+  try {
+    await waitFor(async () => (await Promise.all(ids.map((id) => client.job(id)))).every((r) => r.status === "done"), 10000, "every job done");
+  } finally {
+    worker.stop();
+    await running;
+    await wclient.close();
+  }
+  for (const id of ids) assert.equal((await client.job(id)).attempts, 1, "run in the attempt the lost claim took");
+});
+
+test("SIGTERM: the worker process gives its jobs back and exits 0", async () => {
+  const queue = queueName("sigterm");
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "pgfence-node-"));
+  const marker = path.join(dir, "hold");
+  const started = path.join(dir, "started");
+  fs.writeFileSync(marker, "");
+  const id = await client.enqueue("hold_stubborn", { marker, started }, { queue });
+  const queued = await client.enqueue("echo", {}, { queue, priority: -1 });
+  const p = workerProcess(queue, "--concurrency", "1", "--prefetch", "1", "--shutdown-grace", "300");
+  try {
+    await waitFor(() => fs.existsSync(started), 15000, "the handler to start");
+    await waitFor(async () => (await client.job(queued)).status === "processing", 5000, "the prefetched job to be claimed");
+    p.signal("SIGTERM");
+    const { code } = await p.exited;
+    assert.equal(code, 0, p.log());
+  } finally {
+    await p.kill();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+  assert.match(p.log(), /SIGTERM received/);
+  const held = await client.job(id);
+  assert.deepEqual([held.status, held.attempts, held.last_error], ["queued", 1, "released by worker before completion"]);
+  const q = await client.job(queued);
+  assert.deepEqual([q.status, q.attempts], ["queued", 0]);
+});
+
+test("SIGKILL mid-batch: afterwards every job has exactly one accepted completion", async () => {
+  const queue = queueName("sigkill");
+  const n = 40;
+  await client.enqueue_many(Array(n).fill("nap"), Array(n).fill({ ms: 150 }), { queue });
+  const a = workerProcess(queue, "--concurrency", "4", "--prefetch", "4", "--lease", "1000", "--worker-id", "A");
+  try {
+    await waitFor(async () => {
+      const rows = await doneAttempts(client, queue);
+      return rows.filter((r) => r.status === "done").length >= 8;
+    }, 20000, "worker A to complete some jobs");
+    a.signal("SIGKILL");
+    await a.exited;
+  } finally {
+    await a.kill();
+  }
+  const held = (await doneAttempts(client, queue)).filter((r) => r.status === "processing").length;
+  assert.ok(held > 0, "A died holding jobs");
+  const b = workerProcess(queue, "--concurrency", "8", "--lease", "5000", "--worker-id", "B");
+  try {
+    await waitFor(async () => (await doneAttempts(client, queue)).every((r) => r.status === "done"), 30000, "every job done");
+    b.signal("SIGTERM");
+    assert.equal((await b.exited).code, 0, b.log());
+  } finally {
+    await b.kill();
+  }
+  const rows = await doneAttempts(client, queue);
+  assert.equal(rows.length, n);
+  assert.deepEqual(rows.filter((r) => r.done !== 1), [], "exactly one accepted completion per job");
+  const { rows: [{ reclaimed }] } = await client.query(
+    "SELECT count(*)::int AS reclaimed FROM pgfence.all_attempts a JOIN pgfence.all_jobs j ON j.id = a.job_id"
+    + " WHERE j.queue = $1 AND a.outcome = 'reclaimed' AND a.worker = 'A'", [queue]);
+  // each job A held when it died was reclaimed (a heartbeat late under load may have lost one earlier too)
+  assert.ok(reclaimed >= held, `${reclaimed} of A's attempts reclaimed, ${held} held at its death`);
+});
+
+test("the stand-in sweeper: runSweeper true calls sweep(); null leaves it to a running pg_cron sweeper", async () => {
+  // (a fresh test cluster's pg_cron sweeper makes its first pass within seconds)
+  await waitFor(async () => (await client.sweeper_health()).state === "running", 20000, "the pg_cron sweeper to run");
+  const calls = { true: 0, null: 0 };
+  for (const mode of [true, null]) {
+    const wclient = await Client.connect(DSN, { max: 4 });
+    const realSweep = wclient.sweep.bind(wclient);
+    wclient.sweep = async (...args) => { calls[String(mode)] += 1; return realSweep(...args); };
+    const worker = new Worker(wclient, {}, { queues: [queueName("sweeper")], runSweeper: mode, sweepInterval: 50,
+      handleSignals: false, pollInterval: 100 });
+    const running = worker.run();
+    await sleep(600);
+    worker.stop();
+    await running;
+    await wclient.close();
+  }
+  assert.ok(calls.true >= 3, `runSweeper true: ${calls.true} sweeps`);
+  assert.equal((await client.sweeper_health()).state, "running", "the test cluster's pg_cron sweeper runs");
+  assert.equal(calls.null, 0, "null: no sweep while the background sweeper runs");
+});
+
+test("heartbeats keep a lease alive past its length; a NOTIFY wakes an idle worker (unprepared statements)", async () => {
+  const queue = queueName("heartbeats");
+  const wclient = await Client.connect(DSN, { max: 4, prepared: false });
+  const worker = new Worker(wclient, {
+    long: async (job) => { await sleep(2000); return { attempt: job.attempts }; },
+    quick: async () => ({ ok: true }),
+  }, { queues: [queue], lease: 600, pollInterval: 20000, handleSignals: false });
+  const running = worker.run();
+  try {
+    await sleep(300); // the worker is idle, listening, its next poll 10-20 s away
+    const t0 = Date.now();
+    const quick = await client.enqueue("quick", {}, { queue });
+    await waitFor(async () => (await client.job(quick)).status === "done", 5000, "the NOTIFY to wake the worker");
+    assert.ok(Date.now() - t0 < 5000);
+    const long = await client.enqueue("long", {}, { queue });
+    await waitFor(async () => (await client.job(long)).status === "done", 15000, "the long job");
+    const row = await client.job(long);
+    assert.deepEqual([row.attempts, row.reclaim_count, row.result], [1, 0, { attempt: 1 }]);
+  } finally {
+    worker.stop();
+    await running;
+    await wclient.close();
+  }
+});
+
+test("a result the database refuses fails the attempt, alone in its batch", async () => {
+  const queue = queueName("refused_result");
+  const good = await client.enqueue("ok", { i: 1 }, { queue });
+  const bad = await client.enqueue("nul", {}, { queue });
+  const w = await startWorker(queue, {
+    ok: async () => ({ fine: true }),
+    nul: async () => ({ text: "a\u0000b" }), // JSON can say it, jsonb cannot store it
+  }, { concurrency: 2 });
+  try {
+    await waitFor(async () => (await client.job(bad)).status === "failed", 10000, "the refused result's job to fail");
+  } finally {
+    await w.stop();
+  }
+  const b = await client.job(bad);
+  assert.match(b.last_error, /ResultNotStorable/);
+  assert.equal(b.attempts, 1, "failed permanently: no retry");
+  assert.deepEqual((await client.job(good)).result, { fine: true });
+});
+
+test("a NOTIFY flood makes the listener stop listening for a while (the worker polls meanwhile)", async () => {
+  const queue = queueName("flood");
+  const warnings = [];
+  const wclient = await Client.connect(DSN, { max: 4 });
+  const worker = new Worker(wclient, { ok: async () => null }, { queues: [queue], pollInterval: 200, handleSignals: false,
+    logger: { warn: (m) => warnings.push(m) } });
+  const running = worker.run();
+  try {
+    await sleep(300);
+    await client.query("SELECT count(pg_notify('pgfence_enqueue', 'flood-' || i)) FROM generate_series(1, 2500) i");
+    await waitFor(() => warnings.some((w) => /notifications in a second/.test(w)), 5000, "the flood warning");
+    const id = await client.enqueue("ok", {}, { queue });
+    await waitFor(async () => (await client.job(id)).status === "done", 5000, "the poll to find the job");
+  } finally {
+    worker.stop();
+    await running;
+    await wclient.close();
+  }
+});

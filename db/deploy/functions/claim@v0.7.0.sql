@@ -1,0 +1,483 @@
+-- Deploy pgfence:functions/claim to pg (reworked after @v0.6.0)
+-- requires: functions/claim@v0.6.0
+-- requires: tables/jobs_claim_order
+-- requires: tables/secret_key
+-- requires: functions/_checks
+-- requires: functions/_rules
+-- requires: functions/queue_controls
+--
+-- claim, claim_results (claimed, its old name, kept as an alias) and their helpers,
+-- whole. Changed after @v0.4.0: claim's checks that name a bad argument and its
+-- search over a list of queues are functions of their own (_claim_refuse,
+-- _claim_from_list); claimed() is named claim_results() (a name that does not read
+-- like a yes/no question); claimed() stays, deprecated, calling it. Changed after
+-- @v0.6.0: while any queue is paused or capped (pgfence.queue_controls has a row),
+-- claim picks through _claim_controlled (functions/queue_controls); otherwise as
+-- before, after one look at that table.
+
+BEGIN;
+
+DROP FUNCTION IF EXISTS pgfence._queued_queues();  -- (gone since @v0.4.0)
+
+-- The attempt token of a claim made with a request_id: a digest of the request id,
+-- the claim time (to the microsecond), the job and its attempt number, so claim_results()
+-- can find what that claim took, and a request id given twice still yields a new
+-- token for each attempt. In two parts: the first is the same for every job of one
+-- claim call, and claim computes it once.
+CREATE OR REPLACE FUNCTION pgfence._request_prefix(request_id uuid, claimed_at timestamptz) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT request_id::text || '/' || (extract(epoch FROM claimed_at) * 1000000)::bigint || '/'  -- (NULL for NULL)
+$$;
+COMMENT ON FUNCTION pgfence._request_prefix(uuid, timestamptz) IS
+  'Private: the part of a request-id token shared by the jobs of one claim call (request id, claim time in us).';
+
+CREATE OR REPLACE FUNCTION pgfence._request_token(prefix text, job_id bigint, attempt integer) RETURNS uuid
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT md5(prefix || job_id::text || '/' || attempt::text)::uuid  -- (text casts: immutable, so inlined)
+$$;
+COMMENT ON FUNCTION pgfence._request_token(text, bigint, integer) IS
+  'Private: the attempt token claim gives a job claimed with a request_id: md5 of _request_prefix, job id, attempt.';
+
+-- The transaction lock of a claim request: claim takes it, claim_results() waits for it.
+-- A one-key advisory lock whose 64-bit key is keyed with the deployment's secret
+-- (tables/secret_key): any role may take advisory locks, and with a public key (it was
+-- hashtext of the request id) it could hold the lock of a request id it knows, or
+-- thousands of the 2^32 keys at random, and park the claims that landed on them.
+-- PL/pgSQL: the key is read when the lock is taken, never a constant of a plan.
+CREATE OR REPLACE FUNCTION pgfence._lock_request(request_id uuid) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(('x' || left(md5(k.key || '/claim/' || request_id::text), 16))::bit(64)::bigint)
+       FROM pgfence.secret_key k;
+END $$;
+COMMENT ON FUNCTION pgfence._lock_request(uuid) IS
+  'Private: the transaction-level advisory lock of a claim request id, keyed with the secret key (held by claim, waited for by claimed).';
+
+-- Whether a job comes after the cut (a job given by its priority, available_at and id)
+-- in claim order (priority DESC, available_at, id); every job does when the cut is
+-- NULL. Plain SQL, inlined into claim's queries.
+CREATE OR REPLACE FUNCTION pgfence._after_cut(priority integer, available_at timestamptz, id bigint,
+                                              cut_priority integer, cut_available_at timestamptz, cut_id bigint)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT cut_id IS NULL OR priority < cut_priority
+           OR (priority = cut_priority AND (available_at > cut_available_at
+                                            OR (available_at = cut_available_at AND id > cut_id)))
+$$;
+COMMENT ON FUNCTION pgfence._after_cut(integer, timestamptz, bigint, integer, timestamptz, bigint) IS
+  'Private: whether a job comes after the cut job in claim order (priority DESC, available_at, id); true for a NULL cut.';
+
+-- claim's arguments, when its one validity expression said no: raise the error that
+-- names the first bad one (22004, 22023, PF004). Returns only for valid arguments.
+CREATE OR REPLACE FUNCTION pgfence._claim_refuse(worker_id text, queues text[], lease interval, max_jobs integer)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_bad integer;
+BEGIN
+    PERFORM pgfence._check_name('worker_id', worker_id);
+    IF queues IS NOT NULL THEN
+        IF cardinality(queues) = 0 THEN
+            PERFORM pgfence._raise_invalid('queues', '{}', 'is empty',
+                'pass NULL to claim from every queue, or at least one queue name');
+        END IF;
+        PERFORM pgfence._check_array('queues', queues);
+        IF cardinality(queues) > 10000 THEN
+            PERFORM pgfence._raise_invalid('queues length', cardinality(queues)::text, 'outside 1..10000',
+                'pass at most 10000 queue names, or NULL to claim from every queue');
+        END IF;
+        SELECT min(t.ord) INTO v_bad FROM unnest(queues) WITH ORDINALITY t(q, ord)
+         WHERE NOT pgfence._name_ok(t.q);
+        IF v_bad IS NOT NULL THEN
+            PERFORM pgfence._check_name(format('queues[%s]', v_bad), queues[v_bad]);
+        END IF;
+    END IF;
+    PERFORM pgfence._check_lease(lease);
+    PERFORM pgfence._check_range('max_jobs', max_jobs, 1, 1000);
+    PERFORM pgfence._check_isolation('claim');
+END $$;
+COMMENT ON FUNCTION pgfence._claim_refuse(text, text[], interval, integer) IS
+  'Private: raise the error naming claim''s first bad argument (worker_id, queues, lease, max_jobs, isolation).';
+
+-- claim over a list of queues (claim: more than one distinct name; _claim_controlled:
+-- one or more): the ids of the jobs it
+-- locked (FOR NO KEY UPDATE SKIP LOCKED), at most max_jobs, NULL for none, runnable
+-- as_of claim's time; how they are found is told at claim below. Runs inside claim,
+-- with claim's settings (generic plans, no JIT, no sequential scan).
+CREATE OR REPLACE FUNCTION pgfence._claim_from_list(queues text[], max_jobs integer, as_of timestamptz)
+RETURNS bigint[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := as_of;  -- (claim's time: runnable means available_at <= it)
+    v_set jsonb;
+    v_window integer;
+    v_seen bigint;
+    v_ids bigint[];
+    v_cand bigint[];
+    v_got bigint[];
+    v_need integer;
+    v_cand_priority integer[];
+    v_cand_available_at timestamptz[];
+    v_cut_priority integer;          -- the last job read, in claim order (the rounds)
+    v_cut_available_at timestamptz;
+    v_cut_id bigint;
+BEGIN
+    -- A list: find the first max_jobs jobs of the listed queues after the cut without
+    -- locking them, lock those SKIP LOCKED, and for those another claimer holds read
+    -- on after the last one read.
+    v_set := jsonb_object(queues, queues);  -- (the listed names, a set)
+    v_ids := '{}';
+    FOR i IN 1..3 LOOP
+        v_need := max_jobs - cardinality(v_ids);
+        v_cand := NULL;
+        IF cardinality(queues) > 16 THEN
+            -- A long list: the first 4 * v_need + 64 jobs of all queues in claim order,
+            -- keeping the listed ones. If they hold v_need, or were all the runnable
+            -- jobs there are, those are the first of the listed queues.
+            v_window := 4 * v_need + 64;
+            SELECT (array_agg(w.id ORDER BY w.priority DESC, w.available_at, w.id) FILTER (WHERE v_set ? w.queue))[1:v_need],
+                   (array_agg(w.priority ORDER BY w.priority DESC, w.available_at, w.id) FILTER (WHERE v_set ? w.queue))[1:v_need],
+                   (array_agg(w.available_at ORDER BY w.priority DESC, w.available_at, w.id) FILTER (WHERE v_set ? w.queue))[1:v_need],
+                   count(*)
+              INTO v_cand, v_cand_priority, v_cand_available_at, v_seen
+              FROM (SELECT j.id, j.queue, j.priority, j.available_at
+                      FROM pgfence.jobs j
+                     WHERE j.status = 'queued'
+                       AND j.queue <> ''  -- (jobs_claim_order_idx)
+                       AND j.available_at <= v_now
+                       AND pgfence._after_cut(j.priority, j.available_at, j.id,
+                                              v_cut_priority, v_cut_available_at, v_cut_id)
+                     ORDER BY j.priority DESC, j.available_at, j.id
+                     LIMIT v_window) w;
+            IF coalesce(cardinality(v_cand), 0) < v_need AND v_seen = v_window THEN
+                v_cand := NULL;  -- not enough of them so near the front: read the heads
+            ELSIF v_cand IS NULL THEN
+                EXIT;  -- no runnable job after the cut is listed
+            END IF;
+        END IF;
+        IF v_cand IS NULL THEN
+            -- The heads: each listed queue's first runnable job after the cut (one probe
+            -- of jobs_claim_idx per queue); only the queues whose heads are among the
+            -- first v_need can hold one of the first v_need jobs, the queue ranked r at
+            -- most v_need - r + 1 of them: read those, merge, keep the first v_need.
+            WITH heads AS (
+                SELECT q.name AS queue, h.priority, h.available_at, h.id
+                  FROM jsonb_object_keys(v_set) AS q(name)
+                 CROSS JOIN LATERAL (
+                        SELECT j.priority, j.available_at, j.id
+                          FROM pgfence.jobs j
+                         WHERE j.status = 'queued' AND j.queue = q.name AND j.available_at <= v_now
+                           AND pgfence._after_cut(j.priority, j.available_at, j.id,
+                                                  v_cut_priority, v_cut_available_at, v_cut_id)
+                         ORDER BY j.priority DESC, j.available_at, j.id
+                         LIMIT 1) h
+                 ORDER BY h.priority DESC, h.available_at, h.id
+                 LIMIT v_need
+            ), ranked AS (
+                SELECT hd.queue, row_number() OVER (ORDER BY hd.priority DESC, hd.available_at, hd.id) AS r
+                  FROM heads hd
+            ), merged AS (
+                SELECT c.id, c.priority, c.available_at
+                  FROM ranked rk
+                 CROSS JOIN LATERAL (
+                        SELECT j.id, j.priority, j.available_at
+                          FROM pgfence.jobs j
+                         WHERE j.status = 'queued' AND j.queue = rk.queue AND j.available_at <= v_now
+                           AND pgfence._after_cut(j.priority, j.available_at, j.id,
+                                                  v_cut_priority, v_cut_available_at, v_cut_id)
+                         ORDER BY j.priority DESC, j.available_at, j.id
+                         LIMIT v_need - rk.r + 1) c
+                 ORDER BY c.priority DESC, c.available_at, c.id
+                 LIMIT v_need
+            )
+            SELECT array_agg(m.id ORDER BY m.priority DESC, m.available_at, m.id),
+                   array_agg(m.priority ORDER BY m.priority DESC, m.available_at, m.id),
+                   array_agg(m.available_at ORDER BY m.priority DESC, m.available_at, m.id)
+              INTO v_cand, v_cand_priority, v_cand_available_at
+              FROM merged m;
+            EXIT WHEN v_cand IS NULL;
+        END IF;
+        -- (the cut: the last candidate as read, whatever has become of it since)
+        v_cut_priority := v_cand_priority[cardinality(v_cand)];
+        v_cut_available_at := v_cand_available_at[cardinality(v_cand)];
+        v_cut_id := v_cand[cardinality(v_cand)];
+        SELECT array_agg(l.id) INTO v_got
+          FROM (SELECT j.id FROM pgfence.jobs j
+                 WHERE j.id = ANY (v_cand) AND j.id <> ALL (v_ids)
+                   AND j.status = 'queued' AND j.available_at <= v_now
+                 ORDER BY j.id
+                   FOR NO KEY UPDATE SKIP LOCKED) l;
+        v_ids := v_ids || coalesce(v_got, '{}');
+        EXIT WHEN cardinality(v_ids) >= max_jobs OR cardinality(v_got) = cardinality(v_cand);
+    END LOOP;
+    RETURN CASE WHEN cardinality(v_ids) > 0 THEN v_ids END;
+END $$;
+COMMENT ON FUNCTION pgfence._claim_from_list(text[], integer, timestamptz) IS
+  'Private: claim over a list of queues: find the first runnable jobs without locks, lock them SKIP LOCKED (up to 3 rounds); the locked ids, or NULL.';
+
+-- Claim up to max_jobs runnable jobs for worker_id, in priority DESC,
+-- available_at, id order. Each claimed job gets a fresh attempt_token and a lease
+-- of `lease` from clock_timestamp() (not now(): a claim inside a long transaction
+-- still hands out a full lease). First applies the reclaim rule to a batch of
+-- expired leases, so recovery does not wait for the sweep.
+-- Concurrency: rows are picked with FOR NO KEY UPDATE SKIP LOCKED, and only the rows
+-- the claim returns are ever locked, so two callers never get the same job, no caller
+-- gets more than max_jobs, and a claim never holds jobs it does not take (a claim
+-- over 2,000 queues used to lock max_jobs rows in each).
+-- How the rows are found, by the shape of queues:
+--   * NULL (every queue): the claim order over all queues (jobs_claim_order_idx),
+--     whatever the number of queues;
+--   * one queue (or one name repeated): that queue's claim order (jobs_claim_idx);
+--   * a list (up to 10,000 names): the first runnable jobs of the listed queues are
+--     found without locks, then locked SKIP LOCKED; those another claimer holds are
+--     skipped, and the next ones read, up to 3 rounds (so under contention a claim may
+--     return fewer than are runnable: the caller claims again). They are found
+--       - over more than 16 names, among the first 4 * max_jobs + 64 runnable jobs of
+--         all queues (jobs_claim_order_idx), if enough of those are listed (a list
+--         that holds most of the work: one short walk, whatever its length);
+--       - otherwise (16 names or fewer, or listed queues rare near the front) from
+--         each listed queue's first runnable job, its head (one probe of
+--         jobs_claim_idx per queue): only the queues whose heads are among the first
+--         max_jobs heads can hold one of the first max_jobs jobs, the queue ranked r
+--         at most max_jobs - r + 1 of them, so those are read and merged.
+--     Either way no more than that window of other queues' jobs is read (walking the
+--     claim order over all queues to the end read every queued job of the others when
+--     the listed queues were idle: 5 s for 10,000 listed queues beside 20,000 jobs
+--     queued elsewhere).
+-- request_id (optional, fresh for each call): when the reply is lost (the connection
+-- drops), claim_results(worker_id, ARRAY[request_id]) returns the jobs this call took, so
+-- the caller runs them instead of leaving them leased until the lease expires (and
+-- the attempt, already counted, is wasted).
+CREATE OR REPLACE FUNCTION pgfence.claim(
+    worker_id  text,
+    queues     text[]   DEFAULT NULL,
+    lease      interval DEFAULT '30 seconds',
+    max_jobs   integer  DEFAULT 1,
+    request_id uuid     DEFAULT NULL
+) RETURNS TABLE(id bigint, queue text, kind text, payload jsonb, attempts integer,
+                max_attempts integer, attempt_token uuid, lease_expires_at timestamptz)
+LANGUAGE plpgsql
+-- Generic plans: every input row is looked up by primary key (LATERAL ... OFFSET 0),
+-- so the plan never depends on the values, and replanning on every call (the
+-- custom-plan default, several partial indexes to prove) cost more than the work.
+SET plan_cache_mode = force_generic_plan
+-- No JIT: the generic plan of the pick-and-lock query cannot know max_jobs, so it
+-- assumes a tenth of the queue; from ~600,000 queued jobs that estimate passes
+-- jit_above_cost and every claim compiled the query again (6-7 ms each; a drain of
+-- 600,000 jobs, 2 x 8, prefetch 500: 29.9k jobs/s with JIT, 38.5k with this setting).
+SET jit = off
+-- No sequential scan: a claim reaches queued rows through jobs_claim_idx and expired
+-- leases through jobs_reclaim_idx, never by reading the table. The generic plan
+-- assumes max_jobs is a tenth of the queue, so when the indexes are large next to
+-- the heap (left so by an earlier backlog: 20,000 queued jobs in 420 heap pages,
+-- claim index 6,941 pages, reclaim index 784) it chose to read and sort the whole
+-- queue, and the reclaim probe to read the whole table, on every claim: a claim of
+-- 8 took 7.5 ms; with this setting 0.5-0.7 ms.
+SET enable_seqscan = off AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue text;
+    v_now timestamptz;
+    v_ids bigint[];
+    v_prefix text;
+BEGIN
+    -- One expression decides whether every argument is valid (the common case runs no
+    -- nested call); only an invalid call runs the checks that name the argument.
+    -- (The *_ok predicates are inlined; anything NULL counts as invalid here.)
+    IF NOT coalesce(pgfence._name_ok(worker_id)
+                    AND (queues IS NULL OR (cardinality(queues) BETWEEN 1 AND 10000 AND pgfence._array_ok(queues)
+                         AND (SELECT bool_and(pgfence._name_ok(q.name)) FROM unnest(queues) AS q(name))))
+                    AND lease BETWEEN interval '1 millisecond' AND interval '1 day'
+                    AND pgfence._interval_signs_agree(lease)
+                    AND max_jobs BETWEEN 1 AND 1000
+                    AND current_setting('transaction_isolation') = 'read committed', false) THEN
+        PERFORM pgfence._claim_refuse(worker_id, queues, lease, max_jobs);
+    END IF;
+    -- The request's lock first, before any row: claim_results() waits for this claim from
+    -- its first statement that touches a table, and both take the advisory lock
+    -- before row locks (no lock-order cycle between them).
+    IF request_id IS NOT NULL THEN
+        PERFORM pgfence._lock_request(request_id);
+    END IF;
+
+    -- On-claim recovery: the same rule and SQL as the sweep. _reclaim is called only
+    -- when an expired lease exists: the probe is one index look-up in this plan,
+    -- where the call costs a nested function and a plan of its own.
+    v_now := clock_timestamp();
+    IF EXISTS (SELECT FROM pgfence.jobs j WHERE j.status = 'processing' AND j.lease_expires_at < v_now) THEN
+        PERFORM pgfence._reclaim(max_jobs);
+    END IF;
+
+    v_now := clock_timestamp();
+    v_prefix := pgfence._request_prefix(request_id, v_now);  -- (NULL without a request_id)
+    IF queues IS NOT NULL AND queues[1] = ALL (queues) THEN
+        v_queue := queues[1];  -- (one name, maybe repeated)
+    END IF;
+
+    -- 1. Pick and lock, in claim order, SKIP LOCKED: only the rows returned. While a
+    --    queue is paused or capped, _claim_controlled picks (it keeps to the rules).
+    IF EXISTS (SELECT FROM pgfence.queue_controls) THEN
+        v_ids := pgfence._claim_controlled(queues, max_jobs, v_now);
+        -- (it may have waited for another claim of a capped queue: the claim time and
+        -- the lease start once the jobs are ours, so an attempt's recorded claim never
+        -- precedes the end of the one whose slot it took)
+        v_now := clock_timestamp();
+        v_prefix := pgfence._request_prefix(request_id, v_now);
+    ELSIF queues IS NULL THEN
+        -- Every queue: the claim order over all queues.
+        SELECT array_agg(c.id ORDER BY c.priority DESC, c.available_at, c.id) INTO v_ids
+          FROM (SELECT j.id, j.priority, j.available_at
+                  FROM pgfence.jobs j
+                 WHERE j.status = 'queued'
+                   AND j.queue <> ''  -- (the predicate of jobs_claim_order_idx: see tables/jobs_claim_order)
+                   AND j.available_at <= v_now
+                 ORDER BY j.priority DESC, j.available_at, j.id
+                 LIMIT max_jobs
+                   FOR NO KEY UPDATE SKIP LOCKED) c;
+    ELSIF v_queue IS NOT NULL THEN
+        SELECT array_agg(c.id ORDER BY c.priority DESC, c.available_at, c.id) INTO v_ids
+          FROM (SELECT j.id, j.priority, j.available_at
+                  FROM pgfence.jobs j
+                 WHERE j.status = 'queued'
+                   AND j.queue = v_queue
+                   AND j.available_at <= v_now
+                 ORDER BY j.priority DESC, j.available_at, j.id
+                 LIMIT max_jobs
+                   FOR NO KEY UPDATE SKIP LOCKED) c;
+    ELSE
+        v_ids := pgfence._claim_from_list(queues, max_jobs, v_now);
+    END IF;
+    IF v_ids IS NULL THEN
+        RETURN;
+    END IF;
+
+    -- 2. Claim what we locked, by primary key (= ANY of an array: an index scan
+    --    whatever the plan's row estimate, so a deep queue never turns it into a
+    --    scan of the table). Claim changes neither priority nor available_at.
+    RETURN QUERY
+    WITH claimed AS (
+        UPDATE pgfence.jobs j
+           SET status           = 'processing',
+               attempts         = j.attempts + 1,
+               attempt_token    = CASE WHEN v_prefix IS NULL THEN gen_random_uuid()
+                                       ELSE pgfence._request_token(v_prefix, j.id, j.attempts + 1) END,
+               reserved_by      = worker_id,
+               reserved_at      = v_now,
+               heartbeat_at     = NULL,
+               lease_expires_at = v_now + lease,
+               updated_at       = v_now
+         WHERE j.id = ANY (v_ids)
+        RETURNING j.id, j.queue, j.kind, j.payload, j.attempts, j.max_attempts, j.attempt_token,
+                  j.lease_expires_at, j.priority, j.available_at
+    )
+    SELECT c.id, c.queue, c.kind, c.payload, c.attempts, c.max_attempts, c.attempt_token, c.lease_expires_at
+      FROM claimed c
+     ORDER BY c.priority DESC, c.available_at, c.id;
+END $$;
+
+COMMENT ON FUNCTION pgfence.claim(text, text[], interval, integer, uuid) IS
+$$Claim 0..max_jobs (1..1000) runnable jobs for worker_id from queues (NULL = all; else 1..10000 names),
+priority DESC, available_at, id order, each with a fresh attempt_token and a lease (1 ms..1 day) from
+clock_timestamp(). Reclaims a batch of expired leases first (same rule as the sweep). Never hands one job to
+two callers, and locks only the jobs it returns. Takes nothing from a paused queue (pause_queue) and never more
+than a capped queue's free slots (set_queue_limit; a capped queue's jobs come after the others' in a claim over
+several queues). request_id (optional, fresh per call):
+pgfence.claim_results(worker_id, ARRAY[request_id]) finds what this call took if its reply is lost. Needs READ
+COMMITTED (PF004 otherwise). Errors: 22004, 22023.$$;
+
+-- The jobs that claims made with these request ids took and that are still
+-- leased to worker_id by those claims, as claim returned them, with their leases
+-- renewed like a heartbeat's (the caller runs them now): what a caller whose claim
+-- reply was lost (the connection dropped after the commit) holds without knowing
+-- it. A job since reclaimed, released, finished or claimed again is not returned.
+-- A claim with one of these request ids that is still running (its reply was lost
+-- before it committed) is waited for, up to lock_timeout. (A claim whose request
+-- reaches the server only after this call has run cannot be waited for: ask again
+-- later if the network may still hold it.)
+CREATE OR REPLACE FUNCTION pgfence.claim_results(
+    worker_id   text,
+    request_ids uuid[],
+    lease       interval DEFAULT '30 seconds'
+) RETURNS TABLE(id bigint, queue text, kind text, payload jsonb, attempts integer,
+                max_attempts integer, attempt_token uuid, lease_expires_at timestamptz)
+LANGUAGE plpgsql
+-- Through jobs_reclaim_idx (the processing jobs), never by reading the table.
+SET enable_seqscan = off
+-- (and no JIT, which a plan costed with enable_seqscan off could otherwise start)
+SET jit = off
+-- A claim still running is waited for this long at most (then 55P03: ask again).
+SET lock_timeout = '10s' AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM pgfence._check_name('worker_id', worker_id);
+    IF request_ids IS NULL THEN
+        PERFORM pgfence._raise_null('request_ids', 'pass the request_id of each claim whose reply was lost');
+    END IF;
+    PERFORM pgfence._check_array('request_ids', request_ids);
+    PERFORM pgfence._check_range('request_ids length', cardinality(request_ids), 1, 1000);
+    IF array_position(request_ids, NULL) IS NOT NULL THEN
+        PERFORM pgfence._raise_null(format('request_ids[%s]', array_position(request_ids, NULL)),
+            'pass the request_id each claim was given');
+    END IF;
+    PERFORM pgfence._check_lease(lease);
+    PERFORM pgfence._check_isolation('claim_results');
+    -- Wait for those claims to end (each holds its request's lock until it commits),
+    -- in a fixed order (two callers asking for the same ids never deadlock).
+    PERFORM pgfence._lock_request(s.r) FROM (SELECT DISTINCT r FROM unnest(request_ids) AS r ORDER BY r) s;
+    RETURN QUERY
+    WITH held AS (
+        SELECT j.id
+          FROM pgfence.jobs j
+         WHERE j.status = 'processing'
+           AND j.reserved_by = worker_id
+           AND j.attempt_token IN (SELECT pgfence._request_token(pgfence._request_prefix(r, j.reserved_at),
+                                                                 j.id, j.attempts)
+                                     FROM unnest(request_ids) AS r)
+         ORDER BY j.id
+           FOR NO KEY UPDATE OF j
+    ), renewed AS (
+        UPDATE pgfence.jobs j
+           -- (clock_timestamp(), not a time read before the row locks were waited for)
+           SET lease_expires_at = clock_timestamp() + lease, heartbeat_at = clock_timestamp(),
+               updated_at = clock_timestamp()
+          FROM held h
+         WHERE j.id = h.id
+        RETURNING j.id, j.queue, j.kind, j.payload, j.attempts, j.max_attempts, j.attempt_token,
+                  j.lease_expires_at, j.priority, j.available_at
+    )
+    SELECT r.id, r.queue, r.kind, r.payload, r.attempts, r.max_attempts, r.attempt_token, r.lease_expires_at
+      FROM renewed r
+     ORDER BY r.priority DESC, r.available_at, r.id;
+END $$;
+
+COMMENT ON FUNCTION pgfence.claim_results(text, uuid[], interval) IS
+$$The jobs that claim calls made with these request_ids (1..1000) took and still hold for worker_id (status
+processing, same attempt), in claim order, as claim returned them, each lease renewed to clock_timestamp() +
+lease (like a heartbeat): for a caller whose claim reply was lost. Waits (up to 10 s, then 55P03) for such a
+claim that is still running. Needs READ COMMITTED. Errors: 22004, 22023, PF004, 55P03.$$;
+
+-- The old name of claim_results, kept so that callers of schema_version 3 keep working.
+CREATE OR REPLACE FUNCTION pgfence.claimed(
+    worker_id   text,
+    request_ids uuid[],
+    lease       interval DEFAULT '30 seconds'
+) RETURNS TABLE(id bigint, queue text, kind text, payload jsonb, attempts integer,
+                max_attempts integer, attempt_token uuid, lease_expires_at timestamptz)
+LANGUAGE sql AS $$
+    SELECT * FROM pgfence.claim_results(worker_id, request_ids, lease)
+$$;
+COMMENT ON FUNCTION pgfence.claimed(text, uuid[], interval) IS
+  'Deprecated: the old name of pgfence.claim_results (same arguments, same rows).';
+
+COMMENT ON COLUMN pgfence.jobs.attempt_token IS
+  'The fence: a new value on every claim (random, or derived from the claim''s request_id). Kept on done rows, and on rows fail dead-lettered, as the token that finished the job.';
+COMMENT ON COLUMN pgfence.jobs.reserved_at IS
+  'When the current or last attempt claimed the job. Written by claim only: claim_results() derives request-id tokens from it.';
+
+INSERT INTO pgfence.routine_grants (routine, roles) VALUES ('claim', '{pgfence_worker}'),
+                                                        ('claim_results', '{pgfence_worker}'),
+                                                        ('claimed', '{pgfence_worker}')
+ON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;
+SELECT pgfence._apply_privileges();
+
+COMMIT;

@@ -1,0 +1,27 @@
+-- Deploy pgfence:tables/job_unique_for to pg
+-- requires: tables/jobs
+-- requires: tables/history
+--
+-- Unique jobs by state and period, built on idempotency keys: how long a job's key is
+-- held once the job is done (while it is queued, processing or manual_review the unique
+-- index holds it, whatever this says). NULL: as before, while its history is kept (its
+-- retention); 0: not at all, the key is free as soon as the job is done; otherwise
+-- until created_at + unique_for (and at most its retention). Set at enqueue; complete
+-- reads it when it writes pgfence.held_keys, whose held_until says until when the key
+-- is held (NULL: until the purge deletes the row after purge_at, as before).
+
+BEGIN;
+
+ALTER TABLE pgfence.jobs ADD COLUMN unique_for interval;
+-- (a plain length of time, as enqueue stores it: 0 .. 100 years, no months or days parts)
+ALTER TABLE pgfence.jobs ADD CONSTRAINT jobs_unique_for_valid CHECK (
+    unique_for BETWEEN interval '0' AND interval '36500 days'
+    AND extract(month FROM unique_for) = 0 AND extract(day FROM unique_for) = 0);
+COMMENT ON COLUMN pgfence.jobs.unique_for IS
+  'How long the idempotency key stays held once the job is done: NULL its retention, 0 not at all, else until created_at + unique_for (at most its retention).';
+
+ALTER TABLE pgfence.held_keys ADD COLUMN held_until timestamptz;
+COMMENT ON COLUMN pgfence.held_keys.held_until IS
+  'The key is free from then on (the job''s created_at + unique_for); NULL: held until the purge deletes the row.';
+
+COMMIT;

@@ -1,0 +1,35 @@
+-- Verify pgfence:functions/claim on pg
+
+BEGIN;
+
+SELECT 'pgfence.claim(text, text[], interval, integer, uuid)'::regprocedure,
+       'pgfence.claimed(text, uuid[], interval)'::regprocedure,
+       'pgfence._lock_request(uuid)'::regprocedure,
+       'pgfence._request_prefix(uuid, timestamptz)'::regprocedure,
+       'pgfence._request_token(text, bigint, integer)'::regprocedure;
+SELECT 1 / (to_regprocedure('pgfence._queued_queues()') IS NULL)::int;
+SELECT 1 / has_function_privilege('pgfence_worker', 'pgfence.claimed(text, uuid[], interval)', 'EXECUTE')::int;
+SELECT 1 / (to_regprocedure('pgfence.claim(text, text[], interval, integer)') IS NULL)::int;
+-- The probe before _reclaim and FOR NO KEY UPDATE, claim still SECURITY DEFINER with
+-- its search_path pinned; the list search in _claim_from_list (the rework after
+-- @v0.4.0), claim_results with claimed() calling it.
+SELECT 1 / (prosecdef AND prosrc LIKE '%IF EXISTS (SELECT FROM pgfence.jobs j WHERE j.status = ''processing''%'
+            AND prosrc LIKE '%pgfence._claim_from_list(%' AND prosrc NOT LIKE '%FOR UPDATE%'
+            AND 'search_path=pg_catalog, pgfence, pg_temp' = ANY (proconfig))::int
+  FROM pg_proc WHERE oid = 'pgfence.claim(text, text[], interval, integer, uuid)'::regprocedure;
+SELECT 1 / (prosrc LIKE '%WITH heads AS%' AND prosrc NOT LIKE '%FOR UPDATE SKIP%')::int
+  FROM pg_proc WHERE oid = 'pgfence._claim_from_list(text[], integer, timestamptz)'::regprocedure;
+SELECT 1 / (prosrc LIKE '%FOR NO KEY UPDATE OF j%')::int
+  FROM pg_proc WHERE oid = 'pgfence.claim_results(text, uuid[], interval)'::regprocedure;
+SELECT 1 / (prosrc LIKE '%pgfence.claim_results(%')::int
+  FROM pg_proc WHERE oid = 'pgfence.claimed(text, uuid[], interval)'::regprocedure;
+SELECT 1 / has_function_privilege('pgfence_worker', 'pgfence.claim_results(text, uuid[], interval)', 'EXECUTE')::int;
+-- (the request lock keyed with the secret key)
+SELECT 1 / (prosrc LIKE '%pgfence.secret_key%')::int
+  FROM pg_proc WHERE oid = 'pgfence._lock_request(uuid)'::regprocedure;
+
+-- (the rework after @v0.6.0: queue controls)
+SELECT 1 / (prosrc LIKE '%pgfence._claim_controlled(%')::int
+  FROM pg_proc WHERE oid = 'pgfence.claim(text, text[], interval, integer, uuid)'::regprocedure;
+
+ROLLBACK;

@@ -1,0 +1,11 @@
+-- Verify pgfence:functions/complete on pg
+
+BEGIN;
+
+SELECT 'pgfence.complete(bigint, uuid, jsonb)'::regprocedure,
+       'pgfence.complete_many(bigint[], uuid[], jsonb[])'::regprocedure;
+-- The rework after @v0.3.0: results are checked.
+SELECT 1 / (prosrc LIKE '%pgfence._check_result(''result'', result)%')::int
+  FROM pg_proc WHERE oid = 'pgfence.complete(bigint, uuid, jsonb)'::regprocedure;
+
+ROLLBACK;

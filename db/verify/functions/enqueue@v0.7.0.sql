@@ -1,0 +1,14 @@
+-- Verify pgfence:functions/enqueue on pg
+
+BEGIN;
+
+SELECT 'pgfence.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text)'::regprocedure,
+       'pgfence._check_enqueue_options(text, integer, text)'::regprocedure,
+       'pgfence._enqueue_options_ok(text, integer, text)'::regprocedure,
+       'pgfence._check_idempotency_key(text, text)'::regprocedure,
+       'pgfence._key_ok(text)'::regprocedure;
+-- The rework after @v0.3.0: the NOTIFY carries the wake-up tag.
+SELECT 1 / (prosrc LIKE '%pg_notify(''pgfence_enqueue'', pgfence._wakeup_tag(%')::int
+  FROM pg_proc WHERE oid = 'pgfence.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text)'::regprocedure;
+
+ROLLBACK;

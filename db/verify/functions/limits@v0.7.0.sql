@@ -1,0 +1,7 @@
+-- Verify pgfence:functions/limits on pg
+
+BEGIN;
+
+SELECT 1 / (count(*) = 1)::int FROM pgfence.limits() WHERE name = 'max_jobs' AND value = 1000;
+
+ROLLBACK;

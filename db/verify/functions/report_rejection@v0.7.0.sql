@@ -1,0 +1,10 @@
+-- Verify pgfence:functions/report_rejection on pg
+
+BEGIN;
+
+SELECT 'pgfence.report_rejection(bigint, uuid, text)'::regprocedure;
+-- The rework after @v0.3.0: only tokens that held an attempt of the job.
+SELECT 1 / (prosrc LIKE '%pgfence._token_held(job_id, attempt_token, j.attempt_token)%')::int
+  FROM pg_proc WHERE oid = 'pgfence.report_rejection(bigint, uuid, text)'::regprocedure;
+
+ROLLBACK;
