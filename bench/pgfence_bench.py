@@ -41,6 +41,7 @@ class WorkerShape:
     concurrency: int = 8
     prefetch: int = 8
     poll_interval: float = 0.05
+    asyncio: bool = False  # pgfence.aio.AsyncWorker (async def handlers) instead of pgfence.Worker
 
 
 def client_available() -> bool:
@@ -142,6 +143,8 @@ def start_workers(dsn: str, queue: str, shape: WorkerShape, tag: str, mode: str 
         cmd = [*program, "--dsn", dsn, "--queue", queue, "--concurrency", str(shape.concurrency),
                "--prefetch", str(shape.prefetch), "--poll-interval", str(shape.poll_interval),
                "--mode", mode]
+        if shape.asyncio:
+            cmd.append("--async")
         if outs:
             cmd += ["--out", str(outs[i])]
         procs.append(spawn(cmd, log_path=lp))

@@ -1,16 +1,19 @@
 """One pgfence worker OS process for the benchmark (main venv).
 
     python bench/pgfence_worker.py --dsn DSN --queue Q [--concurrency 8] [--prefetch P]
-        [--poll-interval 0.05] [--mode noop|latency] [--out FILE]
+        [--poll-interval 0.05] [--mode noop|latency] [--out FILE] [--async]
 
-A `pgfence.Worker` over `pgfence.Client.connect(DSN)`.
+A `pgfence.Worker` over `pgfence.Client.connect(DSN)`; with --async a
+`pgfence.aio.AsyncWorker` over `await pgfence.aio.AsyncClient.connect(DSN)`, whose
+handlers are `async def` (awaited on the event loop).
 mode latency: the handler appends `time.time() - payload["t"]` (seconds) to --out.
 Prints `READY <epoch>` right before the worker's run() is called.
-SIGTERM/SIGINT stop the worker (w.stop()).
+SIGTERM/SIGINT stop the worker (w.stop(); the AsyncWorker handles them itself).
 """
 from __future__ import annotations
 
 import argparse
+import asyncio
 import signal
 import sys
 import threading
@@ -37,6 +40,28 @@ def make_handler(mode: str, out: str | None) -> Callable[[Any], None]:
     return record
 
 
+def make_async_handler(mode: str, out: str | None) -> Callable[[Any], Any]:
+    """The handler of ``mode`` as an ``async def`` (one event loop: no lock needed)."""
+    handler = make_handler(mode, out)
+
+    async def run(job: Any) -> None:
+        return handler(job)
+    return run
+
+
+async def run_async(a: argparse.Namespace) -> None:
+    from pgfence.aio import AsyncClient, AsyncWorker
+
+    client = await AsyncClient.connect(a.dsn)
+    try:
+        worker = AsyncWorker(client, handlers={"noop": make_async_handler(a.mode, a.out)}, queues=[a.queue],
+                             concurrency=a.concurrency, prefetch=a.prefetch, poll_interval=a.poll_interval)
+        print(f"READY {time.time():.6f}", flush=True)
+        await worker.run()
+    finally:
+        await client.close()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dsn", required=True)
@@ -46,7 +71,12 @@ def main() -> int:
     ap.add_argument("--poll-interval", type=float, default=0.05)
     ap.add_argument("--mode", choices=["noop", "latency"], default="noop")
     ap.add_argument("--out")
+    ap.add_argument("--async", dest="use_async", action="store_true")
     a = ap.parse_args()
+
+    if a.use_async:
+        asyncio.run(run_async(a))
+        return 0
 
     handler = make_handler(a.mode, a.out)
     client = Client.connect(a.dsn)

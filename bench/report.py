@@ -372,6 +372,9 @@ def render(results: dict[str, Any]) -> str:
         f" {cfg['drain_timeout']:.0f} s (later runs of a variant that hit the cap:"
         f" {min(cfg['drain_timeout'], cfg['drain_timeout_after_cap']):.0f} s): a capped run reports"
         " finished/elapsed and is marked 'capped'.",
+        "- pgfence (asyncio worker): the shape of pgfence's largest prefetch, the worker processes running"
+        " `pgfence.aio.AsyncWorker` with an `async def` no-op handler instead of `pgfence.Worker` (reported"
+        " beside the threaded worker; nothing is asserted about it).",
         f"- latency: idle workers, {cfg['lat_n']} jobs enqueued at {cfg['lat_rate']:g}/s, payload carries"
         " time.time() at enqueue; the handler records now - t. p50/p95 over the jobs of a run, with fresh"
         f" workers; the median of {cfg['single_runs']} runs.",

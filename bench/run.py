@@ -206,24 +206,38 @@ def run_pgfence(cfg: Config, dsn: str, version: str) -> list[dict[str, Any]]:
         shape = pf.WorkerShape(procs=cfg.procs, concurrency=cfg.concurrency, prefetch=p, poll_interval=0.05)
         desc = (f"pgfence.Worker(Client.connect(dsn), concurrency={cfg.concurrency}, prefetch={p},"
                 f" poll_interval=0.05)")
-        row = new_row("pgfence", f"pgfence (prefetch {p})", version, f"{desc}; enqueue: pgfence.Client")
-        for i in range(cfg.drain_runs):
-            log(f"{row['variant']}: batch enqueue {cfg.drain_n:,} + drain, run {i + 1}/{cfg.drain_runs}")
-            cap = drain_cap(cfg, row)
-            r = guarded(row, f"drain run {i + 1}",
-                        lambda: pf.batch_then_drain(dsn, cfg.drain_n, shape, cap, f"p{p}r{i}"))
-            if r:
-                row["batch_runs"].append(r["batch"])
-                row["drain_runs"].append(r["drain"])
-                log(f"  batch {r['batch']['rate']:,.0f}/s, drain {r['drain']['rate']:,.0f} jobs/s"
-                    f" ({r['drain']['seconds']:.2f} s){' TIMED OUT' if r['drain']['timed_out'] else ''}")
-        log(f"{row['variant']}: latency, {cfg.lat_n} jobs at {cfg.lat_rate:g}/s, {cfg.single_runs} run(s)")
-        row["latency"] = repeated(row, "latency", cfg.single_runs,
-                                  lambda i: pf.latency(dsn, shape, cfg.lat_n, cfg.lat_rate, f"p{p}r{i}"),
-                                  ["p50_ms", "p95_ms"])
-        summarize(row)
-        rows.append(row)
+        rows.append(pgfence_row(cfg, dsn, version, shape, f"pgfence (prefetch {p})", desc, f"p{p}"))
+    # The asyncio worker, the same shape as the threaded one with the largest prefetch
+    # (reported beside it, not asserted).
+    p = max(cfg.pgfence_prefetch)
+    shape = pf.WorkerShape(procs=cfg.procs, concurrency=cfg.concurrency, prefetch=p, poll_interval=0.05,
+                           asyncio=True)
+    desc = (f"pgfence.aio.AsyncWorker(await AsyncClient.connect(dsn), concurrency={cfg.concurrency}, prefetch={p},"
+            f" poll_interval=0.05), async def handlers")
+    rows.append(pgfence_row(cfg, dsn, version, shape, "pgfence (asyncio worker)", desc, f"a{p}"))
     return rows
+
+
+def pgfence_row(cfg: Config, dsn: str, version: str, shape: Any, variant: str, desc: str,
+                tag: str) -> dict[str, Any]:
+    """One pgfence row of the main table: drains and latency of worker processes of ``shape``."""
+    row = new_row("pgfence", variant, version, f"{desc}; enqueue: pgfence.Client")
+    for i in range(cfg.drain_runs):
+        log(f"{row['variant']}: batch enqueue {cfg.drain_n:,} + drain, run {i + 1}/{cfg.drain_runs}")
+        cap = drain_cap(cfg, row)
+        r = guarded(row, f"drain run {i + 1}",
+                    lambda: pf.batch_then_drain(dsn, cfg.drain_n, shape, cap, f"{tag}r{i}"))
+        if r:
+            row["batch_runs"].append(r["batch"])
+            row["drain_runs"].append(r["drain"])
+            log(f"  batch {r['batch']['rate']:,.0f}/s, drain {r['drain']['rate']:,.0f} jobs/s"
+                f" ({r['drain']['seconds']:.2f} s){' TIMED OUT' if r['drain']['timed_out'] else ''}")
+    log(f"{row['variant']}: latency, {cfg.lat_n} jobs at {cfg.lat_rate:g}/s, {cfg.single_runs} run(s)")
+    row["latency"] = repeated(row, "latency", cfg.single_runs,
+                              lambda i: pf.latency(dsn, shape, cfg.lat_n, cfg.lat_rate, f"{tag}r{i}"),
+                              ["p50_ms", "p95_ms"])
+    summarize(row)
+    return row
 
 
 def run_pgfence_node(cfg: Config, dsn: str, version: str) -> list[dict[str, Any]]:

@@ -6,7 +6,8 @@
 #                   (+ postgresql-<major>-pgtap, postgresql-<major>-plpgsql-check when
 #                   the package lists offer them; optional)
 #   python:         $REPO/.venv with psycopg, psycopg-pool, pytest, pytest-timeout, hypothesis,
-#                   mypy, testcontainers, and `pip install -e python_client`
+#                   mypy, testcontainers, fastapi + uvicorn + httpx (examples/fastapi_app.py and
+#                   its test), and `pip install -e python_client`
 #   node:           `npm ci` in clients/node from its committed package-lock.json (pg, and
 #                   typescript for the declarations check), when node and npm are installed
 #
@@ -97,7 +98,8 @@ fi
 # ------------------------------------------------------------- python ------
 VENV="$REPO/.venv"
 STAMP="$VENV/.stamp"
-PY_DEPS=("psycopg[binary]>=3.1" "psycopg-pool>=3.2" "pytest>=8" "pytest-timeout" "hypothesis>=6" "mypy" "testcontainers>=4")
+PY_DEPS=("psycopg[binary]>=3.1" "psycopg-pool>=3.2" "pytest>=8" "pytest-timeout" "hypothesis>=6" "mypy" "testcontainers>=4"
+         "fastapi>=0.100" "uvicorn>=0.23" "httpx>=0.24")
 
 if [[ ! -x "$VENV/bin/python" ]] || ! "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
   log "creating $VENV"

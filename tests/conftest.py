@@ -218,6 +218,14 @@ def client(dsn: str) -> Iterator[Any]:
         c.close()
 
 
+@pytest.fixture(params=["threads", "asyncio"])
+def flavor(request: pytest.FixtureRequest) -> str:
+    """The in-process worker of a test that takes it: pgfence.Worker, or
+    pgfence.aio.AsyncWorker on a loop thread of its own, driven like a Worker
+    (``support.workers.start(..., flavor=flavor)``, ``support.aio.AsyncWorkerOnLoop``)."""
+    return str(request.param)
+
+
 @pytest.fixture
 def workers(dsn: str) -> Iterator[list[Any]]:
     """Collects worker clients (support.workers.start) to close at teardown."""

@@ -27,6 +27,22 @@ from pgfence import (SCHEMA_VERSION, Attempt, Client, Enqueued, InvalidArgument,
 W = "test-client-worker"
 
 
+@pytest.fixture(params=["sync", "async"])
+def client(request: pytest.FixtureRequest, dsn: str) -> Iterator[Any]:
+    """Each test runs against pgfence.Client and against pgfence.aio.AsyncClient (its
+    coroutines run to completion on a loop thread: support.aio.Blocking): same methods,
+    arguments, return values and exceptions."""
+    if request.param == "sync":
+        c: Any = Client.connect(dsn, max_size=4)
+    else:
+        from support.aio import Blocking
+        c = Blocking.connect(dsn, max_size=4)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
 def db_now(conn: psycopg.Connection[Any]) -> datetime:
     row = conn.execute("SELECT clock_timestamp()").fetchone()
     assert row is not None
@@ -200,7 +216,7 @@ def test_claim_of_payloads_larger_than_a_part_comes_back_whole_and_in_order(
     # A claim's payload text travels in parts (a value is limited to 1 GB); here a part
     # is 100 bytes. U+0001 is 1 byte in jsonb and 6 (\u0001) in JSON text.
     from psycopg.types.json import set_json_loads
-    from pgfence import client as client_module
+    from pgfence import calls as client_module
     monkeypatch.setattr(client_module, "_CLAIM_PART_BYTES", 100)
     payloads = [{"n": n, "s": "\u0001" * (n * 7)} for n in range(12)]
     ids = [client.enqueue("k", p, queue=queue) for p in payloads]
@@ -684,3 +700,23 @@ def test_a_database_without_the_schema_raises_schema_mismatch(undeployed_dsn: st
 def test_a_client_needs_exactly_one_connection_source(dsn: str) -> None:
     with pytest.raises(TypeError):
         Client()
+
+
+def test_a_method_written_with_the_helpers_of_before_pgfence_calls_still_works(dsn: str, queue: str) -> None:
+    # Client keeps _scalar, _rows, _fenced and _call (over _do) for methods added that way
+    # on branches begun before pgfence.calls.
+    c = Client.connect(dsn, max_size=2)
+    try:
+        job_id = int(c._scalar("SELECT pgfence.enqueue(kind => 'k', queue => %s)", (queue,)))
+        assert [s.jobs for s in c._rows(QueueStats, "SELECT queue, status, jobs, oldest_runnable_age,"
+                                        " expired_leases FROM pgfence.stats()") if s.queue == queue] == [1]
+        job = c.claim(W, [queue])[0]
+        c.cancel(job_id)
+        with pytest.raises(LeaseLost):
+            c._fenced("complete", job_id, job.attempt_token,
+                      "SELECT pgfence.complete(job_id => %s, attempt_token => %s)", (job_id, job.attempt_token))
+        assert [r.operation for r in c.rejections(job_id)] == ["complete"]
+        with pytest.raises(JobNotFound), c._call() as conn:
+            conn.execute("SELECT pgfence.requeue(job_id => %s)", (-1,))
+    finally:
+        c.close()

@@ -1,13 +1,14 @@
 """A mixed fleet: workers in different languages drain one queue and fence each other.
 
-One Python worker process (``python -m pgfence worker``) and one Node.js worker process
+One Python threaded worker process (``python -m pgfence worker``), one Python asyncio
+worker process (``python -m pgfence worker --asyncio``) and one Node.js worker process
 (clients/node/test/fixtures/worker.js) share a queue: every job ends with exactly one
 accepted completion, and a frozen worker of each kind, whose job another kind took
 over, is fenced when it resumes.
 
-The fleet is the list FLEET: a new kind of worker (the asyncio Python worker, when its
-branch is merged) is one more entry, a function that starts it as a child process with
-the same handler kinds (tests/support/handlers.py) on the given queues.
+The fleet is the list FLEET: a new kind of worker is one more entry, a function that
+starts it as a child process with the same handler kinds (tests/support/handlers.py) on
+the given queues.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import shutil
 import signal
 import subprocess
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
@@ -56,11 +57,18 @@ class Proc:
         kill(self.proc)
 
 
-def python_worker(dsn: str, log: Path, queues: list[str], worker_id: str, lease: float) -> Proc:
+def python_worker(dsn: str, log: Path, queues: list[str], worker_id: str, lease: float,
+                  *extra: str) -> Proc:
     args = [a for q in queues for a in ("--queue", q)]
     wp = WorkerProcess(dsn, log, *args, "--lease", str(lease), "--worker-id", worker_id, "--poll-interval", "0.1",
-                       "--concurrency", "4", "--no-sweep")
+                       "--concurrency", "4", "--no-sweep", *extra)
     return Proc(wp.proc, log)
+
+
+def asyncio_worker(dsn: str, log: Path, queues: list[str], worker_id: str, lease: float) -> Proc:
+    """The asyncio worker (pgfence.aio.AsyncWorker): the suite's plain handlers run on its
+    handler threads, its heartbeats, reporting and fencing are its own."""
+    return python_worker(dsn, log, queues, worker_id, lease, "--asyncio")
 
 
 def node_worker(dsn: str, log: Path, queues: list[str], worker_id: str, lease: float) -> Proc:
@@ -70,11 +78,18 @@ def node_worker(dsn: str, log: Path, queues: list[str], worker_id: str, lease: f
     return Proc(proc, log)
 
 
-#: Every kind of worker in the fleet (add the asyncio Python worker here).
+#: Every kind of worker in the fleet.
 FLEET: dict[str, Callable[[str, Path, list[str], str, float], Proc]] = {
     "python": python_worker,
+    "asyncio": asyncio_worker,
     "node": node_worker,
 }
+
+
+def ready(kind: str, p: Proc) -> bool:
+    """Whether a worker of ``kind`` logged that it runs (the Python CLI's "started", the
+    Node fixture's READY)."""
+    return ("READY" if kind == "node" else "started") in p.log()
 
 
 def done_count(client: Client, queue: str) -> int:
@@ -98,10 +113,11 @@ def started(make: Callable[[str, Path, list[str], str, float], Proc], dsn: str, 
 def test_a_mixed_fleet_drains_one_queue_with_one_accepted_completion_per_job(
         dsn: str, client: Client, queue: str, tmp_path: Path) -> None:
     n = 120
-    with started(FLEET["python"], dsn, tmp_path / "python.log", [queue], "fleet-python") as py, \
-            started(FLEET["node"], dsn, tmp_path / "node.log", [queue], "fleet-node") as nd:
-        procs = {"fleet-python": py, "fleet-node": nd}
-        wait_for(lambda: "started" in py.log() and "READY" in nd.log(), 30, "both workers to start")
+    with ExitStack() as stack:
+        procs = {f"fleet-{kind}": stack.enter_context(started(make, dsn, tmp_path / f"{kind}.log", [queue],
+                                                              f"fleet-{kind}"))
+                 for kind, make in FLEET.items()}
+        wait_for(lambda: all(ready(w[len("fleet-"):], p) for w, p in procs.items()), 30, "every worker to start")
         client.enqueue_many(["nap"] * n, [{"ms": 20}] * n, queue=queue)
         wait_for(lambda: done_count(client, queue) == n, 60, "every job done")
         for p in procs.values():
@@ -122,7 +138,8 @@ def test_a_mixed_fleet_drains_one_queue_with_one_accepted_completion_per_job(
 @pytest.mark.parametrize("zombie_kind", sorted(FLEET))
 def test_a_frozen_worker_of_each_kind_is_fenced_after_another_kind_took_over(
         dsn: str, client: Client, queue: str, tmp_path: Path, zombie_kind: str) -> None:
-    taker_kind = next(k for k in sorted(FLEET) if k != zombie_kind)
+    kinds = sorted(FLEET)
+    taker_kind = kinds[(kinds.index(zombie_kind) + 1) % len(kinds)]  # (each kind takes over once too)
     marker, started_file = tmp_path / "hold", tmp_path / "started"
     marker.touch()
     job_id = client.enqueue("hold", {"marker": str(marker), "started": str(started_file)}, queue=queue)

@@ -27,9 +27,15 @@ from support.workers import job_in, running, start, wait_for, wait_status
 from pgfence import Client, Interrupted, Job, PermanentFailure, RetryAfter, Snooze
 
 
+def cli_flavor(flavor: str) -> list[str]:
+    """The worker process's option for the flavour: ``--asyncio`` runs a pgfence.aio.AsyncWorker
+    (support.handlers are plain functions: they run on its handler threads)."""
+    return ["--asyncio"] if flavor == "asyncio" else []
+
+
 # ----------------------------------------------------------- handlers ----
 def test_handlers_run_and_their_results_are_stored(dsn: str, client: Client, queue: str,
-                                                   workers: list[Client]) -> None:
+                                                   workers: list[Client], flavor: str) -> None:
     calls: list[int] = []
     lock = threading.Lock()
 
@@ -41,7 +47,7 @@ def test_handlers_run_and_their_results_are_stored(dsn: str, client: Client, que
     def nothing(job: Job) -> None:
         return None
 
-    worker = start(dsn, queue, {"double": double, "nothing": nothing}, workers, concurrency=4)
+    worker = start(dsn, queue, {"double": double, "nothing": nothing}, workers, flavor=flavor, concurrency=4)
     rows = client.enqueue_many(["double"] * 5 + ["nothing"], [{"n": i} for i in range(5)] + [{}], queue=queue)
     with running(worker):
         done = [wait_status(client, r.id, "done", "failed") for r in rows]
@@ -53,7 +59,7 @@ def test_handlers_run_and_their_results_are_stored(dsn: str, client: Client, que
 
 
 def test_an_exception_is_retried_then_dead_lettered_with_its_traceback(
-        dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
+        dsn: str, client: Client, queue: str, workers: list[Client], flavor: str) -> None:
     attempts: list[int] = []
 
     def flaky_handler(job: Job) -> Any:
@@ -61,7 +67,7 @@ def test_an_exception_is_retried_then_dead_lettered_with_its_traceback(
         raise ValueError(f"boom on attempt {job.attempts}")
 
     job_id = client.enqueue("flaky", {}, queue=queue, max_attempts=2)
-    worker = start(dsn, queue, {"flaky": flaky_handler}, workers)
+    worker = start(dsn, queue, {"flaky": flaky_handler}, workers, flavor=flavor)
     with running(worker):
         # After attempt 1 the database sets the default backoff (1 s); watch for it.
         retry = wait_for(lambda: job_in(client, job_id, "failed") or (
@@ -79,34 +85,36 @@ def test_an_exception_is_retried_then_dead_lettered_with_its_traceback(
     assert worker.counters["failed"] == 2
 
 
-def test_retry_after_zero_retries_at_once(dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
+def test_retry_after_zero_retries_at_once(dsn: str, client: Client, queue: str, workers: list[Client],
+                                          flavor: str) -> None:
     def impatient(job: Job) -> Any:
         if job.attempts < 3:
             raise RetryAfter(timedelta(0), f"not yet ({job.attempts})")
         return {"ok": job.attempts}
 
     job_id = client.enqueue("impatient", queue=queue, max_attempts=3)
-    with running(start(dsn, queue, {"impatient": impatient}, workers)):
+    with running(start(dsn, queue, {"impatient": impatient}, workers, flavor=flavor)):
         final = wait_status(client, job_id, "done", "failed")
     assert (final.status, final.attempts, final.result) == ("done", 3, {"ok": 3})
     assert (final.last_error or "").startswith("RetryAfter: not yet (2)")
 
 
 def test_retry_after_still_dead_letters_when_attempts_are_exhausted(
-        dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
+        dsn: str, client: Client, queue: str, workers: list[Client], flavor: str) -> None:
     def always_later(job: Job) -> Any:
         raise RetryAfter(timedelta(0))
 
     job_id = client.enqueue("later", queue=queue, max_attempts=2)
-    with running(start(dsn, queue, {"later": always_later}, workers)):
+    with running(start(dsn, queue, {"later": always_later}, workers, flavor=flavor)):
         final = wait_status(client, job_id, "failed")
     assert final.attempts == 2 and (final.last_error or "").startswith("RetryAfter: retry after 0:00:00")
 
 
 def test_a_handler_raising_snooze_runs_the_job_again_later_without_counting_a_failure(
-        dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
+        dsn: str, client: Client, queue: str, workers: list[Client], flavor: str) -> None:
     """max_attempts 1: two snoozes, then the one real attempt completes; the history has
-    the two snoozed attempts, numbered, and the worker counted them as snoozed."""
+    the two snoozed attempts, numbered, and the worker counted them as snoozed. (The
+    asyncio worker gets the handler as an ``async def``: its runner decides the same.)"""
     seen: list[int] = []
 
     def not_yet(job: Job) -> Any:
@@ -116,7 +124,11 @@ def test_a_handler_raising_snooze_runs_the_job_again_later_without_counting_a_fa
         return {"ran": job.attempts}
 
     job_id = client.enqueue("not_yet", queue=queue, max_attempts=1)
-    worker = start(dsn, queue, {"not_yet": not_yet}, workers)
+    if flavor == "asyncio":
+        from support.aio import as_async
+        worker = start(dsn, queue, {"not_yet": as_async(not_yet)}, workers, flavor=flavor)
+    else:
+        worker = start(dsn, queue, {"not_yet": not_yet}, workers)
     with running(worker):
         final = wait_status(client, job_id, "done", "failed")
     assert (final.status, final.result, final.attempts, final.max_attempts) == ("done", {"ran": 3}, 3, 3)
@@ -127,9 +139,9 @@ def test_a_handler_raising_snooze_runs_the_job_again_later_without_counting_a_fa
 
 
 def test_unknown_kind_fails_permanently_with_a_clear_error(dsn: str, client: Client, queue: str,
-                                                           workers: list[Client]) -> None:
+                                                           workers: list[Client], flavor: str) -> None:
     job_id = client.enqueue("no_such_kind", queue=queue, max_attempts=5)
-    with running(start(dsn, queue, {"echo": lambda job: None}, workers)):
+    with running(start(dsn, queue, {"echo": lambda job: None}, workers, flavor=flavor)):
         final = wait_status(client, job_id, "failed")
     assert final.attempts == 1
     assert (final.last_error or "").startswith("UnknownKind: no handler for kind 'no_such_kind'")
@@ -137,12 +149,12 @@ def test_unknown_kind_fails_permanently_with_a_clear_error(dsn: str, client: Cli
 
 
 def test_permanent_failure_dead_letters_at_once(dsn: str, client: Client, queue: str,
-                                                workers: list[Client]) -> None:
+                                                workers: list[Client], flavor: str) -> None:
     def strict(job: Job) -> Any:
         raise PermanentFailure("bad input: missing 'to'")
 
     job_id = client.enqueue("strict", queue=queue, max_attempts=5)
-    with running(start(dsn, queue, {"strict": strict}, workers)):
+    with running(start(dsn, queue, {"strict": strict}, workers, flavor=flavor)):
         final = wait_status(client, job_id, "failed")
     assert final.attempts == 1
     err = final.last_error or ""
@@ -150,16 +162,16 @@ def test_permanent_failure_dead_letters_at_once(dsn: str, client: Client, queue:
 
 
 def test_a_result_that_is_not_json_fails_permanently(dsn: str, client: Client, queue: str,
-                                                     workers: list[Client]) -> None:
+                                                     workers: list[Client], flavor: str) -> None:
     job_id = client.enqueue("odd", queue=queue, max_attempts=5)
-    with running(start(dsn, queue, {"odd": lambda job: {"s": {1, 2}}}, workers)):
+    with running(start(dsn, queue, {"odd": lambda job: {"s": {1, 2}}}, workers, flavor=flavor)):
         final = wait_status(client, job_id, "failed")
     assert final.attempts == 1 and (final.last_error or "").startswith("ResultNotJSON:")
 
 
 # -------------------------------------------------------------- leases ----
 def test_heartbeats_keep_a_slow_handlers_lease_alive(dsn: str, client: Client, queue: str,
-                                                     workers: list[Client]) -> None:
+                                                     workers: list[Client], flavor: str) -> None:
     calls: list[int] = []
 
     def slow(job: Job) -> Any:
@@ -168,7 +180,7 @@ def test_heartbeats_keep_a_slow_handlers_lease_alive(dsn: str, client: Client, q
         return {"slept": 3, "lease_lost": job.lease_lost}
 
     job_id = client.enqueue("slow", queue=queue)
-    with running(start(dsn, queue, {"slow": slow}, workers, lease=timedelta(seconds=1))):
+    with running(start(dsn, queue, {"slow": slow}, workers, flavor=flavor, lease=timedelta(seconds=1))):
         final = wait_status(client, job_id, "done", "failed", timeout=20)
     assert (final.status, final.attempts, final.reclaim_count, final.last_error) == ("done", 1, 0, None)
     assert final.result == {"slept": 3, "lease_lost": False}
@@ -177,7 +189,7 @@ def test_heartbeats_keep_a_slow_handlers_lease_alive(dsn: str, client: Client, q
 
 
 def test_a_lost_lease_stops_the_handler_and_its_result_is_never_reported(
-        dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
+        dsn: str, client: Client, queue: str, workers: list[Client], flavor: str) -> None:
     started = threading.Event()
     seen: dict[str, bool] = {}
 
@@ -188,7 +200,7 @@ def test_a_lost_lease_stops_the_handler_and_its_result_is_never_reported(
         return {"late": "must not be stored"}
 
     job_id = client.enqueue("long", queue=queue)
-    worker = start(dsn, queue, {"long": long, "echo": lambda job: {"echo": True}}, workers,
+    worker = start(dsn, queue, {"long": long, "echo": lambda job: {"echo": True}}, workers, flavor=flavor,
                    lease=timedelta(seconds=1.5))
     with running(worker):
         assert started.wait(15)
@@ -205,7 +217,7 @@ def test_a_lost_lease_stops_the_handler_and_its_result_is_never_reported(
 
 @pytest.mark.parametrize("outcome", ["complete", "fail"])
 def test_a_refused_outcome_is_never_recorded_and_counts_as_a_lost_lease(
-        dsn: str, client: Client, queue: str, workers: list[Client], outcome: str,
+        dsn: str, client: Client, queue: str, workers: list[Client], flavor: str, outcome: str,
         caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="pgfence.worker")
     started, go = threading.Event(), threading.Event()
@@ -219,7 +231,7 @@ def test_a_refused_outcome_is_never_recorded_and_counts_as_a_lost_lease(
 
     job_id = client.enqueue("late", queue=queue)
     # A 30 s lease heartbeats every 10 s: the refusal comes from complete_many/fail_many.
-    worker = start(dsn, queue, {"late": late}, workers, lease=timedelta(seconds=30))
+    worker = start(dsn, queue, {"late": late}, workers, flavor=flavor, lease=timedelta(seconds=30))
     with running(worker):
         assert started.wait(15)
         client.cancel(job_id)
@@ -233,7 +245,7 @@ def test_a_refused_outcome_is_never_recorded_and_counts_as_a_lost_lease(
 
 
 def test_a_prefetched_job_that_loses_its_lease_does_not_stop_the_handler_threads(
-        dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
+        dsn: str, client: Client, queue: str, workers: list[Client], flavor: str) -> None:
     # Regression: a handler thread that dequeued a job dropped by the heartbeat loop
     # (lease lost before it started) used to put it back and exit, until no thread was left.
     started, go = threading.Event(), threading.Event()
@@ -245,7 +257,7 @@ def test_a_prefetched_job_that_loses_its_lease_does_not_stop_the_handler_threads
 
     first = client.enqueue("block", queue=queue)
     prefetched = client.enqueue("echo", queue=queue)
-    worker = start(dsn, queue, {"block": block, "echo": lambda job: {"echo": True}}, workers,
+    worker = start(dsn, queue, {"block": block, "echo": lambda job: {"echo": True}}, workers, flavor=flavor,
                    concurrency=1, prefetch=1, lease=timedelta(seconds=1))
     with running(worker):
         assert started.wait(15)
@@ -262,7 +274,7 @@ def test_a_prefetched_job_that_loses_its_lease_does_not_stop_the_handler_threads
 
 
 def test_a_revoked_prefetched_attempt_never_runs_when_the_job_is_claimed_again(
-        dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
+        dsn: str, client: Client, queue: str, workers: list[Client], flavor: str) -> None:
     started, go = threading.Event(), threading.Event()
     runs: list[tuple[int, int]] = []
 
@@ -277,7 +289,7 @@ def test_a_revoked_prefetched_attempt_never_runs_when_the_job_is_claimed_again(
 
     first = client.enqueue("block", queue=queue)
     prefetched = client.enqueue("record", queue=queue)
-    worker = start(dsn, queue, {"block": block, "record": record}, workers,
+    worker = start(dsn, queue, {"block": block, "record": record}, workers, flavor=flavor,
                    concurrency=1, prefetch=1, lease=timedelta(seconds=1))
     with running(worker):
         assert started.wait(15)
@@ -295,7 +307,7 @@ def test_a_revoked_prefetched_attempt_never_runs_when_the_job_is_claimed_again(
 
 # ------------------------------------------------------------ shutdown ----
 def test_stop_lets_a_handler_that_winds_down_within_the_grace_complete(
-        dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
+        dsn: str, client: Client, queue: str, workers: list[Client], flavor: str) -> None:
     started = threading.Event()
 
     def polite(job: Job) -> Any:
@@ -304,7 +316,7 @@ def test_stop_lets_a_handler_that_winds_down_within_the_grace_complete(
         return {"stopped": job.should_stop(), "lease_lost": job.lease_lost}
 
     job_id = client.enqueue("polite", queue=queue)
-    worker = start(dsn, queue, {"polite": polite}, workers, shutdown_grace=10)
+    worker = start(dsn, queue, {"polite": polite}, workers, flavor=flavor, shutdown_grace=10)
     with running(worker) as thread:
         assert started.wait(15)
         thread.stop()
@@ -315,7 +327,7 @@ def test_stop_lets_a_handler_that_winds_down_within_the_grace_complete(
 
 
 def test_stop_releases_an_overrunning_job_and_returns_prefetched_ones_uncounted(
-        dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
+        dsn: str, client: Client, queue: str, workers: list[Client], flavor: str) -> None:
     started = threading.Event()
     release = threading.Event()
     ran: list[int] = []
@@ -328,7 +340,7 @@ def test_stop_releases_an_overrunning_job_and_returns_prefetched_ones_uncounted(
 
     rows = client.enqueue_many(["stubborn"] * 3, queue=queue)
     ids = [r.id for r in rows]
-    worker = start(dsn, queue, {"stubborn": stubborn}, workers, concurrency=1, prefetch=2,
+    worker = start(dsn, queue, {"stubborn": stubborn}, workers, flavor=flavor, concurrency=1, prefetch=2,
                    shutdown_grace=0.3)
     with running(worker) as thread:
         assert started.wait(15)
@@ -363,6 +375,8 @@ def test_a_handler_returning_just_after_its_job_was_given_back_does_not_hang_the
         return {"late": True}
 
     job_id = client.enqueue("stubborn", queue=queue)
+    # (threads only: it hooks the threaded worker's _release; the asyncio worker cancels
+    # what still runs after the give-back instead of waiting for its void result)
     worker = start(dsn, queue, {"stubborn": stubborn}, workers, concurrency=1, shutdown_grace=0.2)
     real_release = worker._release
 
@@ -386,7 +400,7 @@ def test_a_handler_returning_just_after_its_job_was_given_back_does_not_hang_the
 
 
 def test_a_stale_attempt_returning_does_not_hide_the_new_attempt_of_its_job_from_the_shutdown(
-        dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
+        dsn: str, client: Client, queue: str, workers: list[Client], flavor: str) -> None:
     # Attempt 1 keeps running after an operator cancelled and requeued the job; the same
     # worker claims attempt 2. When attempt 1 returns, the worker must still know that
     # attempt 2 runs, so that the shutdown gives it back.
@@ -399,7 +413,7 @@ def test_a_stale_attempt_returning_does_not_hide_the_new_attempt_of_its_job_from
         return {"attempt": job.attempts}
 
     job_id = client.enqueue("stubborn", queue=queue)
-    worker = start(dsn, queue, {"stubborn": stubborn}, workers, concurrency=2, shutdown_grace=0.3)
+    worker = start(dsn, queue, {"stubborn": stubborn}, workers, flavor=flavor, concurrency=2, shutdown_grace=0.3)
     try:
         with running(worker) as thread:
             assert started[1].wait(15)
@@ -417,9 +431,10 @@ def test_a_stale_attempt_returning_does_not_hide_the_new_attempt_of_its_job_from
 
 # ---------------------------------------------------------- wake-ups ----
 def test_notify_wakes_an_idle_worker_long_before_its_poll_interval(
-        dsn: str, conn: psycopg.Connection[Any], client: Client, queue: str, workers: list[Client]) -> None:
+        dsn: str, conn: psycopg.Connection[Any], client: Client, queue: str, workers: list[Client],
+        flavor: str) -> None:
     app = unique_name("pgfence-test-notify")
-    worker = start(dsn, queue, {"echo": lambda job: {"ok": True}}, workers, app=app, poll_interval=10.0)
+    worker = start(dsn, queue, {"echo": lambda job: {"ok": True}}, workers, flavor=flavor, app=app, poll_interval=10.0)
     with running(worker):
         wait_for(lambda: any(q.strip().upper().startswith("LISTEN") for _, q in backends(conn, app)), 15,
                  "the worker's LISTEN connection")
@@ -432,8 +447,9 @@ def test_notify_wakes_an_idle_worker_long_before_its_poll_interval(
 
 
 def test_without_notifications_the_poll_still_finds_the_job(dsn: str, client: Client, queue: str,
-                                                             workers: list[Client]) -> None:
-    worker = start(dsn, queue, {"echo": lambda job: {"ok": True}}, workers, listen=False, poll_interval=1.0)
+                                                             workers: list[Client], flavor: str) -> None:
+    worker = start(dsn, queue, {"echo": lambda job: {"ok": True}}, workers, flavor=flavor, listen=False,
+                   poll_interval=1.0)
     with running(worker):
         for _ in range(2):
             t0 = time.monotonic()
@@ -443,9 +459,10 @@ def test_without_notifications_the_poll_still_finds_the_job(dsn: str, client: Cl
 
 
 def test_the_worker_reconnects_after_its_backends_are_terminated(
-        dsn: str, conn: psycopg.Connection[Any], client: Client, queue: str, workers: list[Client]) -> None:
+        dsn: str, conn: psycopg.Connection[Any], client: Client, queue: str, workers: list[Client],
+        flavor: str) -> None:
     app = unique_name("pgfence-test-w1")
-    worker = start(dsn, queue, {"echo": lambda job: {"n": job.payload["n"]}}, workers, app=app,
+    worker = start(dsn, queue, {"echo": lambda job: {"n": job.payload["n"]}}, workers, flavor=flavor, app=app,
                    lease=timedelta(seconds=3))
     with running(worker) as wt:
         first = client.enqueue("echo", {"n": 1}, queue=queue)
@@ -467,11 +484,12 @@ def test_the_worker_reconnects_after_its_backends_are_terminated(
 
 # ------------------------------------------------- worker processes (CLI) ----
 def test_a_sigkilled_worker_process_is_recovered_by_its_lease(
-        dsn: str, client: Client, queue: str, tmp_path: Path) -> None:
+        dsn: str, client: Client, queue: str, tmp_path: Path, flavor: str) -> None:
     marker, started = tmp_path / "hold", tmp_path / "started"
     marker.touch()
     job_id = client.enqueue("hold", {"marker": str(marker), "started": str(started)}, queue=queue)
-    with worker_process(dsn, tmp_path / "a.log", "--queue", queue, "--lease", "1", "--worker-id", "A") as a:
+    with worker_process(dsn, tmp_path / "a.log", "--queue", queue, "--lease", "1", "--worker-id", "A",
+                        *cli_flavor(flavor)) as a:
         wait_for(lambda: started.exists() and started.read_text().strip() == str(a.pid), 20,
                  "worker A's handler to start")
         row = client.get_job(job_id)
@@ -482,7 +500,8 @@ def test_a_sigkilled_worker_process_is_recovered_by_its_lease(
     assert (reclaimed.status, reclaimed.reclaim_count, reclaimed.attempts, reclaimed.last_error) == \
         ("queued", 1, 1, LEASE_EXPIRED)
     marker.unlink()
-    with worker_process(dsn, tmp_path / "b.log", "--queue", queue, "--lease", "5", "--worker-id", "B") as b:
+    with worker_process(dsn, tmp_path / "b.log", "--queue", queue, "--lease", "5", "--worker-id", "B",
+                        *cli_flavor(flavor)) as b:
         final = wait_status(client, job_id, "done", "failed", timeout=20)
         b.signal(signal.SIGTERM)
         assert b.wait(20) == 0
@@ -493,11 +512,12 @@ def test_a_sigkilled_worker_process_is_recovered_by_its_lease(
 
 
 def test_a_frozen_worker_is_fenced_after_its_lease_is_reclaimed(
-        dsn: str, client: Client, queue: str, tmp_path: Path) -> None:
+        dsn: str, client: Client, queue: str, tmp_path: Path, flavor: str) -> None:
     marker, started = tmp_path / "hold", tmp_path / "started"
     marker.touch()
     job_id = client.enqueue("hold", {"marker": str(marker), "started": str(started)}, queue=queue)
-    with worker_process(dsn, tmp_path / "a.log", "--queue", queue, "--lease", "1", "--worker-id", "A") as a:
+    with worker_process(dsn, tmp_path / "a.log", "--queue", queue, "--lease", "1", "--worker-id", "A",
+                        *cli_flavor(flavor)) as a:
         wait_for(lambda: started.exists() and started.read_text().strip() == str(a.pid), 20,
                  "worker A's handler to start")
         a.signal(signal.SIGSTOP)
@@ -505,7 +525,8 @@ def test_a_frozen_worker_is_fenced_after_its_lease_is_reclaimed(
             reclaimed = wait_status(client, job_id, "queued", "done", "failed", timeout=20)
             assert (reclaimed.status, reclaimed.reclaim_count) == ("queued", 1)
             marker.unlink()  # A's handler would finish now, if it were running
-            with worker_process(dsn, tmp_path / "b.log", "--queue", queue, "--worker-id", "B") as b:
+            with worker_process(dsn, tmp_path / "b.log", "--queue", queue, "--worker-id", "B",
+                                *cli_flavor(flavor)) as b:
                 done = wait_status(client, job_id, "done", "failed", timeout=20)
                 assert (done.status, done.result, done.reserved_by) == ("done", {"pid": b.pid, "attempt": 2}, "B")
                 b.signal(signal.SIGTERM)
@@ -524,13 +545,14 @@ def test_a_frozen_worker_is_fenced_after_its_lease_is_reclaimed(
     assert f"job {job_id} kind=hold attempt=1: lease lost" in log_a
 
 
-def test_sigterm_gives_an_overrunning_job_back(dsn: str, client: Client, queue: str, tmp_path: Path) -> None:
+def test_sigterm_gives_an_overrunning_job_back(dsn: str, client: Client, queue: str, tmp_path: Path,
+                                               flavor: str) -> None:
     marker, started = tmp_path / "hold", tmp_path / "started"
     marker.touch()
     job_id = client.enqueue("hold_stubborn", {"marker": str(marker), "started": str(started)}, queue=queue)
     try:
         with worker_process(dsn, tmp_path / "a.log", "--queue", queue, "--shutdown-grace", "0.5",
-                            "--worker-id", "A") as a:
+                            "--worker-id", "A", *cli_flavor(flavor)) as a:
             wait_for(lambda: started.exists(), 20, "the handler to start")
             a.signal(signal.SIGTERM)
             assert a.wait(30) == 0
@@ -545,7 +567,7 @@ def test_sigterm_gives_an_overrunning_job_back(dsn: str, client: Client, queue: 
 
 
 def test_a_second_sigterm_gives_running_jobs_back_at_once(dsn: str, client: Client, queue: str,
-                                                          tmp_path: Path) -> None:
+                                                          tmp_path: Path, flavor: str) -> None:
     # Regression: the second signal used to log "giving running jobs back now" and
     # then still wait out the grace deadline computed at the first.
     marker, started = tmp_path / "hold", tmp_path / "started"
@@ -553,7 +575,7 @@ def test_a_second_sigterm_gives_running_jobs_back_at_once(dsn: str, client: Clie
     job_id = client.enqueue("hold_stubborn", {"marker": str(marker), "started": str(started)}, queue=queue)
     try:
         with worker_process(dsn, tmp_path / "a.log", "--queue", queue, "--shutdown-grace", "8",
-                            "--worker-id", "A") as a:
+                            "--worker-id", "A", *cli_flavor(flavor)) as a:
             wait_for(lambda: started.exists(), 20, "the handler to start")
             a.signal(signal.SIGTERM)
             wait_for(lambda: "stopping" in a.log(), 10, "the shutdown to begin")
@@ -567,7 +589,7 @@ def test_a_second_sigterm_gives_running_jobs_back_at_once(dsn: str, client: Clie
 
 
 def test_a_handler_that_raises_interrupted_on_stop_gives_its_job_back(
-        dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
+        dsn: str, client: Client, queue: str, workers: list[Client], flavor: str) -> None:
     started = threading.Event()
 
     def interruptible(job: Job) -> Any:
@@ -576,7 +598,7 @@ def test_a_handler_that_raises_interrupted_on_stop_gives_its_job_back(
         raise Interrupted()
 
     job_id = client.enqueue("interruptible", queue=queue)
-    worker = start(dsn, queue, {"interruptible": interruptible}, workers, shutdown_grace=10)
+    worker = start(dsn, queue, {"interruptible": interruptible}, workers, flavor=flavor, shutdown_grace=10)
     with running(worker) as thread:
         assert started.wait(15)
         thread.stop()

@@ -10,6 +10,7 @@ reporter and the heartbeats the real Client.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 import threading
@@ -22,6 +23,7 @@ import psycopg
 import pytest
 
 from pgfence import Client, Interrupted, Job, Limits, Outcome, PermanentFailure, RawJson, RetryAfter, Snooze
+from pgfence.aio_parts import AsyncReporter
 from pgfence.handlers import run_handler
 from pgfence.heartbeats import AFTER_EXPIRY, Heartbeats, chunks, interval
 from pgfence.ledger import Entry, Ledger, LockedLedger, Result
@@ -241,25 +243,68 @@ class FakeCalls:
                         "the lease was taken over" if i in self.stale else None) for i in job_ids]
 
 
-def reporter(calls: FakeCalls, ledger: Ledger, *, hurried: bool = False,
-             limits: Limits = Limits()) -> tuple[Reporter, dict[str, int], list[float]]:
+@pytest.fixture(params=["threads", "asyncio"])
+def driver(request: pytest.FixtureRequest) -> str:
+    """Who makes the reporter's calls: the threaded worker's Reporter (blocking calls) or
+    the asyncio worker's AsyncReporter (awaited): the same steps must decide the same."""
+    return str(request.param)
+
+
+class Awaited:
+    """FakeCalls' methods as coroutines (what an AsyncReporter awaits)."""
+
+    def __init__(self, calls: FakeCalls) -> None:
+        self.calls = calls
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.calls, name)
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            return method(*args, **kwargs)
+        return call
+
+
+class AsyncDriven:
+    """An AsyncReporter called like a Reporter: report() and release() run to completion
+    on a fresh event loop."""
+
+    def __init__(self, rep: AsyncReporter) -> None:
+        self.rep = rep
+
+    def report(self, batch: list[Result]) -> None:
+        asyncio.run(self.rep.report(batch))
+
+    def release(self, entries: list[Entry], *, started: bool) -> None:
+        asyncio.run(self.rep.release(entries, started=started))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.rep, name)
+
+
+def reporter(calls: FakeCalls, ledger: Ledger, *, hurried: bool = False, limits: Limits = Limits(),
+             driver: str = "threads") -> tuple[Any, dict[str, int], list[float]]:
     waits: list[float] = []
     c = counters()
+    if driver == "asyncio":
+        async def wait(seconds: float) -> None:
+            waits.append(seconds)
+        return AsyncDriven(AsyncReporter(Awaited(calls), ledger, worker_id=W, counters=c,  # type: ignore[arg-type]
+                                         hurried=lambda: hurried, wait=wait, limits=limits)), c, waits
     return Reporter(calls, ledger, worker_id=W, counters=c, hurried=lambda: hurried, wait=waits.append,
                     limits=limits), c, waits
 
 
-def test_accepted_outcomes_are_counted_and_settled_in_one_call_each() -> None:
+def test_accepted_outcomes_are_counted_and_settled_in_one_call_each(driver: str) -> None:
     ledger, calls = Ledger(), FakeCalls()
     batch = results_for(ledger, (1, True), (2, False), (3, True))
-    rep, c, _ = reporter(calls, ledger)
+    rep, c, _ = reporter(calls, ledger, driver=driver)
     rep.report(batch)
     assert [(name, ids) for name, ids, _ in calls.sent] == [("complete", [1, 3]), ("fail", [2])]
     assert (c["completed"], c["failed"], c["lease_lost"]) == (2, 1, 0)
     assert ledger.held == {} and ledger.finishing == set()
 
 
-def test_snoozed_outcomes_go_in_one_snooze_many_call_and_a_refused_one_marks_its_lease_lost() -> None:
+def test_snoozed_outcomes_go_in_one_snooze_many_call_and_a_refused_one_marks_its_lease_lost(driver: str) -> None:
     ledger, calls = Ledger(), FakeCalls()
     entries, _ = ledger.admit([job(1), job(2), job(3)])
     batch = []
@@ -270,41 +315,41 @@ def test_snoozed_outcomes_go_in_one_snooze_many_call_and_a_refused_one_marks_its
         ledger.finish(outcome)
         batch.append(outcome)
     calls.stale = {3}
-    rep, c, _ = reporter(calls, ledger)
+    rep, c, _ = reporter(calls, ledger, driver=driver)
     rep.report(batch)
     assert calls.sent == [("complete", [1], [None]), ("snooze", [2, 3], [timedelta(minutes=1), timedelta(seconds=5)])]
     assert (c["completed"], c["snoozed"], c["failed"], c["lease_lost"]) == (1, 1, 0, 1)
     assert ledger.held == {} and ledger.finishing == set()
 
 
-def test_a_refused_outcome_marks_its_lease_lost_and_settles() -> None:
+def test_a_refused_outcome_marks_its_lease_lost_and_settles(driver: str) -> None:
     ledger, calls = Ledger(), FakeCalls()
     batch = results_for(ledger, (1, True), (2, True), (3, False))
     calls.stale = {2, 3}
-    rep, c, _ = reporter(calls, ledger)
+    rep, c, _ = reporter(calls, ledger, driver=driver)
     rep.report(batch)
     assert (c["completed"], c["failed"], c["lease_lost"]) == (1, 0, 2)
     assert [r.entry.lost for r in batch] == [False, True, True]
     assert batch[1].job.lease_lost and ledger.held == {}
 
 
-def test_a_void_outcome_is_never_sent_and_an_interrupted_one_is_released() -> None:
+def test_a_void_outcome_is_never_sent_and_an_interrupted_one_is_released(driver: str) -> None:
     ledger, calls = Ledger(), FakeCalls()
     lost, interrupted = results_for(ledger, (1, True), (2, False))
     lost.entry.lost = True
     interrupted.interrupted = True
-    rep, c, _ = reporter(calls, ledger)
+    rep, c, _ = reporter(calls, ledger, driver=driver)
     rep.report([lost, interrupted])
     assert [(name, ids) for name, ids, _ in calls.sent] == [("release", [2])]
     assert (c["completed"], c["released"]) == (0, 1) and ledger.held == {}
 
 
-def test_a_result_the_database_refuses_is_found_alone_and_fails_the_attempt_instead() -> None:
+def test_a_result_the_database_refuses_is_found_alone_and_fails_the_attempt_instead(driver: str) -> None:
     ledger, calls = Ledger(), FakeCalls()
     good, bad = results_for(ledger, (1, True), (2, True))
     bad.value = RawJson("not json")
     calls.bad = {"not json"}
-    rep, c, _ = reporter(calls, ledger)
+    rep, c, _ = reporter(calls, ledger, driver=driver)
     rep.report([good, bad])
     assert [(name, ids) for name, ids, _ in calls.sent] == [
         ("complete", [1, 2]), ("complete", [1]), ("complete", [2]), ("fail", [2])]
@@ -312,66 +357,67 @@ def test_a_result_the_database_refuses_is_found_alone_and_fails_the_attempt_inst
     assert (c["completed"], c["failed"]) == (1, 1) and ledger.held == {}
 
 
-def test_a_failure_refused_twice_is_left_to_its_lease() -> None:
+def test_a_failure_refused_twice_is_left_to_its_lease(driver: str) -> None:
     ledger, calls = Ledger(), FakeCalls()
     [failed] = results_for(ledger, (1, False))
     calls.errors = [psycopg.errors.InvalidParameterValue("first (test)"),
                     psycopg.errors.InvalidParameterValue("second (test)")]
-    rep, c, _ = reporter(calls, ledger)
+    rep, c, _ = reporter(calls, ledger, driver=driver)
     rep.report([failed])
     assert [name for name, _, _ in calls.sent] == ["fail", "fail"]
     assert calls.sent[1][2][0].startswith("FailureNotStorable:")
     assert c["failed"] == 0 and ledger.held == {}
 
 
-def test_a_lost_connection_is_retried_and_a_second_signal_gives_up() -> None:
+def test_a_lost_connection_is_retried_and_a_second_signal_gives_up(driver: str) -> None:
     ledger, calls = Ledger(), FakeCalls()
     batch = results_for(ledger, (1, True))
     calls.errors = [psycopg.OperationalError("connection lost (test)")]
-    rep, c, waits = reporter(calls, ledger)
+    rep, c, waits = reporter(calls, ledger, driver=driver)
     rep.report(batch)
     assert len(calls.sent) == 2 and waits == [0.05] and c["completed"] == 1
 
     ledger, calls = Ledger(), FakeCalls()
     batch = results_for(ledger, (1, True))
     calls.errors = [psycopg.OperationalError("connection lost (test)")]
-    rep, c, waits = reporter(calls, ledger, hurried=True)
+    rep, c, waits = reporter(calls, ledger, hurried=True, driver=driver)
     rep.report(batch)
     assert len(calls.sent) == 1 and waits == [] and c["completed"] == 0 and ledger.held == {}
 
 
-def test_an_unexpected_error_drops_the_batch_without_killing_the_flusher(caplog: pytest.LogCaptureFixture) -> None:
+def test_an_unexpected_error_drops_the_batch_without_killing_the_flusher(caplog: pytest.LogCaptureFixture,
+                                                                        driver: str) -> None:
     ledger, calls = Ledger(), FakeCalls()
     batch = results_for(ledger, (1, True), (2, True))
     calls.errors = [RuntimeError("boom (test)")]
-    rep, c, _ = reporter(calls, ledger)
+    rep, c, _ = reporter(calls, ledger, driver=driver)
     with caplog.at_level(logging.ERROR, logger="pgfence.worker"):
         rep.report(batch)  # does not raise
     assert "reporting 2 outcomes failed" in caplog.text and ledger.held == {} and c["completed"] == 0
 
 
-def test_a_report_call_carries_at_most_the_smaller_of_1000_and_the_batch_limit() -> None:
-    assert reporter(FakeCalls(), Ledger())[0].max_batch == MAX_REPORT_BATCH == 1000
-    assert reporter(FakeCalls(), Ledger(), limits=Limits(batch=300))[0].max_batch == 300
+def test_a_report_call_carries_at_most_the_smaller_of_1000_and_the_batch_limit(driver: str) -> None:
+    assert reporter(FakeCalls(), Ledger(), driver=driver)[0].max_batch == MAX_REPORT_BATCH == 1000
+    assert reporter(FakeCalls(), Ledger(), limits=Limits(batch=300), driver=driver)[0].max_batch == 300
 
 
-def test_a_refused_release_is_not_reported_as_given_back() -> None:
+def test_a_refused_release_is_not_reported_as_given_back(driver: str) -> None:
     ledger, calls = Ledger(), FakeCalls()
     a, b = ledger.admit([job(1), job(2)])[0]
     ledger.take(), ledger.take()
     ledger.give_back_running()
     calls.stale = {2}
-    rep, c, _ = reporter(calls, ledger)
+    rep, c, _ = reporter(calls, ledger, driver=driver)
     rep.release([a, b], started=True)
     assert (a.given_back, b.given_back) == (True, False) and c["released"] == 1 and ledger.held == {}
 
 
-def test_a_release_of_more_jobs_than_a_call_takes_is_split() -> None:
+def test_a_release_of_more_jobs_than_a_call_takes_is_split(driver: str) -> None:
     """At shutdown every unstarted job goes back: more than the batch limit (a prefetch
     above 10,000) used to go in one release_many, which the database refuses (22023)."""
     ledger, calls = Ledger(), FakeCalls()
     entries = ledger.admit([job(i) for i in range(1, 6)])[0]
-    rep, c, _ = reporter(calls, ledger, limits=Limits(batch=2))
+    rep, c, _ = reporter(calls, ledger, limits=Limits(batch=2), driver=driver)
     rep.release(entries, started=False)
     assert [ids for _, ids, _ in calls.sent] == [[1, 2], [3, 4], [5]]
     assert c["released"] == 5 and ledger.held == {}

@@ -10,6 +10,7 @@ detect a wedged worker; nothing here measures speed.
 """
 from __future__ import annotations
 
+import inspect
 import os
 import signal
 import socket
@@ -34,6 +35,15 @@ from pgfence import Client, Job, RawJson, RetryAfter, Worker
 
 #: How long ``worker.stop()`` may take to make ``run()`` return once nothing runs.
 STOP_TIMEOUT = 10.0
+
+
+def handler_for(flavor: str, handler: Any) -> Any:
+    """``handler`` as the flavour runs it: the asyncio worker gets it as an ``async def``
+    (for handlers that do not block; a blocking one stays a plain function, run on a thread)."""
+    if flavor == "asyncio":
+        from support.aio import as_async
+        return as_async(handler)
+    return handler
 
 
 @contextmanager
@@ -136,13 +146,14 @@ POISON_CASES = {
 
 @pytest.mark.parametrize("case", list(POISON_CASES))
 def test_an_outcome_the_database_cannot_store_fails_its_job_and_the_worker_carries_on(
-        dsn: str, client: Client, queue: str, workers: list[Client], case: str) -> None:
+        dsn: str, client: Client, queue: str, workers: list[Client], case: str, flavor: str) -> None:
     # Regression: the refused complete_many/fail_many killed the flusher
     # thread; the worker then claimed the whole queue, recorded nothing, heartbeated it
     # forever and could not stop.
     poison = client.enqueue("poison", queue=queue, max_attempts=1)
     ordinary = [r.id for r in client.enqueue_many(["echo"] * 20, [{"n": i} for i in range(20)], queue=queue)]
-    worker = start(dsn, queue, {"poison": _poison_handler(case), "echo": echo}, workers, concurrency=4)
+    worker = start(dsn, queue, {"poison": handler_for(flavor, _poison_handler(case)), "echo": echo}, workers,
+                   concurrency=4, flavor=flavor)
     with running_bounded(worker):
         row = wait_status(client, poison, "failed")
         wait_all(client, ordinary, "done")
@@ -176,12 +187,12 @@ def _escaping_handler(case: str) -> Any:
 @pytest.mark.parametrize("case, keyword", [("sys_exit", "SystemExit"),
                                            ("unprintable_exception", "UnprintableError")])
 def test_a_handler_raising_systemexit_or_an_unprintable_exception_fails_its_job_and_keeps_its_thread(
-        dsn: str, client: Client, queue: str, workers: list[Client], case: str, keyword: str) -> None:
+        dsn: str, client: Client, queue: str, workers: list[Client], case: str, keyword: str, flavor: str) -> None:
     # Regression (audit finding 3): the handler thread died, its job stayed leased and
     # heartbeated forever, and with one thread the worker did nothing more.
     bad = client.enqueue("bad", queue=queue, max_attempts=1)
-    worker = start(dsn, queue, {"bad": _escaping_handler(case), "echo": echo}, workers,
-                   concurrency=1, shutdown_grace=30)
+    worker = start(dsn, queue, {"bad": handler_for(flavor, _escaping_handler(case)), "echo": echo}, workers,
+                   concurrency=1, shutdown_grace=30, flavor=flavor)
     with running_bounded(worker):
         row = wait_status(client, bad, "failed")
         # The only handler thread is still there: later jobs run.
@@ -193,7 +204,7 @@ def test_a_handler_raising_systemexit_or_an_unprintable_exception_fails_its_job_
 
 
 # ------------------------------------------ two attempts of the same job ----
-def _two_attempts(client: Client, queue: str, dsn: str, workers: list[Client], **options: Any) -> tuple[
+def _two_attempts(client: Client, queue: str, dsn: str, workers: list[Client], flavor: str, **options: Any) -> tuple[
         int, Worker, dict[int, threading.Event], dict[int, threading.Event], dict[int, Job]]:
     gates = {1: threading.Event(), 2: threading.Event()}
     started = {1: threading.Event(), 2: threading.Event()}
@@ -206,16 +217,17 @@ def _two_attempts(client: Client, queue: str, dsn: str, workers: list[Client], *
         return {"attempt": job.attempts}
 
     job_id = client.enqueue("stubborn", queue=queue)
-    worker = start(dsn, queue, {"stubborn": stubborn, "echo": echo}, workers, concurrency=2, **options)
+    worker = start(dsn, queue, {"stubborn": stubborn, "echo": echo}, workers, concurrency=2, flavor=flavor,
+                   **options)
     return job_id, worker, gates, started, jobs
 
 
 def test_two_attempts_of_one_job_finishing_in_one_flush_do_not_break_the_flusher(
-        dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
+        dsn: str, client: Client, queue: str, workers: list[Client], flavor: str) -> None:
     # Regression (audit finding 4): both outcomes went into one complete_many, which refuses
     # duplicate job ids (22023); the flusher thread died.
     # flush_interval 0.3 s: both outcomes surely wait in the same batch.
-    job_id, worker, gates, started, _ = _two_attempts(client, queue, dsn, workers,
+    job_id, worker, gates, started, _ = _two_attempts(client, queue, dsn, workers, flavor,
                                                       lease=timedelta(seconds=30), flush_interval=0.3)
     try:
         with running_bounded(worker):
@@ -237,11 +249,11 @@ def test_two_attempts_of_one_job_finishing_in_one_flush_do_not_break_the_flusher
 
 
 def test_a_stale_attempt_is_told_to_stop_when_the_same_worker_claims_its_job_again(
-        dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
+        dsn: str, client: Client, queue: str, workers: list[Client], flavor: str) -> None:
     # Regression (audit finding 4): once the ledger held attempt 2, the heartbeat
     # counted attempt 1's refusals as "settling" and never set its lease_lost, so
     # attempt 1's should_stop() stayed False while it kept running.
-    job_id, worker, gates, started, jobs = _two_attempts(client, queue, dsn, workers,
+    job_id, worker, gates, started, jobs = _two_attempts(client, queue, dsn, workers, flavor,
                                                          lease=timedelta(seconds=3))
     try:
         with running_bounded(worker):
@@ -263,7 +275,7 @@ def test_a_stale_attempt_is_told_to_stop_when_the_same_worker_claims_its_job_aga
 
 
 # ------------------------------------------------- a claim reply that is lost --
-def _lose_replies(worker: Worker, method: str, times: int, then: Any = None) -> list[Any]:
+def _lose_replies(worker: Any, method: str, times: int, then: Any = None) -> list[Any]:
     """Make the worker's client.<method> run in the database and then raise as if the
     connection had dropped before the reply came, the first ``times`` calls that return
     rows (``then`` runs before raising). Returns what those calls had returned."""
@@ -278,16 +290,27 @@ def _lose_replies(worker: Worker, method: str, times: int, then: Any = None) -> 
                 then()
             raise psycopg.OperationalError("server closed the connection unexpectedly (test: reply lost)")
         return result
-    setattr(worker.client, method, call)
+
+    async def acall(*args: Any, **kwargs: Any) -> Any:  # the same, for an AsyncClient's coroutine
+        result = await real(*args, **kwargs)
+        if result and len(lost) < times:
+            lost.append(result)
+            if then is not None:
+                pending = then()
+                if inspect.isawaitable(pending):
+                    await pending
+            raise psycopg.OperationalError("server closed the connection unexpectedly (test: reply lost)")
+        return result
+    setattr(worker.client, method, acall if inspect.iscoroutinefunction(real) else call)
     return lost
 
 
 def test_jobs_of_a_claim_whose_reply_was_lost_run_at_once_with_their_attempt(
-        dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
+        dsn: str, client: Client, queue: str, workers: list[Client], flavor: str) -> None:
     # Before: the claim had committed, so its jobs stayed leased to this worker, unknown to
     # it, until their leases expired (here 60 s); then reclaimed with the attempt spent.
     ids = [client.enqueue("echo", {"n": n}, queue=queue) for n in range(5)]
-    worker = start(dsn, queue, {"echo": echo}, workers, lease=timedelta(seconds=60), concurrency=2)
+    worker = start(dsn, queue, {"echo": echo}, workers, flavor=flavor, lease=timedelta(seconds=60), concurrency=2)
     lost_claims = _lose_replies(worker, "claim", 1)
     lost_lookups = _lose_replies(worker, "claim_results", 1)  # and the first look-up fails too
     with running_bounded(worker):
@@ -301,9 +324,9 @@ def test_jobs_of_a_claim_whose_reply_was_lost_run_at_once_with_their_attempt(
 
 
 def test_a_shutdown_gives_back_the_jobs_of_a_claim_whose_reply_was_lost(
-        dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
+        dsn: str, client: Client, queue: str, workers: list[Client], flavor: str) -> None:
     ids = [client.enqueue("echo", {"n": n}, queue=queue) for n in range(3)]
-    worker = start(dsn, queue, {"echo": echo}, workers, lease=timedelta(seconds=60))
+    worker = start(dsn, queue, {"echo": echo}, workers, flavor=flavor, lease=timedelta(seconds=60))
     lost_claims = _lose_replies(worker, "claim", 1, then=worker.stop)
     with running_bounded(worker) as wt:
         wait_for(lambda: not wt.thread.is_alive(), STOP_TIMEOUT, "the worker to stop")
@@ -314,12 +337,12 @@ def test_a_shutdown_gives_back_the_jobs_of_a_claim_whose_reply_was_lost(
 
 
 def test_a_lookup_the_database_refuses_is_logged_and_the_worker_carries_on(
-        dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
+        dsn: str, client: Client, queue: str, workers: list[Client], flavor: str) -> None:
     # Review finding: a non-retryable error from claim_results() (here: a role without EXECUTE
     # on it) escaped the claim loop, and the shutdown then raised on the same lookup
     # before giving anything back.
     first = [client.enqueue("echo", {"n": n}, queue=queue) for n in range(2)]
-    worker = start(dsn, queue, {"echo": echo}, workers, lease=timedelta(seconds=60))
+    worker = start(dsn, queue, {"echo": echo}, workers, flavor=flavor, lease=timedelta(seconds=60))
     lost_claims = _lose_replies(worker, "claim", 1)
 
     def refused(*args: Any, **kwargs: Any) -> Any:
@@ -335,11 +358,11 @@ def test_a_lookup_the_database_refuses_is_logged_and_the_worker_carries_on(
 
 
 def test_a_worker_stops_looking_up_a_lost_claim_after_its_lease_and_claims_again(
-        dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
+        dsn: str, client: Client, queue: str, workers: list[Client], flavor: str) -> None:
     # A claim stuck in the server (say, sending its rows to a dead socket) keeps its request
     # lock, so every look-up ends in 55P03: the worker must not stop claiming for it.
     first = [client.enqueue("echo", {"n": n}, queue=queue) for n in range(2)]
-    worker = start(dsn, queue, {"echo": echo}, workers, lease=timedelta(seconds=1))
+    worker = start(dsn, queue, {"echo": echo}, workers, flavor=flavor, lease=timedelta(seconds=1))
     lost_claims = _lose_replies(worker, "claim", 1)
     lookups: list[int] = []
 
@@ -358,18 +381,25 @@ def test_a_worker_stops_looking_up_a_lost_claim_after_its_lease_and_claims_again
 
 
 def test_a_shutdown_looks_up_a_lost_claim_only_briefly_while_the_database_is_unreachable(
-        dsn: str, client: Client, queue: str, workers: list[Client], proxy: TcpProxy) -> None:
+        dsn: str, client: Client, queue: str, workers: list[Client], proxy: TcpProxy, flavor: str) -> None:
     # Review finding: the shutdown's lookup could wait out the pool's timeout (30 s) once
     # more during an outage. It now waits SHUTDOWN_LOOKUP_WAIT (5 s) at most.
     job_id = client.enqueue("echo", {"n": 0}, queue=queue)
     worker_dsn = make_conninfo(dsn, host="127.0.0.1", port=str(proxy.port), connect_timeout="2")
-    worker = start(worker_dsn, queue, {"echo": echo}, workers, lease=timedelta(seconds=60))
+    worker = start(worker_dsn, queue, {"echo": echo}, workers, lease=timedelta(seconds=60), flavor=flavor)
 
-    def outage_then_stop() -> None:
+    def outage_then_stop() -> Any:
         proxy.cut()      # the database becomes unreachable for this worker only
         assert worker.client.pool is not None
-        worker.client.pool.check()  # the pool drops its broken connections: a lookup must wait
-        worker.stop()
+        checked = worker.client.pool.check()  # the pool drops its broken connections: a lookup must wait
+        if not inspect.isawaitable(checked):
+            worker.stop()
+            return None
+
+        async def then_stop() -> None:  # (an AsyncConnectionPool's check is awaited)
+            await checked
+            worker.stop()
+        return then_stop()
     lost_claims = _lose_replies(worker, "claim", 1, then=outage_then_stop)
     with running_bounded(worker) as wt:
         wait_for(lambda: not wt.thread.is_alive(), STOP_TIMEOUT, "the worker to stop")
@@ -575,7 +605,7 @@ def test_a_second_sigterm_ends_the_shutdown_even_while_the_database_is_unreachab
 
 def test_a_worker_sweeps_only_while_no_background_sweeper_is_seen(
         scratch_dsn: str, queue: str, workers: list[Client], caplog: pytest.LogCaptureFixture,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, flavor: str) -> None:
     """run_sweeper=None: the worker keeps looking at pgfence.sweeper_health() (every
     minute; here every 0.1 s) and sweeps while it says no background sweeper runs (no
     pass in 2 minutes, or never), not while an operator paused it. It used to look once,
@@ -586,7 +616,8 @@ def test_a_worker_sweeps_only_while_no_background_sweeper_is_seen(
     caplog.set_level("INFO", logger="pgfence.worker")
     with psycopg.connect(scratch_dsn, autocommit=True) as c:
         c.execute("UPDATE pgfence.sweeper_status SET last_pass_at = clock_timestamp()")
-        worker = start(scratch_dsn, queue, {"echo": echo}, workers, run_sweeper=None, sweep_interval=0.05)
+        worker = start(scratch_dsn, queue, {"echo": echo}, workers, run_sweeper=None, sweep_interval=0.05,
+                       flavor=flavor)
         with running_bounded(worker):
             time.sleep(0.5)
             assert "runs the reclaim sweep" not in caplog.text  # a pass was just recorded
@@ -629,14 +660,14 @@ def test_claim_returns_a_job_whose_payload_cannot_be_decoded_with_its_reason(dsn
 
 
 def test_a_payload_the_worker_cannot_decode_fails_alone_and_the_rest_of_the_batch_runs(
-        dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
+        dsn: str, client: Client, queue: str, workers: list[Client], flavor: str) -> None:
     """One poison payload used to raise RecursionError for the whole claimed batch: the
     worker died (three times, before the poison job was dead-lettered) and innocent
     max_attempts => 1 jobs of its batches were dead-lettered without running."""
     poison = _deep_payload_job(dsn, queue)
     innocent = [e.id for e in client.enqueue_many(["echo"] * 40, [{"n": i} for i in range(40)], queue=queue,
                                                   max_attempts=1)]
-    worker = start(dsn, queue, {"echo": echo}, workers, prefetch=50)
+    worker = start(dsn, queue, {"echo": echo}, workers, flavor=flavor, prefetch=50)
     with running_bounded(worker):
         bad = wait_status(client, poison, "failed", timeout=20)
         for job_id in innocent:

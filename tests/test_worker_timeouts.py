@@ -3,7 +3,9 @@
 A handler that outlives its job's run timeout sees ``job.should_stop()`` turn true
 soon after the deadline (the heartbeats ask the database just after the capped lease
 ends, not a third of the lease later), and its completion is refused: the attempt is
-recorded ``timed_out``.
+recorded ``timed_out``. The worker tests run against both workers (``flavor``: the
+threaded one and the asyncio one, whose heartbeat task decides with the same
+``pgfence.heartbeats.Rounds``).
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from pgfence import Client, Job, LeaseLost
 
 
 def test_a_handler_outliving_its_timeout_sees_should_stop_and_is_not_completed(
-        dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
+        dsn: str, client: Client, queue: str, workers: list[Client], flavor: str) -> None:
     seen: dict[str, Any] = {}
 
     def long(job: Job) -> Any:
@@ -32,7 +34,7 @@ def test_a_handler_outliving_its_timeout_sees_should_stop_and_is_not_completed(
 
     job_id = client.enqueue("long", queue=queue, timeout=timedelta(seconds=1), max_attempts=1)
     # A 30 s lease: the regular heartbeat comes every 10 s; should_stop must not wait for it.
-    worker = start(dsn, queue, {"long": long}, workers, lease=timedelta(seconds=30))
+    worker = start(dsn, queue, {"long": long}, workers, lease=timedelta(seconds=30), flavor=flavor)
     with running(worker):
         wait_for(lambda: seen, 25, "the handler to see should_stop")
         final = wait_status(client, job_id, "failed", "done", timeout=20)
@@ -46,7 +48,7 @@ def test_a_handler_outliving_its_timeout_sees_should_stop_and_is_not_completed(
 
 
 def test_a_handler_ignoring_should_stop_has_its_late_completion_refused(
-        dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
+        dsn: str, client: Client, queue: str, workers: list[Client], flavor: str) -> None:
     done = threading.Event()
 
     def stubborn(job: Job) -> Any:
@@ -56,7 +58,7 @@ def test_a_handler_ignoring_should_stop_has_its_late_completion_refused(
 
     job_id = client.enqueue("stubborn", queue=queue, timeout=timedelta(milliseconds=500),
                             recovery_policy="manual")
-    worker = start(dsn, queue, {"stubborn": stubborn}, workers, lease=timedelta(seconds=30))
+    worker = start(dsn, queue, {"stubborn": stubborn}, workers, lease=timedelta(seconds=30), flavor=flavor)
     with running(worker):
         assert done.wait(15)
         final = wait_status(client, job_id, "manual_review", "done", timeout=15)

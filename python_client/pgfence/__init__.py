@@ -1,7 +1,8 @@
 """pgfence: a fenced job queue that lives in PostgreSQL.
 
 The queue logic is PL/pgSQL in schema ``pgfence``; this package is a thin client
-(:class:`Client`), a worker runtime (:class:`Worker`) and a CLI (``pgfence``).
+(:class:`Client`), a worker runtime (:class:`Worker`) and a CLI (``pgfence``); their
+asyncio twins, ``AsyncClient`` and ``AsyncWorker``, are in :mod:`pgfence.aio`.
 """
 
 from .client import SCHEMA_VERSION, Client, RawJson

@@ -44,6 +44,27 @@ CLAIM_HOLDOFF = 0.005
 SHUTDOWN_LOOKUP_WAIT = 5.0
 
 
+def claim_size(free: int, threshold: int, idle: bool, max_jobs: int) -> int:
+    """How many jobs to claim now: none unless the ``free`` capacity reaches ``threshold``
+    (half the capacity) or a handler is ``idle``; at most ``max_jobs`` (Limits.max_jobs)."""
+    return min(free, max_jobs) if free > 0 and (free >= threshold or idle) else 0
+
+
+def idle_wait(drained: bool, free: int, poll_interval: float) -> float:
+    """How long to sleep unless woken: after a claim that found less than it asked for,
+    or with no room, the poll, drawn from ``[poll_interval / 2, poll_interval]``; else a
+    short wait for a slot to free. Workers that a NOTIFY woke together do not keep
+    polling in step, so an expired lease meets the next claim sooner (recovery p95,
+    2 workers polling at 0.1 s: 96 -> 54-71 ms)."""
+    return poll_interval * random.uniform(0.5, 1.0) if drained or free <= 0 else 0.05
+
+
+def may_have_claimed(exc: BaseException) -> bool:
+    """A claim that raised ``exc`` (a RETRYABLE error) may have committed, its reply lost:
+    look it up. Not when no connection was had (the claim was never sent)."""
+    return not isinstance(exc, PoolTimeout)
+
+
 class Claimer:
     """Claims for one worker into ``ledger`` (see the module's docstring).
 
@@ -97,15 +118,15 @@ class Claimer:
                     stopping.wait(backoff)
                     backoff = min(backoff * 2, 5.0)
                 continue
-            if free > 0 and (free >= threshold or idle_threads):
+            want = claim_size(free, threshold, idle_threads, max_jobs)
+            if want:
                 request_id = uuid.uuid4()
-                want = min(free, max_jobs)
                 try:
                     jobs = self.client.claim(self.worker_id, self.queues, lease=self.lease,
                                              max_jobs=want, request_id=request_id)
                     backoff = 0.1
                 except RETRYABLE as exc:
-                    if not isinstance(exc, PoolTimeout):  # (no connection: the claim was never sent)
+                    if may_have_claimed(exc):
                         self.unanswered = request_id
                         self.unanswered_until = time.monotonic() + self.lease.total_seconds()
                     log.warning("worker %s: claim failed (%s); retrying in %.1fs", self.worker_id,
@@ -118,11 +139,8 @@ class Claimer:
                     continue
                 drained = True
             # Nothing to claim, or no room: sleep until a slot frees, a NOTIFY, or the poll.
-            # The idle poll is drawn from [poll_interval / 2, poll_interval]: workers that a
-            # NOTIFY woke together do not keep polling in step, so an expired lease meets
-            # the next claim sooner (recovery p95, 2 workers polling at 0.1 s: 96 -> 54-71 ms).
             waited_from = time.monotonic()
-            wake.wait(self.poll_interval * random.uniform(0.5, 1.0) if drained or free <= 0 else 0.05)
+            wake.wait(idle_wait(drained, free, self.poll_interval))
             if drained:  # see CLAIM_HOLDOFF
                 rest = CLAIM_HOLDOFF - (time.monotonic() - waited_from)
                 if rest > 0:
@@ -170,18 +188,23 @@ class Claimer:
 
     def dispatch(self, jobs: list[Job]) -> None:
         """Enter claimed jobs in the ledger and wake the handler threads."""
-        if not jobs:
-            return
-        _, displaced = self.ledger.admit(jobs)
-        for old, new in displaced:
-            # The old attempt still ran or waited here (an operator requeued the job, or its
-            # lease expired meanwhile): its lease is gone. Its handler learns it from
-            # should_stop(), and its outcome is discarded.
-            self.counters["lease_lost"] += 1
-            log.warning("job %s kind=%s attempt=%s: lease lost (claimed again as attempt %s)",
-                        old.job.id, old.job.kind, old.job.attempts, new.job.attempts)
-        self.counters["claimed"] += len(jobs)
-        if log.isEnabledFor(logging.INFO):
-            for job in jobs:
-                log.info("claimed job %s kind=%s attempt=%s/%s", job.id, job.kind, job.attempts, job.max_attempts)
-        self.work.set()
+        if jobs:
+            admit(self.ledger, jobs, self.counters)
+            self.work.set()
+
+
+def admit(ledger: Ledger, jobs: list[Job], counters: dict[str, int]) -> None:
+    """Enter claimed jobs in ``ledger``, counting them (``claimed``), and each older attempt
+    of the same job that still ran or waited here as a lost lease."""
+    _, displaced = ledger.admit(jobs)
+    for old, new in displaced:
+        # The old attempt still ran or waited here (an operator requeued the job, or its
+        # lease expired meanwhile): its lease is gone. Its handler learns it from
+        # should_stop(), and its outcome is discarded.
+        counters["lease_lost"] += 1
+        log.warning("job %s kind=%s attempt=%s: lease lost (claimed again as attempt %s)",
+                    old.job.id, old.job.kind, old.job.attempts, new.job.attempts)
+    counters["claimed"] += len(jobs)
+    if log.isEnabledFor(logging.INFO):
+        for job in jobs:
+            log.info("claimed job %s kind=%s attempt=%s/%s", job.id, job.kind, job.attempts, job.max_attempts)

@@ -20,6 +20,7 @@ server (or the CLI) has one.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import importlib
 import json
@@ -173,6 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run the reclaim sweep in this process (default: while the background sweeper "
                         "has recorded no pass in 2 minutes, looked at every minute)")
     w.add_argument("--worker-id", metavar="ID", help="recorded as reserved_by (default host:pid:random)")
+    w.add_argument("--asyncio", action="store_true",
+                   help="run a pgfence.aio.AsyncWorker: async def handlers are awaited on an event loop, "
+                        "the others run on --concurrency threads")
     w.set_defaults(func=cmd_worker)
 
     e = command("enqueue", "enqueue one job and print its id",
@@ -405,6 +409,9 @@ def load_handlers(spec: str) -> dict[str, Handler]:
 def cmd_worker(args: argparse.Namespace) -> int:
     handlers = load_handlers(args.handlers)
     _open(args.dsn).close()  # fail fast, before the pool retries for its whole timeout
+    if args.asyncio:
+        asyncio.run(_async_worker(args, handlers))
+        return 0
     try:
         client = Client.connect(args.dsn)
     except (psycopg.OperationalError, PoolTimeout) as exc:
@@ -418,6 +425,25 @@ def cmd_worker(args: argparse.Namespace) -> int:
     finally:
         client.close()
     return 0
+
+
+async def _async_worker(args: argparse.Namespace, handlers: dict[str, Any]) -> None:
+    """``worker --asyncio``: a pgfence.aio.AsyncWorker on this process's event loop (it
+    handles SIGTERM/SIGINT itself)."""
+    from .aio import AsyncClient, AsyncWorker
+
+    try:
+        client = await AsyncClient.connect(args.dsn)
+    except (psycopg.OperationalError, PoolTimeout) as exc:
+        raise _connect_error(exc) from exc
+    try:
+        worker = AsyncWorker(client, handlers, queues=args.queues, concurrency=args.concurrency,
+                             prefetch=args.prefetch, lease=timedelta(seconds=args.lease),
+                             poll_interval=args.poll_interval, shutdown_grace=args.shutdown_grace,
+                             run_sweeper=args.sweep, worker_id=args.worker_id)
+        await worker.run()
+    finally:
+        await client.close()
 
 
 def _read_payload(text: str) -> Any:

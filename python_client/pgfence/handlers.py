@@ -13,7 +13,7 @@ import json
 import re
 import traceback
 from datetime import timedelta
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Optional
 
 from .client import RawJson
 from .ledger import Entry, Result
@@ -108,55 +108,80 @@ def result_json(value: Any) -> str:
     return text
 
 
-def run_handler(entry: Entry, handlers: Mapping[str, Handler], worker_id: str,
-                limits: Limits = Limits()) -> Result:
-    """Run the handler of ``entry``'s job; always returns its outcome.
-
-    A payload that could not be decoded, an unknown kind, and a result jsonb cannot
-    store fail permanently; ``RetryAfter`` with a delay outside what ``fail`` accepts
-    (``limits.max_retry_in``) fails with the default backoff instead, and so does
-    ``Snooze`` with a delay outside what ``snooze`` accepts (``limits.max_snooze``)."""
+def refusal(entry: Entry, handlers: Mapping[str, Any], worker_id: str) -> Optional[Result]:
+    """The outcome of an attempt no handler may run: a payload that could not be decoded,
+    or a kind without a handler (both fail permanently); None when its handler may run."""
     job = entry.job
     if job.payload_error is not None:
         return Result(entry, False, storable_text(
             f"PayloadNotDecodable: the job's payload cannot be decoded in worker {worker_id} "
             f"({job.payload_error}); no handler ran"), permanent=True)
-    handler = handlers.get(job.kind)
-    if handler is None:
+    if handlers.get(job.kind) is None:
         return Result(entry, False, storable_text(f"UnknownKind: no handler for kind {job.kind!r} in worker "
                       f"{worker_id} (known: {sorted(handlers)})"), permanent=True)
-    try:
-        value = handler(job)
-    except Interrupted:
+    return None
+
+
+def raised(entry: Entry, exc: BaseException, limits: Limits = Limits()) -> Result:
+    """The outcome of a handler that raised ``exc``: ``Interrupted`` gives the job back,
+    ``PermanentFailure`` dead-letters it, ``Snooze`` snoozes it (reported with
+    ``snooze_many``), ``RetryAfter`` fails it to be retried after its delay; a ``Snooze``
+    or ``RetryAfter`` delay outside what ``snooze`` or ``fail`` accepts
+    (``limits.max_snooze``, ``limits.max_retry_in``) fails it with the default backoff;
+    anything else fails it."""
+    if isinstance(exc, Interrupted):
         return Result(entry, False, None, interrupted=True)
-    except PermanentFailure as exc:
+    if isinstance(exc, PermanentFailure):
         return Result(entry, False, error_text(exc), permanent=True)
-    except Snooze as exc:
-        delay = exc.delay
-        if isinstance(delay, timedelta) and timedelta(0) < delay <= limits.max_snooze:
-            return Result(entry, False, None, snooze=delay)
+    if isinstance(exc, Snooze):
+        snooze = exc.delay
+        if isinstance(snooze, timedelta) and timedelta(0) < snooze <= limits.max_snooze:
+            return Result(entry, False, None, snooze=snooze)
         return Result(entry, False, storable_text(
-            f"Snooze with delay {delay!r} outside (0, {limits.snooze_max_s // 86400} days], failed with the "
+            f"Snooze with delay {snooze!r} outside (0, {limits.snooze_max_s // 86400} days], failed with the "
             "default backoff instead\n" + error_text(exc)))
-    except RetryAfter as exc:
+    if isinstance(exc, RetryAfter):
         delay = exc.delay
         if isinstance(delay, timedelta) and timedelta(0) <= delay <= limits.max_retry_in:
             return Result(entry, False, error_text(exc), retry_in=delay)
         return Result(entry, False, storable_text(
             f"RetryAfter with delay {delay!r} outside 0..{limits.retry_in_max_s // 86400} days, failed with the "
             "default backoff instead\n" + error_text(exc)))
-    except BaseException as exc:  # noqa: B036 - SystemExit from a handler too: it ends the attempt
-        return Result(entry, False, error_text(exc))
+    return Result(entry, False, error_text(exc))
+
+
+def returned(entry: Entry, value: Any) -> Result:
+    """The outcome of a handler that returned ``value``: completed with it as the result,
+    or failed permanently when jsonb could not store it."""
     if value is None:
         return Result(entry, True, None)
     try:
         text = result_json(value)
     except Exception as exc:  # TypeError, ValueError, RecursionError; a mapping whose items() raises
         return Result(entry, False, storable_text(
-            f"ResultNotJSON: handler for {job.kind!r} returned a value that cannot be stored as JSON: "
+            f"ResultNotJSON: handler for {entry.job.kind!r} returned a value that cannot be stored as JSON: "
             f"{type(exc).__name__}: {exc}"), permanent=True)
     return Result(entry, True, RawJson(text))
 
 
-__all__ = ["Handler", "Interrupted", "PermanentFailure", "RetryAfter", "Snooze", "run_handler", "error_text",
-           "storable_text", "result_json", "MAX_ERROR_CHARS"]
+def run_handler(entry: Entry, handlers: Mapping[str, Handler], worker_id: str,
+                limits: Limits = Limits()) -> Result:
+    """Run the handler of ``entry``'s job; always returns its outcome (see :func:`refusal`,
+    :func:`raised` and :func:`returned`).
+
+    A payload that could not be decoded, an unknown kind, and a result jsonb cannot
+    store fail permanently; ``RetryAfter`` with a delay outside what ``fail`` accepts
+    (``limits.max_retry_in``) fails with the default backoff instead, and so does
+    ``Snooze`` with a delay outside what ``snooze`` accepts (``limits.max_snooze``)."""
+    refused = refusal(entry, handlers, worker_id)
+    if refused is not None:
+        return refused
+    try:
+        value = handlers[entry.job.kind](entry.job)
+    except BaseException as exc:  # noqa: B036 - SystemExit from a handler too: it ends the attempt
+        return raised(entry, exc, limits)
+    return returned(entry, value)
+
+
+__all__ = ["Handler", "Interrupted", "PermanentFailure", "RetryAfter", "Snooze", "run_handler", "refusal", "raised",
+           "returned", "error_text", "storable_text", "result_json", "MAX_ERROR_CHARS"]

@@ -60,6 +60,50 @@ def chunks(entries: Sequence[Entry], size: int) -> Iterator[Sequence[Entry]]:
         yield entries[start:start + size]
 
 
+class Rounds:
+    """When the next heartbeat round comes (both workers' heartbeats ask this): every
+    ``interval``, and once just after each held lease end the database returned that is
+    sooner (a lease capped by a run timeout), so ``should_stop()`` turns true right after
+    the deadline."""
+
+    def __init__(self, ledger: Ledger, interval: float) -> None:
+        self.ledger = ledger
+        self.interval = interval
+        # The lease ends an extra round was made for, by job id (one round per end).
+        self._asked: dict[int, datetime] = {}
+        self._next_beat = time.monotonic() + interval
+
+    def start(self) -> None:
+        """The heartbeats start: the first regular round comes ``interval`` from now."""
+        self._next_beat = time.monotonic() + self.interval
+
+    def next_wait(self, now: Optional[datetime] = None) -> float:
+        """Seconds until the next round: ``interval``, or less when a held lease ends
+        sooner (a run timeout's deadline) and no round was made for that end yet."""
+        now = now or datetime.now(timezone.utc)
+        wait = self.interval
+        for e in self.ledger.held_entries():
+            if e.expires is not None and self._asked.get(e.id) != e.expires:
+                wait = min(wait, (e.expires - now).total_seconds() + AFTER_EXPIRY)
+        return max(wait, 0.01)
+
+    def sleep(self) -> float:
+        """How long to wait before asking :meth:`due` again."""
+        return max(min(self._next_beat - time.monotonic(), self.next_wait(), RECHECK), 0.0)
+
+    def due(self) -> bool:
+        """Whether a round is due now."""
+        return time.monotonic() >= self._next_beat or self.next_wait() <= 0.01
+
+    def begin(self, entries: Sequence[Entry]) -> None:
+        """A round for ``entries`` starts: the ends it asks just after are remembered, and
+        the next regular round comes ``interval`` from now."""
+        now = datetime.now(timezone.utc)
+        self._asked = {e.id: e.expires for e in entries
+                       if e.expires is not None and (e.expires - now).total_seconds() + AFTER_EXPIRY <= 0.01}
+        self._next_beat = time.monotonic() + self.interval
+
+
 class Heartbeats:
     """Renews the leases of ``ledger``'s held attempts through ``calls``.
 
@@ -74,36 +118,25 @@ class Heartbeats:
         self.counters = counters
         self.limits = limits
         self.interval = interval(lease)
-        # The lease ends an extra round was made for, by job id (one round per end).
-        self._asked: dict[int, datetime] = {}
+        self.rounds = Rounds(ledger, self.interval)
 
     def run(self, done: Callable[[float], Any]) -> None:
         """Beat every ``interval``, or sooner just after a lease capped by a run timeout
-        ends, until ``done(timeout)`` (an Event's ``wait``) is true."""
-        next_beat = time.monotonic() + self.interval
-        while True:
-            if done(max(min(next_beat - time.monotonic(), self.next_wait(), RECHECK), 0.0)):
-                return
-            if time.monotonic() >= next_beat or self.next_wait() <= 0.01:
+        ends (:class:`Rounds`), until ``done(timeout)`` (an Event's ``wait``) is true."""
+        rounds = self.rounds
+        rounds.start()
+        while not done(rounds.sleep()):
+            if rounds.due():
                 self.beat()
-                next_beat = time.monotonic() + self.interval
 
     def next_wait(self, now: Optional[datetime] = None) -> float:
-        """Seconds until the next round: ``interval``, or less when a held lease ends
-        sooner (a run timeout's deadline) and no round was made for that end yet."""
-        now = now or datetime.now(timezone.utc)
-        wait = self.interval
-        for e in self.ledger.held_entries():
-            if e.expires is not None and self._asked.get(e.id) != e.expires:
-                wait = min(wait, (e.expires - now).total_seconds() + AFTER_EXPIRY)
-        return max(wait, 0.01)
+        """See :meth:`Rounds.next_wait`."""
+        return self.rounds.next_wait(now)
 
     def beat(self) -> None:
         """One round: renew every held lease; revoke the attempts whose renewal was refused."""
         entries = self.ledger.held_entries()
-        now = datetime.now(timezone.utc)
-        self._asked = {e.id: e.expires for e in entries
-                       if e.expires is not None and (e.expires - now).total_seconds() + AFTER_EXPIRY <= 0.01}
+        self.rounds.begin(entries)
         for chunk in chunks(entries, self.limits.batch):
             try:
                 outcomes = self.calls.heartbeat_many([e.job.id for e in chunk], [e.job.attempt_token for e in chunk],
@@ -112,17 +145,26 @@ class Heartbeats:
                 log.warning("worker %s: heartbeat failed (%s); next try in %.1fs", self.worker_id,
                             str(exc).strip(), self.interval)
                 break
-            for entry, o in zip(chunk, outcomes):
-                if o.accepted:
-                    if o.lease_expires_at is not None:
-                        entry.expires = o.lease_expires_at
-                    continue
-                if not self.ledger.revoke(entry):
-                    continue  # its outcome is being reported: the reporter learns the truth
-                self.counters["lease_lost"] += 1
-                job = entry.job
-                log.warning("job %s kind=%s attempt=%s: lease lost on heartbeat: %s", job.id, job.kind,
-                            job.attempts, o.detail)
+            revoke_refused(self.ledger, chunk, outcomes, self.counters)
 
 
-__all__ = ["Heartbeats", "Renews", "interval", "chunks"]
+def revoke_refused(ledger: Ledger, chunk: Sequence[Entry], outcomes: Sequence[Outcome],
+                   counters: dict[str, int]) -> None:
+    """The answers of one ``heartbeat_many`` call for ``chunk``: note each accepted
+    lease's new end (``Entry.expires``, capped by a run timeout), and revoke each attempt
+    whose renewal was refused (unless its outcome is being reported: the reporter learns
+    the truth), counting it in ``lease_lost``."""
+    for entry, o in zip(chunk, outcomes):
+        if o.accepted:
+            if o.lease_expires_at is not None:
+                entry.expires = o.lease_expires_at
+            continue
+        if not ledger.revoke(entry):
+            continue  # its outcome is being reported: the reporter learns the truth
+        counters["lease_lost"] += 1
+        job = entry.job
+        log.warning("job %s kind=%s attempt=%s: lease lost on heartbeat: %s", job.id, job.kind,
+                    job.attempts, o.detail)
+
+
+__all__ = ["Heartbeats", "Renews", "Rounds", "interval", "chunks", "revoke_refused", "AFTER_EXPIRY", "RECHECK"]

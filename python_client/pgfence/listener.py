@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 import psycopg
 
@@ -31,12 +31,21 @@ NOTIFY_FLOOD = 2000
 NOTIFY_FLOOD_PAUSE = 5.0
 
 
+class PoolOwner(Protocol):
+    """What gives the listener its connection arguments: a client whose ``pool`` (a
+    psycopg_pool ConnectionPool or AsyncConnectionPool) has ``conninfo`` and ``kwargs``."""
+
+    @property
+    def pool(self) -> Any: ...
+
+
 class Listener:
     """Wakes the claimer (``wake()``) on NOTIFY pgfence_enqueue for ``queues`` (None:
-    all), until ``done`` is set. ``client``: the worker's Client, whose pool gives the
-    connection arguments."""
+    all), until ``done`` is set. ``client``: the worker's Client (or AsyncClient: the
+    asyncio worker runs this listener on a thread), whose pool gives the connection
+    arguments."""
 
-    def __init__(self, client: Client, queues: Optional[Sequence[str]], *, worker_id: str,
+    def __init__(self, client: PoolOwner, queues: Optional[Sequence[str]], *, worker_id: str,
                  wake: Callable[[], None], done: threading.Event) -> None:
         self.client = client
         self.queues = None if queues is None else list(queues)

@@ -18,8 +18,11 @@ job stays held (and heartbeated) until the database has accepted or refused its 
   a second refusal leaves the job to its lease. Connection failures are retried (the
   calls are idempotent for a token) until a second signal says to give up.
 
-No thread, clock or connection of its own: the calls (a :class:`Calls`, the Client), the
-wait between retries and the flusher's sleeps are passed in.
+No thread, clock or connection of its own. The decisions (:class:`Reporting`) are
+generator steps that yield the calls they need and are sent the answers; the threaded
+worker's :class:`Reporter` makes those calls (a :class:`Calls`, the Client) blocking,
+with the wait between retries and the flusher's sleeps passed in, and the asyncio
+worker (:mod:`pgfence.aio_worker`) awaits them: both decide with the code here.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Callable, Optional, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Generator, Optional, Protocol, Sequence, TypeVar
 
 from ._text import escaped_logger
 from .client import RawJson
@@ -128,68 +131,66 @@ def split(batch: Sequence[Result]) -> Split:
     return s
 
 
-# -- the I/O -----------------------------------------------------------------------
+# -- what to send, and what the answers mean: steps, driven by the I/O below ---------
 
-class Reporter:
-    """Reports outcomes and give-backs for one worker (see the module's docstring).
+@dataclass(frozen=True)
+class Request:
+    """A database call a step needs: ``method`` of the :class:`Calls`, with these arguments."""
 
-    * ``calls``: the database calls (the worker's Client).
+    method: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+#: A reporting step: a generator that yields the calls it needs and is sent each call's
+#: answer (or has its error thrown in), and returns when the attempts are settled. The
+#: threaded :class:`Reporter` drives steps with blocking calls, the asyncio worker's
+#: reporter (:mod:`pgfence.aio`) awaits them: both decide the same way, here.
+Steps = Generator[Request, Any, T]
+
+
+class Reporting:
+    """The reporter's decisions, without I/O (see the module's docstring).
+
     * ``ledger``: where reported attempts are settled.
-    * ``counters``: the worker's counters (completed, failed, lease_lost, released).
-    * ``hurried``: true after a second signal (stop retrying); ``wait(seconds)``: the
-      pause between retries (returns early when hurried).
+    * ``counters``: the worker's counters (completed, failed, snoozed, lease_lost, released).
+    * ``hurried``: true after a second signal (stop retrying).
     * ``limits``: the database's limits (``max_batch`` is at most ``limits.batch``).
     """
 
-    def __init__(self, calls: Calls, ledger: Ledger, *, worker_id: str, counters: dict[str, int],
-                 hurried: Callable[[], bool], wait: Callable[[float], Any], limits: Limits = Limits()) -> None:
-        self.calls = calls
+    def __init__(self, ledger: Ledger, *, worker_id: str, counters: dict[str, int],
+                 hurried: Callable[[], bool], limits: Limits = Limits()) -> None:
         self.ledger = ledger
         self.worker_id = worker_id
         self.counters = counters
         self.hurried = hurried
-        self.wait = wait
         self.max_batch = min(MAX_REPORT_BATCH, limits.batch)
 
-    # -- the flusher ------------------------------------------------------
+    def retry_wait(self, exc: Exception, backoff: float) -> float:
+        """A call failed with ``exc`` after waiting ``backoff`` last time: how long to
+        wait before the same call again. Re-raises ``exc`` when retrying cannot help,
+        raises GiveUp after a second signal. Safe: complete, fail and release (started)
+        are idempotent for the token (a repeat is accepted, changes nothing; a repeated
+        release of a never-started job is refused, and logged); a lease that expired
+        meanwhile is refused by the database, never silently lost."""
+        if not retryable(exc):
+            raise exc
+        # (A call already waiting for a pool connection when the second signal
+        # comes still waits out the pool's timeout, 30 s by default.)
+        if self.hurried():
+            raise GiveUp() from exc
+        log.warning("worker %s: reporting outcomes failed (%s); retrying in %.2fs", self.worker_id,
+                    str(exc).strip(), backoff)
+        return backoff
 
-    def run(self, outcome: Bell, *, flush_batch: int, flush_interval: float, done: Callable[[], bool],
-            stopping: Callable[[], bool], clock: Callable[[], float], sleep: Callable[[float], Any]) -> None:
-        """The flusher's loop: report outcomes as they become due, until ``done`` and none
-        is left. Idle, it sleeps on ``outcome`` (handlers ring it), so an idle worker does
-        not poll; it gathers outcomes for up to ``flush_interval`` after the first."""
-        results = self.ledger.results
-        pending_since: Optional[float] = None
-        while True:
-            if not results:
-                if done():
-                    return
-                pending_since = None
-                outcome.clear()
-                if not results:
-                    outcome.wait(0.2)
-                continue
-            now = clock()
-            if pending_since is None:
-                pending_since = now
-            if not due(len(results), now - pending_since, flush_batch=flush_batch,
-                       flush_interval=flush_interval, stopping=stopping()):
-                sleep(min(flush_interval / 4, pending_since + flush_interval - now))
-                continue
-            pending_since = None
-            self.report(take_batch(results, self.max_batch))
+    def report_failed(self, batch: list[Result]) -> None:
+        """Reporting ``batch`` raised what nothing above handles: drop it from the ledger."""
+        log.exception("worker %s: reporting %s outcomes failed; their jobs are dropped from this "
+                      "worker and their leases will expire", self.worker_id, len(batch))
+        self.ledger.settle([r.entry for r in batch])
 
-    def report(self, batch: list[Result]) -> None:
-        """Report one batch (of distinct job ids). Never raises: a batch that cannot be
-        reported is dropped from the ledger, and its leases expire."""
-        try:
-            self._report(batch)
-        except Exception:  # never let the flusher die: its outcomes would never settle
-            log.exception("worker %s: reporting %s outcomes failed; their jobs are dropped from this "
-                          "worker and their leases will expire", self.worker_id, len(batch))
-            self.ledger.settle([r.entry for r in batch])
-
-    def _report(self, batch: list[Result]) -> None:
+    def report_steps(self, batch: list[Result]) -> Steps[None]:
+        """Report one batch (of distinct job ids)."""
         s = split(batch)
         # A lost lease makes the attempt's result void: never report it.
         for r in s.void:
@@ -201,37 +202,15 @@ class Reporter:
                             r.job.attempts)
         self.ledger.settle([r.entry for r in s.void])
         if s.interrupted:
-            self.release([r.entry for r in s.interrupted], started=True)
+            yield from self.release_steps([r.entry for r in s.interrupted], started=True)
         if s.done:
-            self.complete(s.done)
+            yield from self.complete_steps(s.done)
         if s.failed:
-            self.fail(s.failed)
+            yield from self.fail_steps(s.failed)
         if s.snoozed:
-            self.snooze(s.snoozed)
+            yield from self.snooze_steps(s.snoozed)
 
-    def retrying(self, call: Callable[[], T]) -> T:
-        """Retry a fenced batch call through connection failures. Safe: complete, fail
-        and release (started) are idempotent for the token (a repeat is accepted, changes
-        nothing; a repeated release of a never-started job is refused, and logged); a
-        lease that expired meanwhile is refused by the database, never silently lost.
-        Raises GiveUp when a second signal asks the shutdown not to wait any longer."""
-        backoff = 0.05
-        while True:
-            try:
-                return call()
-            except Exception as exc:
-                if not retryable(exc):
-                    raise
-                # (A call already waiting for a pool connection when the second signal
-                # comes still waits out the pool's timeout, 30 s by default.)
-                if self.hurried():
-                    raise GiveUp() from exc
-                log.warning("worker %s: reporting outcomes failed (%s); retrying in %.2fs", self.worker_id,
-                            str(exc).strip(), backoff)
-                self.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
-
-    def release(self, entries: list[Entry], *, started: bool) -> None:
+    def release_steps(self, entries: list[Entry], *, started: bool) -> Steps[None]:
         """Give these attempts back with fenced ``release_many`` calls of at most
         ``max_batch`` each (``started``: the attempt counts; else the job returns as if
         never claimed), and settle them."""
@@ -239,12 +218,12 @@ class Reporter:
             return
         if len(entries) > self.max_batch:  # (a shutdown with more unstarted jobs than one call takes)
             for start in range(0, len(entries), self.max_batch):
-                self.release(entries[start:start + self.max_batch], started=started)
+                yield from self.release_steps(entries[start:start + self.max_batch], started=started)
             return
         jobs = [e.job for e in entries]
         try:
-            outcomes = self.retrying(lambda: self.calls.release_many(
-                [j.id for j in jobs], [j.attempt_token for j in jobs], started=started))
+            outcomes = yield Request("release_many", ([j.id for j in jobs], [j.attempt_token for j in jobs]),
+                                     {"started": started})
         except GiveUp:
             log.error("worker %s: gave up releasing %s jobs (%s) after a second signal; their leases will expire",
                       self.worker_id, len(jobs), [j.id for j in jobs][:20])
@@ -261,37 +240,39 @@ class Reporter:
                 entry.given_back = False  # not given back: its lease was lost
         self.ledger.settle(entries)
 
-    def complete(self, done: list[Result]) -> None:
-        refused = self._send(done, self.complete, self._result_refused, lambda: self.calls.complete_many(
-            [r.job.id for r in done], [r.job.attempt_token for r in done],
-            [None if r.value is None else RawJson(r.value) for r in done], refused_only=True))
+    def complete_steps(self, done: list[Result]) -> Steps[None]:
+        refused = yield from self._send(done, self.complete_steps, self._result_refused, Request(
+            "complete_many", ([r.job.id for r in done], [r.job.attempt_token for r in done],
+                              [None if r.value is None else RawJson(r.value) for r in done]),
+            {"refused_only": True}))
         if refused is not None:
             self._answers(done, refused, "completed")
 
-    def fail(self, failed: list[Result]) -> None:
-        outcomes = self._send(failed, self.fail, self._failure_refused, lambda: self.calls.fail_many(
-            [r.job.id for r in failed], [r.job.attempt_token for r in failed],
-            [r.value or "" for r in failed], retry_ins=[r.retry_in for r in failed],
-            permanents=[r.permanent for r in failed]))
+    def fail_steps(self, failed: list[Result]) -> Steps[None]:
+        outcomes = yield from self._send(failed, self.fail_steps, self._failure_refused, Request(
+            "fail_many", ([r.job.id for r in failed], [r.job.attempt_token for r in failed],
+                          [r.value or "" for r in failed]),
+            {"retry_ins": [r.retry_in for r in failed], "permanents": [r.permanent for r in failed]}))
         if outcomes is not None:
             self._answers(failed, outcomes, "failed")
 
-    def snooze(self, snoozed: list[Result]) -> None:
-        outcomes = self._send(snoozed, self.snooze, self._snooze_refused, lambda: self.calls.snooze_many(
-            [r.job.id for r in snoozed], [r.job.attempt_token for r in snoozed],
-            [r.snooze or timedelta(0) for r in snoozed]))
+    def snooze_steps(self, snoozed: list[Result]) -> Steps[None]:
+        outcomes = yield from self._send(snoozed, self.snooze_steps, self._snooze_refused, Request(
+            "snooze_many", ([r.job.id for r in snoozed], [r.job.attempt_token for r in snoozed],
+                            [r.snooze or timedelta(0) for r in snoozed])))
         if outcomes is not None:
             self._answers(snoozed, outcomes, "snoozed")
 
-    def _send(self, results: list[Result], each: Callable[[list[Result]], None],
-              refused_one: Callable[[Result, Exception], None],
-              call: Callable[[], list[Outcome]]) -> Optional[list[Outcome]]:
-        """The outcomes of ``call`` (complete_many, fail_many or snooze_many for ``results``), through
+    def _send(self, results: list[Result], each: Callable[[list[Result]], Steps[None]],
+              refused_one: Callable[[Result, Exception], Steps[None]],
+              request: Request) -> Steps[Optional[list[Outcome]]]:
+        """The outcomes of ``request`` (complete_many, fail_many or snooze_many for ``results``), through
         retrying; None when they were dealt with here instead: given up after a second
         signal, or refused for their values (not their tokens), when each result goes
         alone through ``each`` to find the one refused, which ``refused_one`` handles."""
         try:
-            return self.retrying(call)
+            outcomes: list[Outcome] = yield request
+            return outcomes
         except GiveUp:
             self._abandon(results)
         except Exception as exc:
@@ -299,21 +280,21 @@ class Reporter:
                 raise
             if len(results) > 1:
                 for r in results:
-                    each([r])
+                    yield from each([r])
             else:
-                refused_one(results[0], exc)
+                yield from refused_one(results[0], exc)
         return None
 
-    def _result_refused(self, r: Result, exc: Exception) -> None:
+    def _result_refused(self, r: Result, exc: Exception) -> Steps[None]:
         """The database refused a result itself (a handler's RawJson that is not JSON,
         say): the attempt fails instead."""
         log.error("job %s kind=%s attempt=%s: the database refused its result (%s); failing the attempt",
                   r.job.id, r.job.kind, r.job.attempts, str(exc).strip())
-        self.fail([Result(r.entry, False, storable_text(
+        yield from self.fail_steps([Result(r.entry, False, storable_text(
             f"ResultNotStorable: the database refused the handler's result: {type(exc).__name__}: {exc}"),
             permanent=True)])
 
-    def _failure_refused(self, r: Result, exc: Exception) -> None:
+    def _failure_refused(self, r: Result, exc: Exception) -> Steps[None]:
         """The database refused a failure: fail again with a plain text and the default
         backoff; if that is refused too, leave the job to its lease."""
         if r.value is not None and r.value.startswith("FailureNotStorable:"):
@@ -322,16 +303,16 @@ class Reporter:
                       str(exc).strip())
             self.ledger.settle([r.entry])
             return
-        self.fail([Result(r.entry, False, storable_text(
+        yield from self.fail_steps([Result(r.entry, False, storable_text(
             f"FailureNotStorable: the database refused this failure ({type(exc).__name__}: {exc})"),
             permanent=r.permanent)])
 
-    def _snooze_refused(self, r: Result, exc: Exception) -> None:
+    def _snooze_refused(self, r: Result, exc: Exception) -> Steps[None]:
         """The database refused a snooze for its value (not its token): fail the attempt
         instead, with the default backoff."""
         log.error("job %s kind=%s attempt=%s: the database refused its snooze (%s); failing the attempt",
                   r.job.id, r.job.kind, r.job.attempts, str(exc).strip())
-        self.fail([Result(r.entry, False, storable_text(
+        yield from self.fail_steps([Result(r.entry, False, storable_text(
             f"SnoozeNotStorable: the database refused this snooze ({type(exc).__name__}: {exc})"))])
 
     def _abandon(self, results: list[Result]) -> None:
@@ -366,8 +347,93 @@ class Reporter:
                 r.entry.lost = True
                 self.counters["lease_lost"] += 1
                 log.warning("job %s kind=%s attempt=%s: lease lost, %s refused: %s", job.id, job.kind,
-                            job.attempts, {"completed": "complete", "snoozed": "snooze"}.get(verb, "fail"), o.detail)
+                            job.attempts, {"completed": "complete", "snoozed": "snooze"}.get(verb, "fail"),
+                            o.detail)
         self.ledger.settle([r.entry for r in results])
 
 
-__all__ = ["Reporter", "Calls", "Split", "GiveUp", "due", "take_batch", "split", "MAX_REPORT_BATCH"]
+# -- the I/O of the threaded worker --------------------------------------------------
+
+class Reporter(Reporting):
+    """Reports outcomes and give-backs for the threaded worker, with blocking calls.
+
+    * ``calls``: the database calls (the worker's Client).
+    * ``wait(seconds)``: the pause between retries (returns early when hurried).
+    * the rest: see :class:`Reporting`.
+    """
+
+    def __init__(self, calls: Calls, ledger: Ledger, *, worker_id: str, counters: dict[str, int],
+                 hurried: Callable[[], bool], wait: Callable[[float], Any], limits: Limits = Limits()) -> None:
+        super().__init__(ledger, worker_id=worker_id, counters=counters, hurried=hurried, limits=limits)
+        self.calls = calls
+        self.wait = wait
+
+    # -- the flusher ------------------------------------------------------
+
+    def run(self, outcome: Bell, *, flush_batch: int, flush_interval: float, done: Callable[[], bool],
+            stopping: Callable[[], bool], clock: Callable[[], float], sleep: Callable[[float], Any]) -> None:
+        """The flusher's loop: report outcomes as they become due, until ``done`` and none
+        is left. Idle, it sleeps on ``outcome`` (handlers ring it), so an idle worker does
+        not poll; it gathers outcomes for up to ``flush_interval`` after the first."""
+        results = self.ledger.results
+        pending_since: Optional[float] = None
+        while True:
+            if not results:
+                if done():
+                    return
+                pending_since = None
+                outcome.clear()
+                if not results:
+                    outcome.wait(0.2)
+                continue
+            now = clock()
+            if pending_since is None:
+                pending_since = now
+            if not due(len(results), now - pending_since, flush_batch=flush_batch,
+                       flush_interval=flush_interval, stopping=stopping()):
+                sleep(min(flush_interval / 4, pending_since + flush_interval - now))
+                continue
+            pending_since = None
+            self.report(take_batch(results, self.max_batch))
+
+    def report(self, batch: list[Result]) -> None:
+        """Report one batch (of distinct job ids). Never raises: a batch that cannot be
+        reported is dropped from the ledger, and its leases expire."""
+        try:
+            self.drive(self.report_steps(batch))
+        except Exception:  # never let the flusher die: its outcomes would never settle
+            self.report_failed(batch)
+
+    def release(self, entries: list[Entry], *, started: bool) -> None:
+        """Give these attempts back (see :meth:`Reporting.release_steps`)."""
+        self.drive(self.release_steps(entries, started=started))
+
+    def retrying(self, call: Callable[[], T]) -> T:
+        """``call()``, tried again through connection failures (see :meth:`Reporting.retry_wait`).
+        Raises GiveUp when a second signal asks the shutdown not to wait any longer."""
+        backoff = 0.05
+        while True:
+            try:
+                return call()
+            except Exception as exc:
+                self.wait(self.retry_wait(exc, backoff))
+                backoff = min(backoff * 2, 5.0)
+
+    def drive(self, steps: Steps[T]) -> T:
+        """Run ``steps``, making each call it asks for (retrying), until it returns."""
+        answer: Any = None
+        error: Optional[Exception] = None
+        while True:
+            try:
+                request = steps.send(answer) if error is None else steps.throw(error)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            method = getattr(self.calls, request.method)
+            try:
+                answer, error = self.retrying(lambda: method(*request.args, **request.kwargs)), None
+            except Exception as exc:
+                answer, error = None, exc
+
+
+__all__ = ["Reporter", "Reporting", "Request", "Steps", "Calls", "Split", "GiveUp", "due", "take_batch", "split",
+           "MAX_REPORT_BATCH"]

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Optional
+from typing import Optional, Protocol
 
 import psycopg
 
 from ._text import escaped_logger
-from .client import Client
 from .errors import PgfenceError
+from .models import SweeperHealth
 
 log = escaped_logger("pgfence.worker")
 
@@ -25,7 +25,16 @@ log = escaped_logger("pgfence.worker")
 SWEEPER_LOOK_INTERVAL = 60.0
 
 
-def run(client: Client, run_sweeper: Optional[bool], *, sweep_interval: float, worker_id: str,
+class Sweeps(Protocol):
+    """The calls the sweeper makes (a :class:`~pgfence.Client` has them; the asyncio
+    worker passes its AsyncClient's, made from the sweeper's thread)."""
+
+    def sweeper_health(self) -> SweeperHealth: ...
+
+    def sweep(self) -> int: ...
+
+
+def run(client: Sweeps, run_sweeper: Optional[bool], *, sweep_interval: float, worker_id: str,
         done: threading.Event) -> None:
     """Sweep (see the module's docstring) until ``done`` is set."""
     auto = run_sweeper is None

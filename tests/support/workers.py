@@ -87,9 +87,19 @@ def make_worker(dsn: str, queue: str, handlers: dict[str, Any], *, app: Optional
     return Worker(wclient, handlers, queues=[queue], **options), wclient
 
 
-def start(dsn: str, queue: str, handlers: dict[str, Any], owned: list[Client], **options: Any) -> Worker:
-    """make_worker, its pool added to ``owned`` (the ``workers`` fixture closes them)."""
-    worker, wclient = make_worker(dsn, queue, handlers, **options)
+def start(dsn: str, queue: str, handlers: dict[str, Any], owned: list[Any], *, flavor: str = "threads",
+          app: Optional[str] = None, **options: Any) -> Any:
+    """make_worker, its pool added to ``owned`` (the ``workers`` fixture closes them).
+    ``flavor="asyncio"``: a pgfence.aio.AsyncWorker on a loop thread of its own, driven
+    like a Worker (support.aio.AsyncWorkerOnLoop)."""
+    if flavor == "asyncio":
+        from .aio import AsyncWorkerOnLoop
+        options.setdefault("poll_interval", 0.2)
+        options.setdefault("run_sweeper", False)
+        aworker = AsyncWorkerOnLoop(app_dsn(dsn, app) if app else dsn, handlers, queues=[queue], **options)
+        owned.append(aworker)
+        return aworker
+    worker, wclient = make_worker(dsn, queue, handlers, app=app, **options)
     owned.append(wclient)
     return worker
 
