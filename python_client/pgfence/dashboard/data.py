@@ -1,0 +1,359 @@
+"""What the dashboard reads and does: literal queries over pgfence's functions and views.
+
+Reads go through ``pgfence.stats()``, ``job()``, ``attempts_of()``, ``rejections_of()``,
+``sweeper_health()``, ``queue_limits()``, ``history_summary()`` and the views
+``pgfence.all_jobs`` / ``all_attempts`` (``security_invoker``: the connecting role's
+own privileges apply). Every list is bounded (a LIMIT) and paged by keyset on ``id``,
+never OFFSET. Every action is one call of a pgfence SQL function, in a transaction that
+first sets ``pgfence.actor`` (``set_config(..., true)``, i.e. ``SET LOCAL``) to the
+dashboard user, which the operator audit records as the informational actor.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Iterator, Optional, Sequence
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool
+
+PAGE = 50
+#: The most jobs one bulk action touches (pgfence.act_on_filter's own cap when it
+#: exists; the same number for the fallback that calls requeue/cancel per job).
+BULK_CAP = 10_000
+#: The error-text search reads at most this window of updated_at (the text has no index).
+ERROR_SEARCH_WINDOW = timedelta(days=1)
+
+# Functions of the console branch the dashboard uses when they are deployed.
+OPTIONAL = {
+    "mark_done": "pgfence.mark_done(bigint, text, jsonb)",
+    "requeue_many": "pgfence.requeue_many(bigint[], text)",
+    "cancel_many": "pgfence.cancel_many(bigint[], text)",
+    "mark_done_many": "pgfence.mark_done_many(bigint[], text, jsonb)",
+    "preview_action": "pgfence.preview_action(text, text, text, text, text, timestamptz, timestamptz)",
+    "act_on_filter": "pgfence.act_on_filter(text, text, jsonb, text, text, text, text, timestamptz, timestamptz, integer)",
+    "metrics": "pgfence.metrics()",
+    "audit_of": "pgfence.audit_of(bigint)",
+    "schedules": "pgfence.schedules()",
+}
+
+
+@dataclass(frozen=True)
+class Identity:
+    role: str
+    superuser: bool
+    operator: bool
+    viewer: bool
+
+
+@dataclass
+class JobFilter:
+    """The jobs page's filter (every field optional)."""
+
+    queue: Optional[str] = None
+    kind: Optional[str] = None
+    status: Optional[str] = None
+    key: Optional[str] = None
+    job_id: Optional[int] = None
+    error: Optional[str] = None
+    after: Optional[datetime] = None
+    before: Optional[datetime] = None
+
+
+class Data:
+    def __init__(self, pool: ConnectionPool) -> None:
+        self.pool = pool
+        self.has: dict[str, bool] = {}
+
+    # -- plumbing ---------------------------------------------------------
+    @contextmanager
+    def conn(self) -> Iterator[psycopg.Connection[Any]]:
+        with self.pool.connection() as c:
+            yield c
+
+    def rows(self, query: str, params: Any = None) -> list[dict[str, Any]]:
+        with self.conn() as c, c.cursor(row_factory=dict_row) as cur:
+            cur.execute(query, params)
+            return cur.fetchall()
+
+    def detect(self) -> None:
+        """Which optional functions (console branch, schedules) this database has."""
+        with self.conn() as c:
+            for name, sig in OPTIONAL.items():
+                row = c.execute("SELECT to_regprocedure(%s) IS NOT NULL", (sig,)).fetchone()
+                self.has[name] = bool(row and row[0])
+
+    def identity(self) -> Identity:
+        r = self.rows(
+            "SELECT current_user AS role, r.rolsuper AS superuser,"
+            " pg_has_role(current_user, 'pgfence_operator', 'MEMBER') AS operator,"
+            " (to_regrole('pgfence_viewer') IS NOT NULL"
+            "  AND pg_has_role(current_user, 'pgfence_viewer', 'MEMBER')) AS viewer"
+            " FROM pg_roles r WHERE r.rolname = current_user")[0]
+        return Identity(str(r["role"]), bool(r["superuser"]), bool(r["operator"]), bool(r["viewer"]))
+
+    # -- overview ---------------------------------------------------------
+    def overview(self) -> dict[str, Any]:
+        stats = self.rows("SELECT queue, status, jobs, oldest_runnable_age, expired_leases FROM pgfence.stats()"
+                          " ORDER BY queue, status")
+        queues: dict[str, dict[str, Any]] = {}
+        for s in stats:
+            q = queues.setdefault(s["queue"], {"queue": s["queue"], "states": {}, "oldest": None, "expired": 0})
+            q["states"][s["status"]] = s["jobs"]
+            if s["oldest_runnable_age"] is not None:
+                q["oldest"] = max(q["oldest"] or s["oldest_runnable_age"], s["oldest_runnable_age"])
+            q["expired"] += s["expired_leases"] or 0
+        limits = {r["queue"]: r for r in self.rows(
+            "SELECT queue, paused_at, paused_by, max_running, running FROM pgfence.queue_limits()")}
+        for name, lim in limits.items():
+            queues.setdefault(name, {"queue": name, "states": {}, "oldest": None, "expired": 0})
+        for name, q in queues.items():
+            q["limit"] = limits.get(name)
+        # Throughput: jobs finished per minute over the last hour (done: the history's BRIN
+        # on finished_at; failed/cancelled: pgfence.jobs' finished_at index).
+        per_minute = self.rows(
+            "SELECT date_trunc('minute', finished_at) AS minute, status, count(*) AS n"
+            " FROM pgfence.all_jobs WHERE finished_at >= date_trunc('minute', now()) - interval '59 minutes'"
+            " GROUP BY 1, 2 ORDER BY 1")
+        summary = self.rows("SELECT outcome, count FROM pgfence.history_summary(since => interval '1 hour')")
+        sweeper = self.rows("SELECT state, last_pass_at, last_pass_age, paused_at, paused_by, last_error,"
+                            " last_error_at FROM pgfence.sweeper_health()")
+        now = self.rows("SELECT date_trunc('minute', now()) AS now")[0]["now"]
+        minutes = [now - timedelta(minutes=59 - i) for i in range(60)]
+        series = {m: {"done": 0, "failed": 0, "cancelled": 0} for m in minutes}
+        for r in per_minute:
+            if r["minute"] in series and r["status"] in series[r["minute"]]:
+                series[r["minute"]][r["status"]] = r["n"]
+        return {"queues": sorted(queues.values(), key=lambda q: q["queue"]),
+                "series": [(m, series[m]) for m in minutes],
+                "summary": {r["outcome"]: r["count"] for r in summary},
+                "sweeper": sweeper[0] if sweeper else None}
+
+    # -- lists ------------------------------------------------------------
+    def manual_review(self, before_id: Optional[int], queue: Optional[str]) -> list[dict[str, Any]]:
+        """Manual-review jobs, newest id first, with their last ended attempt (the one whose
+        lease expired)."""
+        return self.rows(
+            "SELECT j.id, j.queue, j.kind, j.payload::text AS payload, j.attempts, j.max_attempts, j.updated_at,"
+            " j.last_error, a.worker, a.claimed_at, a.heartbeat_at, a.lease_expires_at, a.ended_at,"
+            " now() - a.lease_expires_at AS expired_ago"
+            " FROM pgfence.all_jobs j"
+            " LEFT JOIN LATERAL (SELECT * FROM pgfence.attempts_of(job_id => j.id) ORDER BY attempt DESC LIMIT 1) a"
+            "   ON true"
+            " WHERE j.status = 'manual_review' AND (%(before)s::bigint IS NULL OR j.id < %(before)s)"
+            "   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)"
+            " ORDER BY j.id DESC LIMIT %(limit)s",
+            {"before": before_id, "queue": queue, "limit": PAGE + 1})
+
+    def jobs(self, f: JobFilter, before_id: Optional[int]) -> list[dict[str, Any]]:
+        """One page of jobs matching the filter, newest id first (keyset on id)."""
+        window_from = f.after
+        if f.error and (window_from is None or (f.before or datetime.now(window_from.tzinfo)) - window_from
+                        > ERROR_SEARCH_WINDOW):
+            # bounded: the error text has no index, so it is searched within a window
+            window_from = None
+        return self.rows(
+            "SELECT id, queue, kind, status, attempts, max_attempts, idempotency_key, left(last_error, 200) AS error,"
+            " created_at, updated_at, finished_at"
+            " FROM pgfence.all_jobs"
+            " WHERE (%(before)s::bigint IS NULL OR id < %(before)s)"
+            "   AND (%(id)s::bigint IS NULL OR id = %(id)s)"
+            "   AND (%(queue)s::text IS NULL OR queue = %(queue)s)"
+            "   AND (%(kind)s::text IS NULL OR kind = %(kind)s)"
+            "   AND (%(status)s::text IS NULL OR status = %(status)s)"
+            "   AND (%(key)s::text IS NULL OR idempotency_key = %(key)s)"
+            "   AND (%(after)s::timestamptz IS NULL OR updated_at >= %(after)s)"
+            "   AND (%(until)s::timestamptz IS NULL OR updated_at < %(until)s)"
+            "   AND (%(error)s::text IS NULL OR (strpos(last_error, %(error)s) > 0"
+            "        AND updated_at >= coalesce(%(from)s::timestamptz, coalesce(%(until)s::timestamptz, now()) - %(win)s)))"
+            " ORDER BY id DESC LIMIT %(limit)s",
+            {"before": before_id, "id": f.job_id, "queue": f.queue, "kind": f.kind, "status": f.status,
+             "key": f.key, "after": f.after, "until": f.before, "error": f.error, "from": window_from,
+             "win": ERROR_SEARCH_WINDOW, "limit": PAGE + 1})
+
+    def dead_letter(self) -> list[dict[str, Any]]:
+        """Failed jobs grouped by their error (the first 500 characters), largest group first."""
+        return self.rows(
+            "SELECT left(coalesce(last_error, ''), 500) AS error, count(*) AS n, array_agg(DISTINCT queue) AS queues,"
+            " min(updated_at) AS first_at, max(updated_at) AS last_at, max(id) AS sample"
+            " FROM pgfence.all_jobs WHERE status = 'failed'"
+            " GROUP BY 1 ORDER BY n DESC, error LIMIT 100")
+
+    def queues(self) -> list[dict[str, Any]]:
+        names = {r["queue"] for r in self.rows("SELECT DISTINCT queue FROM pgfence.stats()")}
+        limits = {r["queue"]: r for r in self.rows(
+            "SELECT queue, paused_at, paused_by, max_running, running, limited_at, limited_by"
+            " FROM pgfence.queue_limits()")}
+        names |= set(limits)
+        return [{"queue": n, "limit": limits.get(n)} for n in sorted(names)]
+
+    def schedules(self) -> Optional[list[dict[str, Any]]]:
+        if not self.has.get("schedules"):
+            return None
+        return self.rows("SELECT * FROM pgfence.schedules() LIMIT 500")
+
+    # -- one job ----------------------------------------------------------
+    def job(self, job_id: int) -> Optional[dict[str, Any]]:
+        r = self.rows("SELECT id, queue, kind, payload::text AS payload, status, priority, attempts, max_attempts,"
+                      " available_at, recovery_policy, idempotency_key, attempt_token, reserved_by, reserved_at,"
+                      " heartbeat_at, lease_expires_at, reclaim_count, last_error, result::text AS result,"
+                      " created_at, updated_at, finished_at, enqueued_by FROM pgfence.job(job_id => %s)", (job_id,))
+        return r[0] if r else None
+
+    def attempts(self, job_id: int) -> list[dict[str, Any]]:
+        return self.rows("SELECT attempt, attempt_token, worker, claimed_at, heartbeat_at, lease_expires_at,"
+                         " ended_at, outcome, error FROM pgfence.attempts_of(job_id => %s)", (job_id,))
+
+    def rejections(self, job_id: int) -> list[dict[str, Any]]:
+        return self.rows("SELECT attempt_token, operation, caller, detail, rejected_at"
+                         " FROM pgfence.rejections_of(job_id => %s)", (job_id,))
+
+    def audit(self, job_id: int) -> Optional[list[dict[str, Any]]]:
+        if not self.has.get("audit_of"):
+            return None
+        return self.rows("SELECT * FROM pgfence.audit_of(job_id => %s)", (job_id,))
+
+    def now(self) -> datetime:
+        return self.rows("SELECT now() AS now")[0]["now"]
+
+    # -- metrics ----------------------------------------------------------
+    def metrics(self) -> list[dict[str, Any]]:
+        if self.has.get("metrics"):
+            return self.rows("SELECT name, type, help, labels, value FROM pgfence.metrics()")
+        # Before pgfence.metrics() exists: the same shape from stats().
+        out: list[dict[str, Any]] = []
+        for s in self.rows("SELECT queue, status, jobs, oldest_runnable_age, expired_leases FROM pgfence.stats()"):
+            out.append({"name": "pgfence_jobs", "type": "gauge", "help": "Jobs by queue and status.",
+                        "labels": {"queue": s["queue"], "status": s["status"]}, "value": float(s["jobs"])})
+            if s["status"] == "queued" and s["oldest_runnable_age"] is not None:
+                out.append({"name": "pgfence_oldest_runnable_age_seconds", "type": "gauge",
+                            "help": "Age of the oldest runnable job.", "labels": {"queue": s["queue"]},
+                            "value": s["oldest_runnable_age"].total_seconds()})
+        return out
+
+    # -- actions ----------------------------------------------------------
+    @contextmanager
+    def acting(self, actor: str) -> Iterator[psycopg.Connection[Any]]:
+        """A transaction whose pgfence.actor is the dashboard user (informational, for the audit)."""
+        with self.conn() as c, c.transaction():
+            c.execute("SELECT set_config('pgfence.actor', %s, true)", (actor,))
+            yield c
+
+    def act(self, actor: str, action: str, job_id: int, note: Optional[str] = None,
+            result: Optional[str] = None) -> None:
+        with self.acting(actor) as c:
+            if action == "requeue":
+                c.execute("SELECT pgfence.requeue(job_id => %s)", (job_id,))
+            elif action == "cancel":
+                c.execute("SELECT pgfence.cancel(job_id => %s)", (job_id,))
+            elif action == "mark_done":
+                c.execute("SELECT pgfence.mark_done(job_id => %s, note => %s, result => %s::jsonb)",
+                          (job_id, note, result))
+            else:
+                raise ValueError(action)
+
+    def act_many(self, actor: str, action: str, job_ids: Sequence[int], note: Optional[str] = None,
+                 result: Optional[str] = None) -> list[dict[str, Any]]:
+        """A selection: ``requeue_many``/``cancel_many``/``mark_done_many`` (one audit row with
+        the ids acted on), else (before those exist) requeue/cancel per job in one transaction."""
+        ids = list(job_ids)[:BULK_CAP]
+        with self.acting(actor) as c, c.cursor(row_factory=dict_row) as cur:
+            if self.has.get(f"{action}_many"):
+                if action == "mark_done":
+                    cur.execute("SELECT id, acted, job_status, detail FROM pgfence.mark_done_many("
+                                "job_ids => %s, note => %s, result => %s::jsonb)", (ids, note, result))
+                else:
+                    cur.execute(f"SELECT id, acted, job_status, detail FROM pgfence.{action}_many("
+                                "job_ids => %s, note => %s)", (ids, note))
+                return cur.fetchall()
+            out = []
+            for i in ids:
+                try:
+                    with c.transaction():
+                        self._one(c, action, i, note, result)
+                    out.append({"id": i, "acted": True, "job_status": None, "detail": None})
+                except psycopg.Error as exc:
+                    out.append({"id": i, "acted": False, "job_status": None,
+                                "detail": exc.diag.message_primary or str(exc)})
+            return out
+
+    def _one(self, c: psycopg.Connection[Any], action: str, job_id: int, note: Optional[str],
+             result: Optional[str]) -> None:
+        if action == "mark_done":
+            c.execute("SELECT pgfence.mark_done(job_id => %s, note => %s, result => %s::jsonb)",
+                      (job_id, note, result))
+        else:
+            c.execute(f"SELECT pgfence.{'requeue' if action == 'requeue' else 'cancel'}(job_id => %s)", (job_id,))
+
+    def preview(self, action: str, flt: dict[str, Any]) -> tuple[int, int]:
+        """(jobs the filter matches that the action applies to, the cap per call)."""
+        if self.has.get("preview_action"):
+            r = self.rows("SELECT jobs, max_jobs FROM pgfence.preview_action(action => %(action)s,"
+                          " status => %(status)s, queue => %(queue)s, kind => %(kind)s,"
+                          " error_contains => %(error)s, updated_after => %(after)s, updated_before => %(before)s)",
+                          {"action": action, **flt})[0]
+            return int(r["jobs"]), int(r["max_jobs"])
+        n = self.rows("SELECT count(*) AS n FROM (SELECT 1 FROM pgfence.all_jobs" + _FILTER_WHERE +
+                      " LIMIT %(cap)s) x", {"statuses": list(_ACTION_STATUSES[action]), **flt,
+                                            "cap": BULK_CAP + 1})[0]["n"]
+        return int(n), BULK_CAP
+
+    def act_on_filter(self, actor: str, action: str, flt: dict[str, Any], note: Optional[str],
+                      result: Optional[str]) -> list[dict[str, Any]]:
+        if self.has.get("act_on_filter"):
+            with self.acting(actor) as c, c.cursor(row_factory=dict_row) as cur:
+                cur.execute("SELECT id, acted, job_status, detail FROM pgfence.act_on_filter(action => %(action)s,"
+                            " note => %(note)s, result => %(result)s::jsonb, status => %(status)s,"
+                            " queue => %(queue)s, kind => %(kind)s, error_contains => %(error)s,"
+                            " updated_after => %(after)s, updated_before => %(before)s, max_jobs => %(cap)s)",
+                            {"action": action, "note": note, "result": result, "cap": BULK_CAP, **flt})
+                return cur.fetchall()
+        ids = [r["id"] for r in self.rows(
+            "SELECT id FROM pgfence.all_jobs" + _FILTER_WHERE + " ORDER BY id LIMIT %(cap)s",
+            {"statuses": list(_ACTION_STATUSES[action]), **flt, "cap": BULK_CAP + 1})]
+        if len(ids) > BULK_CAP:
+            raise ValueError(f"the filter matches more than {BULK_CAP} jobs: narrow it")
+        return self.act_many(actor, action, ids, note, result) if ids else []
+
+    # -- queues -----------------------------------------------------------
+    def queue_action(self, actor: str, action: str, queue: str, max_running: Optional[int] = None) -> None:
+        with self.acting(actor) as c:
+            if action == "pause":
+                c.execute("SELECT pgfence.pause_queue(queue => %s)", (queue,))
+            elif action == "resume":
+                c.execute("SELECT pgfence.resume_queue(queue => %s)", (queue,))
+            elif action == "limit":
+                c.execute("SELECT pgfence.set_queue_limit(queue => %s, max_running => %s::integer)",
+                          (queue, max_running))
+            else:
+                raise ValueError(action)
+
+
+_ACTION_STATUSES = {"requeue": ("failed", "manual_review", "cancelled"),
+                    "cancel": ("queued", "processing", "manual_review"),
+                    "mark_done": ("manual_review",)}
+_FILTER_WHERE = (" WHERE status = ANY(%(statuses)s)"
+                 " AND (%(status)s::text IS NULL OR status = %(status)s)"
+                 " AND (%(queue)s::text IS NULL OR queue = %(queue)s)"
+                 " AND (%(kind)s::text IS NULL OR kind = %(kind)s)"
+                 " AND (%(error)s::text IS NULL OR strpos(last_error, %(error)s) > 0)"
+                 " AND (%(after)s::timestamptz IS NULL OR updated_at >= %(after)s)"
+                 " AND (%(before)s::timestamptz IS NULL OR updated_at < %(before)s)")
+
+
+def pretty_json(text: Optional[str]) -> Optional[str]:
+    """A JSON text indented for reading (as it is, when it does not parse here)."""
+    if text is None:
+        return None
+    try:
+        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    except (ValueError, RecursionError):
+        return text
+
+
+__all__ = ["Data", "JobFilter", "Identity", "PAGE", "BULK_CAP", "ERROR_SEARCH_WINDOW", "pretty_json", "Jsonb"]

@@ -1,0 +1,233 @@
+"""The web dashboard over HTTP (Starlette's TestClient, no browser): authentication,
+Host/Origin checks, CSRF, escaping, the CSP, the read-only mode, /metrics, the start
+checks. The browser flows are in test_dashboard_browser.py."""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("starlette")
+pytest.importorskip("httpx")
+
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+from starlette.testclient import TestClient  # noqa: E402
+
+from pgfence.dashboard.app import Config, create_app  # noqa: E402
+from pgfence.dashboard.server import Options, StartError, check_role, read_token  # noqa: E402
+from support.dashboard import TOKEN, enqueue, failed_job, manual_review_job, pool_as  # noqa: E402
+from support.db import Conn, delete_queues, one, unique_name  # noqa: E402
+from support.roles import login_roles  # noqa: E402
+
+OP = "t_dash_op"
+ORIGIN = {"origin": "http://127.0.0.1"}
+
+
+@pytest.fixture(scope="module")
+def op_pool(dsn: str) -> Iterator[Any]:
+    with login_roles(dsn, {OP: "pgfence_operator"}), pool_as(dsn, OP) as pool:
+        yield pool
+
+
+@pytest.fixture
+def q(conn: Conn) -> Iterator[str]:
+    name = unique_name("dash")
+    yield name
+    delete_queues(conn, [name])
+
+
+def client_for(pool: Any, *, login: bool = True, **cfg: Any) -> TestClient:
+    app = create_app(pool, Config(token=TOKEN, **cfg))
+    c = TestClient(app, base_url="http://127.0.0.1")
+    if login:
+        r = c.post("/login", data={"token": TOKEN, "name": "alice"}, headers=ORIGIN, follow_redirects=False)
+        assert r.status_code == 303, r.text
+    return c
+
+
+def csrf_of(html: str) -> str:
+    m = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert m, "no CSRF field on the page"
+    return m.group(1)
+
+
+def test_every_page_renders_for_an_operator(op_pool: Any, conn: Conn, q: str) -> None:
+    job_id = manual_review_job(conn, q)
+    c = client_for(op_pool)
+    for path in ("/", "/overview/live", "/inbox", "/jobs", f"/jobs/{job_id}", "/dead", "/queues",
+                 f"/jobs?queue={q}", f"/jobs?error=x&status=failed"):
+        r = c.get(path)
+        assert r.status_code == 200, (path, r.text[:500])
+    assert f"#{job_id}" in c.get("/inbox").text
+
+
+def test_unauthenticated_requests_are_refused_on_a_non_loopback_bind(op_pool: Any) -> None:
+    app = create_app(op_pool, Config(token=TOKEN, bind_host="0.0.0.0", allowed_hosts=["dash.example"]))
+    c = TestClient(app, base_url="http://dash.example")
+    r = c.get("/", follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/login"
+    for path in ("/inbox", "/jobs", "/dead", "/queues"):
+        r = c.get(path, follow_redirects=False)
+        assert r.status_code == 303, path
+        assert "pgfence" not in r.text or "Log in" in r.text
+    assert c.get("/metrics").status_code == 401
+    assert c.post("/bulk", data={"action": "requeue", "ids": "1"},
+                  headers={"origin": "http://dash.example"}).status_code == 401
+    # a wrong token is refused, the right one gets in
+    assert c.post("/login", data={"token": "wrong" * 4}, headers={"origin": "http://dash.example"}).status_code == 401
+    assert c.post("/login", data={"token": TOKEN}, headers={"origin": "http://dash.example"},
+                  follow_redirects=False).status_code == 303
+    assert c.get("/").status_code == 200
+
+
+def test_authentication_cannot_be_turned_off_off_loopback(op_pool: Any) -> None:
+    with pytest.raises(ValueError):
+        create_app(op_pool, Config(token=None, bind_host="0.0.0.0"))
+    with pytest.raises(StartError):
+        from pgfence.dashboard.server import run
+        run(Options(dsn="", dsn_from_cli=False, bind="0.0.0.0:8484", no_auth=True))
+
+
+def test_metrics_takes_the_token_as_a_bearer(op_pool: Any) -> None:
+    c = client_for(op_pool, login=False)
+    assert c.get("/metrics").status_code == 401
+    assert c.get("/metrics", headers={"authorization": "Bearer nope-nope-nope-nope"}).status_code == 401
+    assert c.get("/metrics", headers={"authorization": f"Bearer {TOKEN}"}).status_code == 200
+
+
+def test_a_foreign_host_header_is_refused(op_pool: Any) -> None:
+    c = client_for(op_pool)
+    r = c.get("/", headers={"host": "evil.example"})
+    assert r.status_code == 400
+    r = c.get("/", headers={"host": "evil.example:8484"})
+    assert r.status_code == 400
+
+
+def test_a_post_without_the_csrf_token_is_refused(op_pool: Any, conn: Conn, q: str) -> None:
+    job_id = manual_review_job(conn, q)
+    c = client_for(op_pool)
+    r = c.post(f"/jobs/{job_id}/action", data={"action": "cancel"}, headers=ORIGIN)
+    assert r.status_code == 403 and "CSRF" in r.text
+    r = c.post(f"/jobs/{job_id}/action", data={"action": "cancel", "csrf": "forged"}, headers=ORIGIN)
+    assert r.status_code == 403
+    assert one(conn, "SELECT status FROM pgfence.jobs WHERE id = %s", (job_id,)) == "manual_review"
+    # with the token (and our own Origin) it goes through
+    token = csrf_of(c.get("/inbox").text)
+    r = c.post(f"/jobs/{job_id}/action", data={"action": "cancel", "csrf": token}, headers=ORIGIN,
+               follow_redirects=False)
+    assert r.status_code == 303
+    assert one(conn, "SELECT status FROM pgfence.jobs WHERE id = %s", (job_id,)) == "cancelled"
+
+
+def test_a_cross_origin_post_is_refused_even_with_the_token(op_pool: Any, conn: Conn, q: str) -> None:
+    job_id = manual_review_job(conn, q)
+    c = client_for(op_pool)
+    token = csrf_of(c.get("/inbox").text)
+    for headers in ({"origin": "http://evil.example"}, {}):
+        r = c.post(f"/jobs/{job_id}/action", data={"action": "cancel", "csrf": token}, headers=headers)
+        assert r.status_code == 403
+    assert one(conn, "SELECT status FROM pgfence.jobs WHERE id = %s", (job_id,)) == "manual_review"
+
+
+def test_every_response_carries_the_csp_and_framing_headers(op_pool: Any) -> None:
+    c = client_for(op_pool)
+    for path in ("/", "/login", "/static/app.js"):
+        r = c.get(path)
+        csp = r.headers["content-security-policy"]
+        assert "script-src 'self'" in csp and "unsafe-inline" not in csp
+        assert r.headers["x-frame-options"] == "DENY"
+        assert r.headers["x-content-type-options"] == "nosniff"
+
+
+def test_hostile_strings_render_as_text(op_pool: Any, conn: Conn, q: str) -> None:
+    evil = "<script>alert(1)</script>"
+    job_id = manual_review_job(conn, q, payload='{"x": "<script>alert(1)</script>", "y": "\\"><img src=x>"}',
+                               kind="k<b>old</b>")
+    fid = failed_job(conn, q, error=f"boom {evil}")
+    c = client_for(op_pool)
+    for path in ("/inbox", f"/jobs/{job_id}", f"/jobs/{fid}", "/dead", f"/jobs?queue={q}"):
+        html = c.get(path).text
+        assert evil not in html and "<img src=x>" not in html and "<b>old</b>" not in html, path
+        assert "&lt;script&gt;" in html, path
+    assert "<script>" not in re.sub(r'<script src="/static/app.js" defer></script>', "", c.get("/inbox").text)
+
+
+def test_read_only_mode_hides_and_refuses_actions(op_pool: Any, conn: Conn, q: str) -> None:
+    job_id = manual_review_job(conn, q)
+    fid = failed_job(conn, q, "boom")
+    c = client_for(op_pool, read_only=True)
+    for path in ("/inbox", f"/jobs/{job_id}", "/dead", "/queues"):
+        html = c.get(path).text
+        assert 'action="/jobs/' not in html and 'action="/bulk"' not in html and 'action="/queues/action"' not in html
+    token = csrf_of(c.get("/").text)  # the log-out form still carries it
+    for path, form in ((f"/jobs/{job_id}/action", {"action": "requeue"}),
+                       ("/bulk", {"action": "requeue", "ids": str(fid), "confirm": "1"}),
+                       ("/queues/action", {"action": "pause", "queue": q})):
+        r = c.post(path, data={**form, "csrf": token}, headers=ORIGIN)
+        assert r.status_code == 403 and "read-only" in r.text, path
+    assert one(conn, "SELECT status FROM pgfence.jobs WHERE id = %s", (job_id,)) == "manual_review"
+    assert one(conn, "SELECT status FROM pgfence.jobs WHERE id = %s", (fid,)) == "failed"
+    assert one(conn, "SELECT count(*) FROM pgfence.queue_limits() WHERE queue = %s", (q,)) == 0
+
+
+def test_bulk_filter_previews_before_it_acts(op_pool: Any, conn: Conn, q: str) -> None:
+    ids = [failed_job(conn, q, "smtp down") for _ in range(3)]
+    other = failed_job(conn, q, "bad address")
+    c = client_for(op_pool)
+    token = csrf_of(c.get("/dead").text)
+    form = {"csrf": token, "mode": "filter", "status": "failed", "queue": q, "error": "smtp down",
+            "action": "requeue"}
+    r = c.post("/bulk", data=form, headers=ORIGIN)
+    assert r.status_code == 200 and "This will touch 3 jobs" in r.text
+    assert one(conn, "SELECT count(*) FROM pgfence.jobs WHERE id = ANY(%s) AND status = 'failed'", (ids,)) == 3
+    r = c.post("/bulk", data={**form, "confirm": "1"}, headers=ORIGIN)
+    assert r.status_code == 200 and "3 of 3" in r.text
+    assert one(conn, "SELECT count(*) FROM pgfence.jobs WHERE id = ANY(%s) AND status = 'queued'", (ids,)) == 3
+    assert one(conn, "SELECT status FROM pgfence.jobs WHERE id = %s", (other,)) == "failed"
+
+
+def test_metrics_parse_and_match_the_database(op_pool: Any, conn: Conn, q: str) -> None:
+    failed_job(conn, q, "x")
+    enqueue(conn, q)
+    enqueue(conn, q)
+    c = client_for(op_pool)
+    r = c.get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    families = {f.name: f for f in text_string_to_metric_families(r.text)}
+    assert families, r.text[:500]
+    expected = {(row[0], row[1]): row[2] for row in conn.execute(
+        "SELECT queue, status, jobs FROM pgfence.stats() WHERE queue = %s", (q,)).fetchall()}
+    assert expected == {(q, "queued"): 2, (q, "failed"): 1}
+    name = "pgfence_jobs"
+    seen = {(s.labels["queue"], s.labels["status"]): s.value for s in families[name].samples
+            if s.labels.get("queue") == q and s.value}
+    assert seen == {k: float(v) for k, v in expected.items()}
+
+
+def test_the_dashboard_refuses_a_superuser_unless_told(dsn: str) -> None:
+    with pool_as(dsn, "postgres") as pool:
+        with pytest.raises(StartError) as err:
+            check_role(pool, allow_superuser=False)
+        assert "superuser" in err.value.message
+        assert check_role(pool, allow_superuser=True)["operator"]
+
+
+def test_the_dashboard_refuses_a_role_without_pgfence_grants(dsn: str) -> None:
+    with login_roles(dsn, {"t_dash_nobody": None}), pool_as(dsn, "t_dash_nobody") as pool:
+        with pytest.raises(StartError):
+            check_role(pool, allow_superuser=False)
+
+
+def test_the_token_comes_from_the_environment_a_file_or_is_generated(tmp_path: Any,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PGFENCE_DASHBOARD_TOKEN", raising=False)
+    token, generated = read_token(Options(dsn="", dsn_from_cli=False))
+    assert generated and len(token or "") >= 24
+    monkeypatch.setenv("PGFENCE_DASHBOARD_TOKEN", "from-the-environment")
+    assert read_token(Options(dsn="", dsn_from_cli=False)) == ("from-the-environment", False)
+    f = tmp_path / "token"
+    f.write_text("from-a-file-0123456789\n")
+    assert read_token(Options(dsn="", dsn_from_cli=False, token_file=str(f))) == ("from-a-file-0123456789", False)
+    assert read_token(Options(dsn="", dsn_from_cli=False, no_auth=True)) == (None, False)
