@@ -31,7 +31,7 @@ SECURITY_HEADERS = {
     "content-security-policy": CSP,
     "x-frame-options": "DENY",
     "x-content-type-options": "nosniff",
-    "referrer-policy": "no-referrer",
+    "referrer-policy": "same-origin",  # (no-referrer would make Chromium send "Origin: null" on our own POSTs)
     "cache-control": "no-store",
 }
 

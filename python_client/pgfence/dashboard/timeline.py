@@ -75,8 +75,10 @@ def build(job: dict[str, Any], attempts: list[dict[str, Any]], rejections: list[
     if not bars:
         return Timeline([], 0, WIDTH, None, None, 0, orphans)
     t0 = min(b.start for b in bars)
-    t1 = max([b.span_end for b in bars] + [b.lease_end for b in bars if b.lease_end is not None])
-    total = max((t1 - t0).total_seconds(), 0.001)
+    # The axis spans what happened (claims, ends, refused calls); a lease expiry far past
+    # it (a 30 s lease of an attempt that took 100 ms) is drawn at the right edge.
+    t1 = max(b.span_end for b in bars)
+    total = max((t1 - t0).total_seconds(), 0.001) * 1.04
     scale = (WIDTH - LEFT - 10) / total
 
     def x(t: datetime) -> float:
@@ -87,7 +89,7 @@ def build(job: dict[str, Any], attempts: list[dict[str, Any]], rejections: list[
         b.x = x(b.start)
         b.w = max(x(b.end) - b.x, 2)
         b.span_w = max(x(b.span_end) - b.x, 2)
-        b.lease_x = x(b.lease_end) if b.lease_end is not None else None
+        b.lease_x = min(x(b.lease_end), WIDTH - 4) if b.lease_end is not None else None
         b.y = 20 + i * ROW
         for m in b.marks:
             m["x"] = x(m["at"])
@@ -100,3 +102,6 @@ def build(job: dict[str, Any], attempts: list[dict[str, Any]], rejections: list[
                 if i < j:
                     overlap_count += 1
     return Timeline(bars, 30 + len(bars) * ROW, WIDTH, t0, t1, overlap_count, orphans)
+
+
+__all__ = ["build", "Timeline", "Bar"]
