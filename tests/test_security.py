@@ -24,7 +24,7 @@ from support.roles import connect_as, login_roles, set_role
 
 Conn = psycopg.Connection[Any]
 
-APP_ROLES = ("pgfence_producer", "pgfence_worker", "pgfence_operator")
+APP_ROLES = ("pgfence_producer", "pgfence_worker", "pgfence_operator", "pgfence_viewer")
 
 
 # ========================================================= catalog scans ==
@@ -128,8 +128,10 @@ def seqscan_off_without_jit_off(conn: Conn) -> list[str]:
          ORDER BY 1""")]
 
 
-# The one routine allowed to lock jobs FOR UPDATE (it deletes them, SKIP LOCKED).
-FOR_UPDATE_ALLOWED = {"pgfence.purge_finished(integer)"}
+# The routines allowed to lock jobs FOR UPDATE: the purge (it deletes them, SKIP LOCKED)
+# and mark_done's transition (it deletes the job, moving it to the history, as complete
+# does; a concurrent requeue or cancel either wins or waits, then finds it done).
+FOR_UPDATE_ALLOWED = {"pgfence.purge_finished(integer)", "pgfence._mark_done(bigint,jsonb)"}
 
 
 def locks_stronger_than_no_key_update(conn: Conn) -> list[str]:
@@ -333,8 +335,12 @@ def test_public_scan_reports_a_public_function(tx: Conn) -> None:
     ("CREATE FUNCTION pgfence.zz_unruled() RETURNS int LANGUAGE sql AS 'SELECT 1'",
      "no row in pgfence.routine_grants"),
     ("GRANT EXECUTE ON FUNCTION pgfence.job(bigint) TO pgfence_worker",
-     "executable by {pgfence_operator,pgfence_producer,pgfence_worker}, the rule says {pgfence_operator,pgfence_producer}"),
-    ("REVOKE EXECUTE ON FUNCTION pgfence.stats() FROM pgfence_operator", "executable by {}, the rule says {pgfence_operator}"),
+     "executable by {pgfence_operator,pgfence_producer,pgfence_viewer,pgfence_worker}, the rule says"
+     " {pgfence_operator,pgfence_producer,pgfence_viewer}"),
+    ("REVOKE EXECUTE ON FUNCTION pgfence.stats() FROM pgfence_operator",
+     "executable by {pgfence_viewer}, the rule says {pgfence_operator,pgfence_viewer}"),
+    ("REVOKE EXECUTE ON FUNCTION pgfence.metrics() FROM pgfence_viewer",
+     "executable by {pgfence_operator}, the rule says {pgfence_operator,pgfence_viewer}"),
     ("ALTER FUNCTION pgfence._backoff(integer) SECURITY DEFINER", "private helper is SECURITY DEFINER"),
     ("GRANT EXECUTE ON FUNCTION pgfence._backoff(integer) TO pgfence_worker",
      "private helper executable by pgfence_worker"),
@@ -371,6 +377,7 @@ def test_write_scan_reports_write_grants(tx: Conn) -> None:
     assert writable_relations(tx) == sorted([
         ("pgfence.attempts", "pgfence_operator", "TRUNCATE"),   # PUBLIC's grant reaches everyone
         ("pgfence.attempts", "pgfence_producer", "TRUNCATE"),
+        ("pgfence.attempts", "pgfence_viewer", "TRUNCATE"),
         ("pgfence.attempts", "pgfence_worker", "TRUNCATE"),
         ("pgfence.attempts", "public", "TRUNCATE"),
         ("pgfence.jobs", "pgfence_producer", "UPDATE"),
@@ -450,6 +457,7 @@ ROLES: dict[str, str | None] = {
     "t_prod_b": "pgfence_producer",
     "t_worker": "pgfence_worker",
     "t_oper": "pgfence_operator",
+    "t_viewer": "pgfence_viewer",
     "t_nobody": None,  # LOGIN, no pgfence role
 }
 RUN_SUFFIX = secrets.token_hex(3)
@@ -548,6 +556,28 @@ CALLS: dict[str, str] = {
     "set_queue_limit": "SELECT pgfence.set_queue_limit(%(q)s, 2)",
     "queue_limits": "SELECT count(*) FROM pgfence.queue_limits()",
     "select_queue_controls": "SELECT count(*) FROM pgfence.queue_controls",
+    # the operator console (issue 18)
+    "mark_done": "SELECT pgfence.mark_done(%(id)s, 'checked')",
+    "requeue_many": "SELECT count(*) FROM pgfence.requeue_many(ARRAY[%(id)s]::bigint[])",
+    "cancel_many": "SELECT count(*) FROM pgfence.cancel_many(ARRAY[%(id)s]::bigint[])",
+    "mark_done_many": "SELECT count(*) FROM pgfence.mark_done_many(ARRAY[%(id)s]::bigint[], 'checked')",
+    "preview_action": "SELECT * FROM pgfence.preview_action('requeue', queue => %(q)s)",
+    "act_on_filter": "SELECT count(*) FROM pgfence.act_on_filter('requeue', queue => %(q)s)",
+    "audit_of": "SELECT count(*) FROM pgfence.audit_of(%(id)s)",
+    "set_audit_retention": "SELECT pgfence.set_audit_retention('90 days')",
+    "purge_audit": "SELECT pgfence.purge_audit(1)",
+    "metrics": "SELECT count(*) FROM pgfence.metrics()",
+    "select_operator_audit": "SELECT count(*) FROM pgfence.operator_audit",
+    "select_operator_audit_settings": "SELECT count(*) FROM pgfence.operator_audit_settings",
+    "select_metric_totals": "SELECT count(*) FROM pgfence.metric_totals",
+    "insert_operator_audit": "INSERT INTO pgfence.operator_audit (db_role, login, action) VALUES ('me', 'me', 'x')",
+    "delete_operator_audit": "DELETE FROM pgfence.operator_audit",
+    "update_metric_totals": "UPDATE pgfence.metric_totals SET value = 0",
+    "_audit": "SELECT pgfence._audit('x', NULL, NULL, NULL)",
+    "_act_on": "SELECT count(*) FROM pgfence._act_on('requeue', ARRAY[%(id)s]::bigint[], NULL, NULL, NULL)",
+    "_mark_done": "SELECT pgfence._mark_done(%(id)s, NULL)",
+    "_requeue": "SELECT pgfence._requeue(%(id)s)",
+    "_cancel": "SELECT pgfence._cancel(%(id)s)",
     # private helpers: nobody but the owner
     "_reclaim": "SELECT * FROM pgfence._reclaim(1)",
     "_recover": "SELECT * FROM pgfence._recover(ARRAY[%(id)s]::bigint[], ARRAY[%(tok)s]::uuid[], 'x', true)",
@@ -599,6 +629,12 @@ CALLS: dict[str, str] = {
 FENCED = {"claim", "heartbeat", "heartbeat_many", "complete", "complete_many", "fail", "fail_many",
           "release", "release_many", "report_rejection"}
 READ_API = {"limits", "job", "attempts_of", "rejections_of", "rejections_not_stored"}
+# What operators and viewers both read (the console's read mode, metrics scrapers).
+CONSOLE_READS = {"job", "attempts_of", "rejections_of", "rejections_not_stored", "history_summary", "stats",
+                 "metrics", "audit_of", "preview_action", "select_jobs", "select_finished_jobs", "select_all_jobs",
+                 "select_attempts", "select_all_attempts", "select_rejections", "select_rejection_overflow",
+                 "select_sweeper_status", "select_retention", "select_history_partitions", "select_operator_audit",
+                 "select_operator_audit_settings", "select_metric_totals"}
 GRANTED: dict[str, set[str]] = {
     "t_prod_a": {"schema_version", "enqueue", "enqueue_many", "select_jobs", "select_finished_jobs",
                  "select_all_jobs"} | READ_API,
@@ -612,7 +648,11 @@ GRANTED: dict[str, set[str]] = {
                "select_rejection_overflow", "select_sweeper_status", "select_retention",
                "maintain_history", "set_history_partition_width", "select_finished_jobs", "select_all_jobs",
                "select_all_attempts", "select_held_keys", "select_history_partitions", "select_history_settings",
-               "pause_queue", "resume_queue", "set_queue_limit", "queue_limits", "select_queue_controls"},
+               "pause_queue", "resume_queue", "set_queue_limit", "queue_limits", "select_queue_controls",
+               "mark_done", "requeue_many", "cancel_many", "mark_done_many", "act_on_filter",
+               "set_audit_retention", "purge_audit"} | CONSOLE_READS,
+    # Reads everything, changes nothing: every write routine is 42501 for it.
+    "t_viewer": {"schema_version"} | CONSOLE_READS,
     "t_nobody": set(),
 }
 # (t_oper, run_sweeper) is granted but cannot work: see test_operator_can_run_the_background_sweeper.
@@ -664,7 +704,7 @@ def test_table_writes_are_refused_to_every_role_and_change_nothing(conn: Conn, s
     job_id = enqueue(conn, q)
     token = claim(conn, [q], "worker-A", lease="1 hour")[0]["attempt_token"]
     before = rows(conn, "SELECT * FROM pgfence.jobs WHERE id = %s", (job_id,))
-    for role in ("t_prod_a", "t_worker", "t_oper", "t_nobody"):
+    for role in ("t_prod_a", "t_worker", "t_oper", "t_viewer", "t_nobody"):
         s = sessions[role]
         for query in ("UPDATE pgfence.jobs SET status = 'queued', attempt_token = NULL, lease_expires_at = NULL,"
                       " reserved_by = NULL, reserved_at = NULL WHERE id = %(id)s",

@@ -197,8 +197,9 @@ def test_comparison_sees_a_rework_that_states_a_rule_row_differently(databases: 
     that inserts without updating) shows in the rule rows and the grants."""
     script = db_copy / "db" / "deploy" / "functions" / "stats.sql"
     text = script.read_text()
-    assert "('stats', '{pgfence_operator}')\nON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;" in text
-    script.write_text(text.replace("('stats', '{pgfence_operator}')\nON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;",
+    row = "('stats', '{pgfence_operator,pgfence_viewer}')\nON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;"
+    assert row in text
+    script.write_text(text.replace(row,
                                    "('stats', '{}')\nON CONFLICT (routine) DO NOTHING;"))
     flat, replay = databases(2)
     deploy_flattened(db_copy, flat)

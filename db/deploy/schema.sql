@@ -1,5 +1,5 @@
--- Deploy pgfence:schema to pg (reworked after @v0.3.0)
--- requires: schema@v0.3.0
+-- Deploy pgfence:schema to pg (reworked after @v0.7.0)
+-- requires: schema@v0.7.0
 --
 -- Schema pgfence, the API version clients check, and the privilege rule every later
 -- change applies: pgfence.routine_grants says which pgfence roles may call each public
@@ -8,6 +8,8 @@
 -- replaces routines states its rows and ends by calling it, so no script restates a
 -- grant by hand, and a public routine missing from the table makes the deploy fail
 -- instead of leaving it callable by nobody or by the wrong role.
+-- Changed after @v0.7.0: the rule knows a fourth role, pgfence_viewer (read-only: the
+-- operator console's read mode and metrics scrapers; created by the change viewer).
 
 BEGIN;
 
@@ -28,8 +30,12 @@ CREATE TABLE IF NOT EXISTS pgfence.routine_grants (
     roles   text[] NOT NULL,
     CONSTRAINT routine_grants_public CHECK (routine !~ '^_'),
     CONSTRAINT routine_grants_roles CHECK (
-        roles <@ ARRAY['pgfence_producer', 'pgfence_worker', 'pgfence_operator']::text[])
+        roles <@ ARRAY['pgfence_producer', 'pgfence_worker', 'pgfence_operator', 'pgfence_viewer']::text[])
 );
+-- (A table deployed before @v0.7.0 knows three roles: its CHECK is stated again.)
+ALTER TABLE pgfence.routine_grants DROP CONSTRAINT routine_grants_roles,
+    ADD CONSTRAINT routine_grants_roles CHECK (
+        roles <@ ARRAY['pgfence_producer', 'pgfence_worker', 'pgfence_operator', 'pgfence_viewer']::text[]);
 COMMENT ON TABLE pgfence.routine_grants IS
 $$The privilege rule: which pgfence roles may EXECUTE each public routine of schema pgfence (by name:
 every overload). pgfence._apply_privileges() applies it; private helpers (names starting with _) are never
@@ -91,7 +97,7 @@ BEGIN
                                r.sig);
             END IF;
         END IF;
-        FOREACH v_role IN ARRAY ARRAY['pgfence_producer', 'pgfence_worker', 'pgfence_operator'] LOOP
+        FOREACH v_role IN ARRAY ARRAY['pgfence_producer', 'pgfence_worker', 'pgfence_operator', 'pgfence_viewer'] LOOP
             IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = v_role) THEN
                 CONTINUE;
             ELSIF v_role = ANY (v_roles) THEN
@@ -143,6 +149,10 @@ SELECT v.routine, v.roles::text[] FROM (VALUES
  WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
                 WHERE p.pronamespace = 'pgfence'::regnamespace AND p.proname = v.routine)
 ON CONFLICT (routine) DO NOTHING;
+-- Every pgfence role may ask the API version (clients check it on connect), the viewer too.
+INSERT INTO pgfence.routine_grants (routine, roles)
+VALUES ('schema_version', '{pgfence_producer,pgfence_worker,pgfence_operator,pgfence_viewer}')
+ON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;
 
 SELECT pgfence._apply_privileges();
 

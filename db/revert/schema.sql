@@ -1,16 +1,14 @@
--- Revert pgfence:schema from pg (back to @v0.3.0: API version 2)
+-- Revert pgfence:schema from pg (back to @v0.7.0)
+--
+-- The rule's CHECK back to three roles (the rows naming pgfence_viewer went with the
+-- reverts of the changes after this one), then the @v0.7.0 script again (re-runnable:
+-- CREATE OR REPLACE, upserted rows): _apply_privileges over the three roles.
 
 BEGIN;
-
--- The grants the rule applied are those the privileges change gives (same roles), so
--- they stay when the rule goes.
-DROP FUNCTION pgfence._apply_privileges();
-DROP TABLE pgfence.routine_grants;
-
--- 2: claim takes request_id, claimed() is new, note_sweeper_pass takes error.
--- (CREATE OR REPLACE keeps owner and grants, and resets what privileges set.)
-CREATE OR REPLACE FUNCTION pgfence.schema_version() RETURNS integer
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 2 $$;
-ALTER FUNCTION pgfence.schema_version() SECURITY DEFINER SET search_path = pg_catalog, pgfence, pg_temp;
-
+UPDATE pgfence.routine_grants SET roles = array_remove(roles, 'pgfence_viewer') WHERE 'pgfence_viewer' = ANY (roles);
+ALTER TABLE pgfence.routine_grants DROP CONSTRAINT routine_grants_roles,
+    ADD CONSTRAINT routine_grants_roles CHECK (
+        roles <@ ARRAY['pgfence_producer', 'pgfence_worker', 'pgfence_operator']::text[]);
 COMMIT;
+
+\ir ../deploy/schema@v0.7.0.sql

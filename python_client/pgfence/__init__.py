@@ -8,13 +8,14 @@ from .client import SCHEMA_VERSION, Client, RawJson
 from .errors import (InvalidArgument, InvalidTransition, JobNotFound, LeaseLost, PgfenceError,
                      SchemaMismatch, WrongIsolation)
 from .limits import Limits
-from .models import Attempt, Enqueued, Job, JobRecord, Outcome, QueueLimit, QueueStats, Reclaimed, Rejection
+from .models import (ActionPreview, ActionResult, Attempt, AuditEntry, Enqueued, Job, JobRecord, Metric, Outcome,
+                     QueueLimit, QueueStats, Reclaimed, Rejection)
 from .worker import Interrupted, PermanentFailure, RetryAfter, Worker
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "Worker", "Job", "JobRecord", "Attempt", "Rejection", "Enqueued", "Outcome", "QueueStats", "QueueLimit", "Reclaimed", "RawJson",
+    "Client", "Worker", "Job", "ActionPreview", "ActionResult", "AuditEntry", "Metric", "JobRecord", "Attempt", "Rejection", "Enqueued", "Outcome", "QueueStats", "QueueLimit", "Reclaimed", "RawJson",
     "PgfenceError", "LeaseLost", "JobNotFound", "InvalidTransition", "InvalidArgument", "WrongIsolation",
     "SchemaMismatch", "Limits", "Interrupted", "PermanentFailure", "RetryAfter", "SCHEMA_VERSION",
 ]

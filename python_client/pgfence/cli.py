@@ -36,6 +36,7 @@ from psycopg_pool import PoolTimeout
 from ._text import escaped_logger, printable
 from .client import Client
 from .errors import PgfenceError
+from .metrics_text import prometheus_text
 from .models import Attempt, JobRecord, Rejection
 from .worker import Handler, Worker
 
@@ -194,17 +195,63 @@ def build_parser() -> argparse.ArgumentParser:
     sh.add_argument("job_id", metavar="ID", type=_positive_int, help="the job id")
     sh.set_defaults(func=cmd_show)
 
+    actor_help = ("who you are, recorded as the audit row's actor (informational: the database role is "
+                  "what the database vouches for; default $PGFENCE_ACTOR, else $USER)")
     rq = command("requeue", "put a failed, manual_review or cancelled job back in the queue",
                  "pgfence.requeue: failed, manual_review or cancelled -> queued, runnable now (an "
-                 "exhausted job gets one more attempt).")
+                 "exhausted job gets one more attempt). Recorded in the operator audit.")
     rq.add_argument("job_id", metavar="ID", type=_positive_int, help="the job id")
+    rq.add_argument("--note", help="why (optional), kept in the operator audit")
+    rq.add_argument("--actor", help=actor_help)
     rq.set_defaults(func=cmd_requeue)
 
     c = command("cancel", "cancel a queued, processing or manual_review job",
                 "pgfence.cancel: queued, processing or manual_review -> cancelled. A worker running "
-                "the job loses its lease and its result is never recorded.")
+                "the job loses its lease and its result is never recorded. Recorded in the operator audit.")
     c.add_argument("job_id", metavar="ID", type=_positive_int, help="the job id")
+    c.add_argument("--note", help="why (optional), kept in the operator audit")
+    c.add_argument("--actor", help=actor_help)
     c.set_defaults(func=cmd_cancel)
+
+    md = command("mark-done", "end a manual_review job done: its side effect happened",
+                 "pgfence.mark_done: manual_review -> done. You assert the job's side effect happened "
+                 "(its lease expired while it ran and you checked); it ends as a completed job, with "
+                 "--result. Refused (exit 1) when the job is not in manual_review.")
+    md.add_argument("job_id", metavar="ID", type=_positive_int, help="the job id")
+    md.add_argument("--note", required=True, help="why (required), kept in the operator audit")
+    md.add_argument("--result", metavar="JSON", help="the job's result, any JSON value (default none)")
+    md.add_argument("--actor", help=actor_help)
+    md.set_defaults(func=cmd_mark_done)
+
+    b = command("bulk", "requeue, cancel or mark done many jobs: by id or by filter",
+                "Bulk operator actions. With IDs: pgfence.requeue_many / cancel_many / mark_done_many. "
+                "Without: every job matching the filter (pgfence.act_on_filter), at most --max-jobs "
+                "(refused, nothing changed, when more match); --preview only counts them "
+                "(pgfence.preview_action). One audit row per call with the ids acted on.")
+    b.add_argument("action", choices=("requeue", "cancel", "mark-done"), help="what to do")
+    b.add_argument("job_ids", metavar="ID", type=_positive_int, nargs="*", help="job ids (else: the filter)")
+    b.add_argument("--status", help="filter: jobs in this status")
+    b.add_argument("--queue", help="filter: jobs of this queue")
+    b.add_argument("--kind", help="filter: jobs of this kind")
+    b.add_argument("--error-contains", metavar="TEXT", help="filter: last error contains TEXT (as is)")
+    b.add_argument("--updated-after", type=_timestamp, metavar="TIMESTAMP", help="filter: updated_at >= it")
+    b.add_argument("--updated-before", type=_timestamp, metavar="TIMESTAMP", help="filter: updated_at < it")
+    b.add_argument("--max-jobs", type=_positive_int, default=10000, help="the cap for a filter (default 10000)")
+    b.add_argument("--preview", action="store_true", help="only print how many jobs the filter would touch")
+    b.add_argument("--note", help="why (required for mark-done), kept in the operator audit")
+    b.add_argument("--result", metavar="JSON", help="for mark-done: the result of each job")
+    b.add_argument("--actor", help=actor_help)
+    b.set_defaults(func=cmd_bulk)
+
+    au = command("audit", "print the operator actions on a job",
+                 "pgfence.audit_of: who did what to the job, when, and the note (operators, viewers).")
+    au.add_argument("job_id", metavar="ID", type=_positive_int, help="the job id")
+    au.set_defaults(func=cmd_audit)
+
+    me = command("metrics", "print pgfence.metrics() in the Prometheus text format",
+                 "Every metric of pgfence.metrics() (operators, viewers) in the Prometheus text "
+                 "exposition format, for a textfile collector or a look by eye.")
+    me.set_defaults(func=cmd_metrics)
 
     q = command("queue", "pause, resume or cap a queue, or list the paused and capped ones",
                 "Flow control per queue (operators): 'pause' makes claims take nothing from QUEUE (jobs "
@@ -522,9 +569,27 @@ def cmd_show(args: argparse.Namespace) -> int:
     return _with_client(args, body)
 
 
+def _set_actor(conn: psycopg.Connection[Any], args: argparse.Namespace) -> None:
+    """The session's ``pgfence.actor`` (the audit's informational user): --actor, else
+    $PGFENCE_ACTOR, else $USER."""
+    actor = args.actor or os.environ.get("PGFENCE_ACTOR") or os.environ.get("USER") or ""
+    conn.execute("SELECT set_config('pgfence.actor', %s, false)", (actor,))
+
+
+def _read_result(text: Optional[str]) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise CliError(f"--result is not JSON: {exc}", hint="pass a JSON value, e.g. '{\"ok\": true}'",
+                       code=2) from exc
+
+
 def cmd_requeue(args: argparse.Namespace) -> int:
     def body(client: Client, conn: psycopg.Connection[Any]) -> int:
-        client.requeue(args.job_id)
+        _set_actor(conn, args)
+        client.requeue(args.job_id, note=args.note)
         print(f"job {args.job_id} requeued")
         return 0
     return _with_client(args, body)
@@ -532,8 +597,74 @@ def cmd_requeue(args: argparse.Namespace) -> int:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     def body(client: Client, conn: psycopg.Connection[Any]) -> int:
-        client.cancel(args.job_id)
+        _set_actor(conn, args)
+        client.cancel(args.job_id, note=args.note)
         print(f"job {args.job_id} cancelled")
+        return 0
+    return _with_client(args, body)
+
+
+def cmd_mark_done(args: argparse.Namespace) -> int:
+    result = _read_result(args.result)
+
+    def body(client: Client, conn: psycopg.Connection[Any]) -> int:
+        _set_actor(conn, args)
+        client.mark_done(args.job_id, args.note, result=result)
+        print(f"job {args.job_id} marked done")
+        return 0
+    return _with_client(args, body)
+
+
+def cmd_bulk(args: argparse.Namespace) -> int:
+    action = args.action.replace("-", "_")
+    result = _read_result(args.result)
+    filters = {"status": args.status, "queue": args.queue, "kind": args.kind, "error_contains": args.error_contains,
+               "updated_after": args.updated_after, "updated_before": args.updated_before}
+    if args.job_ids and (any(v is not None for v in filters.values()) or args.preview):
+        raise CliError("give job ids or a filter, not both", hint="drop the ids to act on a filter", code=2)
+
+    def body(client: Client, conn: psycopg.Connection[Any]) -> int:
+        if args.preview:
+            p = client.preview_action(action, **filters)
+            print(f"{args.action} would act on {p.jobs} job{'' if p.jobs == 1 else 's'} (at most {p.max_jobs} per call)")
+            return 0
+        _set_actor(conn, args)
+        if args.job_ids:
+            if action == "mark_done":
+                rows = client.mark_done_many(args.job_ids, args.note, result=result)
+            elif action == "requeue":
+                rows = client.requeue_many(args.job_ids, note=args.note)
+            else:
+                rows = client.cancel_many(args.job_ids, note=args.note)
+        else:
+            rows = client.act_on_filter(action, note=args.note, result=result, max_jobs=args.max_jobs, **filters)
+        acted = sum(r.acted for r in rows)
+        for r in rows:
+            if not r.acted:
+                print(f"job {r.id}: not acted on: {printable(r.detail or '')}")
+        print(f"{args.action}: acted on {acted} of {len(rows)} job{'' if len(rows) == 1 else 's'}")
+        return 0
+    return _with_client(args, body)
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    def body(client: Client, conn: psycopg.Connection[Any]) -> int:
+        rows = client.audit_of(args.job_id)
+        if not rows:
+            print(f"no operator action on job {args.job_id}")
+        for r in rows:
+            who = printable(r.db_role) + (f" (login {printable(r.login)})" if r.login != r.db_role else "")
+            actor = f", actor {printable(r.actor)}" if r.actor else ""
+            scope = f" ({r.count} jobs)" if r.count > 1 else ""
+            note = f": {printable(r.note)}" if r.note else ""
+            print(f"{r.at.isoformat(sep=' ', timespec='seconds')} {printable(r.action)}{scope} by {who}{actor}{note}")
+        return 0
+    return _with_client(args, body)
+
+
+def cmd_metrics(args: argparse.Namespace) -> int:
+    def body(client: Client, conn: psycopg.Connection[Any]) -> int:
+        sys.stdout.write(prometheus_text(client.metrics()))
         return 0
     return _with_client(args, body)
 

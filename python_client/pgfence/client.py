@@ -22,8 +22,8 @@ from psycopg_pool import ConnectionPool
 from ._text import escaped_logger
 from .errors import JobNotFound, LeaseLost, PgfenceError, SchemaMismatch, translate
 from .limits import Limits
-from .models import (Attempt, Enqueued, Job, JobRecord, Outcome, QueueLimit, QueueStats, Reclaimed, Rejection,
-                     SweeperHealth)
+from .models import (ActionPreview, ActionResult, Attempt, AuditEntry, Enqueued, Job, JobRecord, Metric, Outcome,
+                     QueueLimit, QueueStats, Reclaimed, Rejection, SweeperHealth)
 
 log = escaped_logger("pgfence.client")
 
@@ -344,13 +344,75 @@ class Client:
         """
         return int(self._scalar("CALL pgfence.sweep()"))
 
-    def requeue(self, job_id: int) -> None:
-        """``pgfence.requeue``: failed/manual_review/cancelled -> queued."""
-        self._scalar("SELECT pgfence.requeue(job_id => %s)", (job_id,))
+    def requeue(self, job_id: int, *, note: Optional[str] = None) -> None:
+        """``pgfence.requeue``: failed/manual_review/cancelled -> queued; recorded in the
+        operator audit with ``note`` (optional)."""
+        self._scalar("SELECT pgfence.requeue(job_id => %s, note => %s)", (job_id, note))
 
-    def cancel(self, job_id: int) -> None:
-        """``pgfence.cancel``: queued/processing/manual_review -> cancelled (fences a running worker)."""
-        self._scalar("SELECT pgfence.cancel(job_id => %s)", (job_id,))
+    def cancel(self, job_id: int, *, note: Optional[str] = None) -> None:
+        """``pgfence.cancel``: queued/processing/manual_review -> cancelled (fences a running
+        worker); recorded in the operator audit with ``note`` (optional)."""
+        self._scalar("SELECT pgfence.cancel(job_id => %s, note => %s)", (job_id, note))
+
+    def mark_done(self, job_id: int, note: str, *, result: Any = None) -> None:
+        """``pgfence.mark_done``: manual_review -> done. The operator asserts the job's side
+        effect happened; ``note`` (required) says why, ``result`` (any JSON value, default
+        None) is stored as complete stores one. Raises :class:`InvalidTransition` (PF003)
+        when the job is not in manual_review (e.g. a concurrent requeue won)."""
+        self._scalar("SELECT pgfence.mark_done(job_id => %s, note => %s, result => %s)",
+                     (job_id, note, None if result is None else Jsonb(result)))
+
+    def requeue_many(self, job_ids: Sequence[int], *, note: Optional[str] = None) -> list[ActionResult]:
+        """``pgfence.requeue_many``: requeue 1..10,000 jobs; one row per job (id order), one audit row."""
+        return self._rows(ActionResult, "SELECT id, acted, job_status, detail FROM pgfence.requeue_many("
+                          "job_ids => %s::bigint[], note => %s)", (list(job_ids), note))
+
+    def cancel_many(self, job_ids: Sequence[int], *, note: Optional[str] = None) -> list[ActionResult]:
+        """``pgfence.cancel_many``: cancel 1..10,000 jobs; one row per job (id order), one audit row."""
+        return self._rows(ActionResult, "SELECT id, acted, job_status, detail FROM pgfence.cancel_many("
+                          "job_ids => %s::bigint[], note => %s)", (list(job_ids), note))
+
+    def mark_done_many(self, job_ids: Sequence[int], note: str, *, result: Any = None) -> list[ActionResult]:
+        """``pgfence.mark_done_many``: mark 1..10,000 manual_review jobs done (the same
+        ``result`` for each); one row per job (id order), one audit row."""
+        return self._rows(ActionResult, "SELECT id, acted, job_status, detail FROM pgfence.mark_done_many("
+                          "job_ids => %s::bigint[], note => %s, result => %s)",
+                          (list(job_ids), note, None if result is None else Jsonb(result)))
+
+    def preview_action(self, action: str, *, status: Optional[str] = None, queue: Optional[str] = None,
+                       kind: Optional[str] = None, error_contains: Optional[str] = None,
+                       updated_after: Optional[datetime] = None,
+                       updated_before: Optional[datetime] = None) -> ActionPreview:
+        """``pgfence.preview_action``: how many jobs :meth:`act_on_filter` would act on now
+        (action ``requeue``, ``cancel`` or ``mark_done``), and the cap per call."""
+        return self._rows(ActionPreview,
+            "SELECT jobs, max_jobs FROM pgfence.preview_action(action => %s, status => %s, queue => %s, kind => %s,"
+            " error_contains => %s, updated_after => %s, updated_before => %s)",
+            (action, status, queue, kind, error_contains, updated_after, updated_before))[0]
+
+    def act_on_filter(self, action: str, *, note: Optional[str] = None, result: Any = None,
+                      status: Optional[str] = None, queue: Optional[str] = None, kind: Optional[str] = None,
+                      error_contains: Optional[str] = None, updated_after: Optional[datetime] = None,
+                      updated_before: Optional[datetime] = None, max_jobs: int = 10000) -> list[ActionResult]:
+        """``pgfence.act_on_filter``: run ``action`` on every job the filter matches, when
+        they are at most ``max_jobs`` (1..10,000; more raises :class:`InvalidArgument` and
+        changes nothing). ``note`` is required for ``mark_done``."""
+        return self._rows(ActionResult,
+            "SELECT id, acted, job_status, detail FROM pgfence.act_on_filter(action => %s, note => %s,"
+            " result => %s, status => %s, queue => %s, kind => %s, error_contains => %s, updated_after => %s,"
+            " updated_before => %s, max_jobs => %s)",
+            (action, note, None if result is None else Jsonb(result), status, queue, kind, error_contains,
+             updated_after, updated_before, max_jobs))
+
+    def audit_of(self, job_id: int) -> list[AuditEntry]:
+        """``pgfence.audit_of``: the operator actions on a job, oldest first (operators, viewers)."""
+        return self._rows(AuditEntry, "SELECT id, at, db_role, login, actor, action, count, note, detail"
+                          " FROM pgfence.audit_of(job_id => %s)", (job_id,))
+
+    def metrics(self) -> list[Metric]:
+        """``pgfence.metrics()``: Prometheus-ready samples (operators, viewers); see
+        :func:`pgfence.metrics_text.prometheus_text` for the exposition format."""
+        return self._rows(Metric, "SELECT name, type, help, labels, value FROM pgfence.metrics()")
 
     def stats(self) -> list[QueueStats]:
         """``pgfence.stats()``: jobs per queue and status."""

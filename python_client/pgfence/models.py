@@ -192,3 +192,52 @@ class Rejection:
     caller: str
     detail: Optional[str]
     rejected_at: datetime
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    """One row of a bulk operator action (``requeue_many``, ``cancel_many``,
+    ``mark_done_many``, ``act_on_filter``): whether it acted on the job, the job's status
+    after the call (or the one that refused it; None for an unknown id), and why not."""
+
+    id: int
+    acted: bool
+    job_status: Optional[str]
+    detail: Optional[str]
+
+
+@dataclass(frozen=True)
+class ActionPreview:
+    """``pgfence.preview_action``: how many jobs ``act_on_filter`` would act on now, and the
+    cap per call."""
+
+    jobs: int
+    max_jobs: int
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One row of ``pgfence.audit_of``: an operator action on a job. ``db_role`` and
+    ``login`` are what the database vouches for; ``actor`` is what the caller said (the
+    ``pgfence.actor`` setting)."""
+
+    id: int
+    at: datetime
+    db_role: str
+    login: str
+    actor: Optional[str]
+    action: str
+    count: int
+    note: Optional[str]
+    detail: Any
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One row of ``pgfence.metrics()``: a Prometheus sample with its metadata."""
+
+    name: str
+    type: str
+    help: str
+    labels: dict[str, str]
+    value: float

@@ -1,4 +1,6 @@
--- Deploy pgfence:functions/history to pg
+-- Deploy pgfence:functions/history to pg (reworked after @v0.7.0)
+-- requires: functions/history@v0.7.0
+-- requires: tables/metric_totals
 -- requires: tables/history
 --
 -- The partitions of pgfence.finished_jobs: created ahead, dropped once their range has
@@ -6,6 +8,11 @@
 -- the sweeper's purge calls every 10 s and operators can call through
 -- maintain_history(). Its table names come only from dates, quoted with %I; it takes
 -- no argument.
+-- Changed after @v0.7.0: what a partition holds is added to pgfence.metric_totals (done
+-- jobs, their ended attempts by outcome) in the transaction that drops or truncates it,
+-- with the partition locked first (nothing lands in it between the count and the
+-- drop), and so are the default partition's rows it deletes: the counters of
+-- pgfence.metrics() never go backwards when history goes.
 
 BEGIN;
 
@@ -32,7 +39,9 @@ COMMENT ON FUNCTION pgfence._utc_literal(timestamptz) IS
 -- completion behind it while it waited; giving up and trying again 10 s later costs
 -- nothing, the partitions being made well ahead):
 -- 1. drop every partition whose range has passed (every row in it is past its
---    purge_at), and the idempotency keys of its jobs; when the parent cannot be locked,
+--    purge_at), and the idempotency keys of its jobs, after adding its counts to
+--    pgfence.metric_totals (the partition locked SHARE first, then counted: one scan of
+--    a partition whose range has passed, which nothing writes); when the parent cannot be locked,
 --    TRUNCATE it (which locks only the partition) so that its space is freed now, and
 --    drop it on a later pass; any other error is a WARNING, and the purge goes on;
 -- 2. create the partitions from now to the longest retention of done jobs plus two
@@ -43,7 +52,8 @@ COMMENT ON FUNCTION pgfence._utc_literal(timestamptz) IS
 --    and attached, with the parent locked SHARE ROW EXCLUSIVE for those few ms (a
 --    completion already routed to the default partition for that range would else fail
 --    its partition check);
--- 3. delete up to 10,000 rows of the default partition whose purge_at has passed.
+-- 3. delete up to 10,000 rows of the default partition whose purge_at has passed
+--    (their counts added to pgfence.metric_totals).
 -- Returns what it did. Identifiers: only _history_partition_name(a date).
 CREATE OR REPLACE FUNCTION pgfence._maintain_history()
 RETURNS TABLE(created integer, dropped integer, truncated integer, moved bigint, deleted bigint)
@@ -108,6 +118,21 @@ BEGIN
               ORDER BY h.lower_bound LOOP
         v_name := pgfence._history_partition_name(p.lower_bound);
         BEGIN
+            -- (Counted once: with the drop, or with the truncate, after which it is empty.)
+            IF to_regclass(format('pgfence.%I', v_name)) IS NOT NULL THEN
+                EXECUTE format('LOCK TABLE pgfence.%I IN SHARE MODE', v_name);
+                EXECUTE format('WITH p AS MATERIALIZED (SELECT h.queue, h.earlier_attempts FROM pgfence.%1$I h)'
+                                   ' INSERT INTO pgfence.metric_totals AS t (metric, queue, label, value)'
+                                   ' SELECT c.metric, c.queue, c.label, sum(c.n)::bigint FROM ('
+                                   '  SELECT ''jobs_done''::text AS metric, p.queue, ''''::text AS label, count(*) AS n'
+                                   '    FROM p GROUP BY p.queue'
+                                   '  UNION ALL SELECT ''attempts_ended'', p.queue, ''done'', count(*) FROM p GROUP BY p.queue'
+                                   '  UNION ALL SELECT ''attempts_ended'', p.queue, e.a->>''outcome'', count(*)'
+                                   '    FROM p CROSS JOIN LATERAL jsonb_array_elements(p.earlier_attempts) e(a)'
+                                   '   GROUP BY p.queue, e.a->>''outcome'') c GROUP BY 1, 2, 3'
+                                   ' ON CONFLICT ON CONSTRAINT metric_totals_pkey'
+                                   ' DO UPDATE SET value = t.value + excluded.value', v_name);
+            END IF;
             EXECUTE format('DROP TABLE IF EXISTS pgfence.%I', v_name);
             DELETE FROM pgfence.history_partitions h WHERE h.lower_bound = p.lower_bound;
             DELETE FROM pgfence.held_keys k WHERE k.purge_at < p.upper_bound;
@@ -115,6 +140,19 @@ BEGIN
         EXCEPTION
             WHEN lock_not_available THEN
                 BEGIN
+                    -- (the block's count was rolled back with it: counted again, locked)
+                    EXECUTE format('LOCK TABLE pgfence.%I IN ACCESS EXCLUSIVE MODE', v_name);
+                    EXECUTE format('WITH p AS MATERIALIZED (SELECT h.queue, h.earlier_attempts FROM pgfence.%1$I h)'
+                                       ' INSERT INTO pgfence.metric_totals AS t (metric, queue, label, value)'
+                                       ' SELECT c.metric, c.queue, c.label, sum(c.n)::bigint FROM ('
+                                       '  SELECT ''jobs_done''::text AS metric, p.queue, ''''::text AS label, count(*) AS n'
+                                       '    FROM p GROUP BY p.queue'
+                                       '  UNION ALL SELECT ''attempts_ended'', p.queue, ''done'', count(*) FROM p GROUP BY p.queue'
+                                       '  UNION ALL SELECT ''attempts_ended'', p.queue, e.a->>''outcome'', count(*)'
+                                       '    FROM p CROSS JOIN LATERAL jsonb_array_elements(p.earlier_attempts) e(a)'
+                                       '   GROUP BY p.queue, e.a->>''outcome'') c GROUP BY 1, 2, 3'
+                                       ' ON CONFLICT ON CONSTRAINT metric_totals_pkey'
+                                       ' DO UPDATE SET value = t.value + excluded.value', v_name);
                     EXECUTE format('TRUNCATE pgfence.%I', v_name);
                     DELETE FROM pgfence.held_keys k WHERE k.purge_at < p.upper_bound;
                     truncated := truncated + 1;
@@ -175,10 +213,23 @@ BEGIN
         v_lower := v_upper;
     END LOOP;
 
-    DELETE FROM pgfence.finished_jobs_default d
-     WHERE d.ctid = ANY (ARRAY(SELECT x.ctid FROM pgfence.finished_jobs_default x
-                                WHERE x.purge_at <= v_now LIMIT 10000));
-    GET DIAGNOSTICS v_n = ROW_COUNT;
+    WITH del AS (
+        DELETE FROM pgfence.finished_jobs_default d
+         WHERE d.ctid = ANY (ARRAY(SELECT x.ctid FROM pgfence.finished_jobs_default x
+                                    WHERE x.purge_at <= v_now LIMIT 10000))
+        RETURNING d.queue, d.earlier_attempts
+    ), totals AS (
+        INSERT INTO pgfence.metric_totals AS t (metric, queue, label, value)
+        SELECT c.metric, c.queue, c.label, sum(c.n)::bigint FROM (
+            SELECT 'jobs_done'::text AS metric, del.queue, ''::text AS label, count(*) AS n FROM del GROUP BY del.queue
+            UNION ALL SELECT 'attempts_ended', del.queue, 'done', count(*) FROM del GROUP BY del.queue
+            UNION ALL SELECT 'attempts_ended', del.queue, e.a->>'outcome', count(*)
+                        FROM del CROSS JOIN LATERAL jsonb_array_elements(del.earlier_attempts) e(a)
+                       GROUP BY del.queue, e.a->>'outcome') c
+         GROUP BY 1, 2, 3
+        ON CONFLICT ON CONSTRAINT metric_totals_pkey DO UPDATE SET value = t.value + excluded.value
+    )
+    SELECT count(*) INTO v_n FROM del;
     deleted := v_n;
     IF dropped > 0 OR truncated > 0 OR deleted > 0 THEN
         UPDATE pgfence.history_settings SET cleanup_due = true WHERE NOT cleanup_due;

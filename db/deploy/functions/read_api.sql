@@ -1,6 +1,7 @@
--- Deploy pgfence:functions/read_api to pg (reworked after @v0.5.0)
--- requires: functions/read_api@v0.5.0
+-- Deploy pgfence:functions/read_api to pg (reworked after @v0.7.0)
+-- requires: functions/read_api@v0.7.0
 -- requires: tables/history
+-- requires: viewer
 --
 -- Reading a job and its history through functions, so that a caller in any language
 -- gets the same rows without knowing the tables (which a later change may split: the
@@ -9,6 +10,8 @@
 -- other caller none. Changed after @v0.5.0: a done job is read from the history
 -- (pgfence.finished_jobs, through pgfence.all_jobs and pgfence.all_attempts), with the
 -- same columns and rows as when it stayed in pgfence.jobs.
+-- Changed after @v0.7.0: pgfence_viewer (read-only) reads every job, as operators do,
+-- and may call these functions.
 
 BEGIN;
 
@@ -25,12 +28,14 @@ LANGUAGE sql STABLE AS $$
         OR r.rolbypassrls
         OR pg_catalog.pg_has_role(r.oid, 'pgfence_owner', 'USAGE')
         OR pg_catalog.pg_has_role(r.oid, 'pgfence_operator', 'USAGE')
+        OR coalesce((SELECT pg_catalog.pg_has_role(r.oid, v.oid, 'USAGE') FROM pg_catalog.pg_roles v
+                      WHERE v.rolname = 'pgfence_viewer'), false)
         OR (_may_read.enqueued_by = r.rolname AND pg_catalog.pg_has_role(r.oid, 'pgfence_producer', 'USAGE'))
       FROM pg_catalog.pg_roles r
      WHERE r.rolname = pgfence._invoker()
 $$;
 COMMENT ON FUNCTION pgfence._may_read(text) IS
-  'Private: the calling role may read a job enqueued by enqueued_by (operators: every job; producers: their own).';
+  'Private: the calling role may read a job enqueued by enqueued_by (operators and viewers: every job; producers: their own).';
 
 -- Whether the job exists and the calling role may see it (see _may_read).
 CREATE OR REPLACE FUNCTION pgfence._may_read_job(job_id bigint) RETURNS boolean
@@ -174,11 +179,11 @@ are left out) and refused fenced calls (outcome rejected, always present) within
 days, default 1 hour). Errors: 22004, 22023.$$;
 
 INSERT INTO pgfence.routine_grants (routine, roles) VALUES
-    ('job',                   '{pgfence_producer,pgfence_operator}'),
-    ('attempts_of',           '{pgfence_producer,pgfence_operator}'),
-    ('rejections_of',         '{pgfence_producer,pgfence_operator}'),
-    ('rejections_not_stored', '{pgfence_producer,pgfence_operator}'),
-    ('history_summary',       '{pgfence_operator}')
+    ('job',                   '{pgfence_producer,pgfence_operator,pgfence_viewer}'),
+    ('attempts_of',           '{pgfence_producer,pgfence_operator,pgfence_viewer}'),
+    ('rejections_of',         '{pgfence_producer,pgfence_operator,pgfence_viewer}'),
+    ('rejections_not_stored', '{pgfence_producer,pgfence_operator,pgfence_viewer}'),
+    ('history_summary',       '{pgfence_operator,pgfence_viewer}')
 ON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;
 SELECT pgfence._apply_privileges();
 

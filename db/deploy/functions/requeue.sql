@@ -1,5 +1,6 @@
--- Deploy pgfence:functions/requeue to pg (reworked after @v0.5.0)
--- requires: functions/requeue@v0.5.0
+-- Deploy pgfence:functions/requeue to pg (reworked after @v0.7.0)
+-- requires: functions/requeue@v0.7.0
+-- requires: functions/audit
 -- requires: tables/history
 --
 -- requeue, and PF003 for a refused transition. The NOTIFY carries the queue's wake-up
@@ -7,6 +8,11 @@
 -- history, not pgfence.jobs, and requeue of it is PF003 (it is done) as before, not
 -- PF002; an idempotency key held by a done job (pgfence.held_keys) refuses the requeue
 -- of another job with that key, as a live holder does.
+-- Changed after @v0.7.0: the transition is the private _requeue (the bulk actions of
+-- functions/operator_bulk call it too); requeue(job_id, note DEFAULT NULL) records
+-- each success in pgfence.operator_audit with its optional note. (A new parameter
+-- with a DEFAULT would be an overload beside requeue(bigint): the old signature is
+-- dropped, and every call that worked, positional or named, still does.)
 
 BEGIN;
 
@@ -24,7 +30,8 @@ COMMENT ON FUNCTION pgfence._raise_transition(bigint, text, text, text) IS
 -- Operator: put a failed, manual_review or cancelled job back in the queue,
 -- runnable now. The next claim issues a new token. Attempts are kept (history);
 -- an exhausted job gets one more attempt (max_attempts raised to attempts + 1).
-CREATE OR REPLACE FUNCTION pgfence.requeue(job_id bigint) RETURNS void
+-- Returns the job's queue. Private: the transition without the audit.
+CREATE OR REPLACE FUNCTION pgfence._requeue(job_id bigint) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
     j pgfence.jobs;
@@ -83,12 +90,30 @@ BEGIN
             HINT = 'the live job for this key wins; requeue is refused so the key stays unique';
     END;
     PERFORM pg_notify('pgfence_enqueue', pgfence._wakeup_tag(j.queue));
+    RETURN j.queue;
+END $$;
+COMMENT ON FUNCTION pgfence._requeue(bigint) IS
+  'Private: requeue''s transition (PF002, PF003 as requeue), without the audit; returns the job''s queue.';
+
+DROP FUNCTION IF EXISTS pgfence.requeue(bigint);
+CREATE OR REPLACE FUNCTION pgfence.requeue(job_id bigint, note text DEFAULT NULL) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_queue text;
+BEGIN
+    IF requeue.job_id IS NULL THEN
+        PERFORM pgfence._raise_null('job_id', 'pass the id of the job to requeue');
+    END IF;
+    PERFORM pgfence._check_note(note, false);
+    v_queue := pgfence._requeue(requeue.job_id);
+    PERFORM pgfence._audit('requeue', ARRAY[v_queue], ARRAY[requeue.job_id], note);
 END $$;
 
-COMMENT ON FUNCTION pgfence.requeue(bigint) IS
+COMMENT ON FUNCTION pgfence.requeue(bigint, text) IS
 $$Operator: failed, manual_review or cancelled -> queued, runnable now; the next claim gets a new token.
-Attempts are kept; max_attempts becomes at least attempts + 1 so the job gets another try.
-Errors: PF002 unknown job, PF003 other status (or its idempotency key is held by another job), 22004.$$;
+Attempts are kept; max_attempts becomes at least attempts + 1 so the job gets another try. Recorded in
+pgfence.operator_audit with note (optional, 1..10000 characters). Errors: PF002 unknown job, PF003 other status (or its
+idempotency key is held by another job), 22004, 22023 (a blank note).$$;
 
 INSERT INTO pgfence.routine_grants (routine, roles) VALUES ('requeue', '{pgfence_operator}')
 ON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;

@@ -1,7 +1,9 @@
--- Deploy pgfence:functions/retention to pg (reworked after @v0.5.0)
--- requires: functions/retention@v0.5.0
+-- Deploy pgfence:functions/retention to pg (reworked after @v0.7.0)
+-- requires: functions/retention@v0.7.0
 -- requires: functions/history
 -- requires: tables/rejections_cap
+-- requires: tables/metric_totals
+-- requires: functions/audit
 --
 -- purge_finished and set_retention. The purge deletes a job's count of refused calls
 -- not stored too, and waits at most 5 s for a lock. Changed after @v0.5.0: done jobs
@@ -10,6 +12,11 @@
 -- held idempotency keys whose history is gone, and, after a partition went, the
 -- rejections of jobs that no longer exist anywhere. failed and cancelled jobs (and done
 -- ones an older version left in pgfence.jobs) are still deleted row by row.
+-- Changed after @v0.7.0: what the purge deletes (done jobs an older version left in
+-- pgfence.jobs, attempts by outcome, stored rejections and the count of those not
+-- stored) is added to pgfence.metric_totals in the same statement, so the counters of
+-- pgfence.metrics() never go backwards; and it purges the operator audit past its own
+-- retention (purge_audit).
 
 BEGIN;
 
@@ -45,11 +52,19 @@ BEGIN
                AND NOT EXISTS (SELECT FROM pgfence.finished_jobs h WHERE h.id = r.job_id)
              LIMIT 10000
         ), del_rejections AS (
-            DELETE FROM pgfence.rejections r USING orphans o WHERE r.job_id = o.job_id
+            DELETE FROM pgfence.rejections r USING orphans o WHERE r.job_id = o.job_id RETURNING r.queue
         ), del_overflow AS (
             DELETE FROM pgfence.rejection_overflow o
              WHERE NOT EXISTS (SELECT FROM pgfence.jobs j WHERE j.id = o.job_id)
                AND NOT EXISTS (SELECT FROM pgfence.finished_jobs h WHERE h.id = o.job_id)
+            RETURNING o.queue, o.not_stored
+        ), totals AS (
+            INSERT INTO pgfence.metric_totals AS t (metric, queue, label, value)
+            SELECT 'rejections', c.queue, '', sum(c.n)::bigint FROM (
+                SELECT r.queue, 1::bigint AS n FROM del_rejections r
+                UNION ALL SELECT o.queue, o.not_stored FROM del_overflow o) c
+             GROUP BY c.queue
+            ON CONFLICT ON CONSTRAINT metric_totals_pkey DO UPDATE SET value = t.value + excluded.value
         )
         SELECT count(*) INTO v_orphans FROM orphans;
         IF v_orphans < 10000 THEN
@@ -72,15 +87,27 @@ BEGIN
          LIMIT max_jobs
            FOR UPDATE OF j SKIP LOCKED
     ), del AS (
-        DELETE FROM pgfence.jobs j USING doomed d WHERE j.id = d.id RETURNING j.id
+        DELETE FROM pgfence.jobs j USING doomed d WHERE j.id = d.id RETURNING j.id, j.queue, j.status
     ), del_attempts AS (
-        DELETE FROM pgfence.attempts a USING del WHERE a.job_id = del.id
+        DELETE FROM pgfence.attempts a USING del WHERE a.job_id = del.id RETURNING a.queue, a.outcome
     ), del_rejections AS (
-        DELETE FROM pgfence.rejections r USING del WHERE r.job_id = del.id
+        DELETE FROM pgfence.rejections r USING del WHERE r.job_id = del.id RETURNING r.queue
     ), del_overflow AS (
-        DELETE FROM pgfence.rejection_overflow o USING del WHERE o.job_id = del.id
+        DELETE FROM pgfence.rejection_overflow o USING del WHERE o.job_id = del.id RETURNING o.queue, o.not_stored
+    ), totals AS (
+        INSERT INTO pgfence.metric_totals AS t (metric, queue, label, value)
+        SELECT c.metric, c.queue, c.label, sum(c.n)::bigint FROM (
+            SELECT 'jobs_done'::text AS metric, del.queue, ''::text AS label, 1::bigint AS n
+              FROM del WHERE del.status = 'done'
+            UNION ALL SELECT 'attempts_ended', a.queue, a.outcome, 1 FROM del_attempts a
+            UNION ALL SELECT 'rejections', r.queue, '', 1 FROM del_rejections r
+            UNION ALL SELECT 'rejections', o.queue, '', o.not_stored FROM del_overflow o) c
+         GROUP BY c.metric, c.queue, c.label
+        ON CONFLICT ON CONSTRAINT metric_totals_pkey DO UPDATE SET value = t.value + excluded.value
     )
     SELECT count(*) INTO v_count FROM del;
+    -- The operator audit past its own retention (operator_audit_settings).
+    PERFORM pgfence.purge_audit(10000);
     -- The history's partitions last: a DROP holds pgfence.finished_jobs ACCESS EXCLUSIVE
     -- until this transaction ends (every completion waits for it), so nothing comes
     -- after it but the commit.
@@ -95,8 +122,9 @@ count of rejections not stored); returns how many. Done jobs are in the history 
 partitioned by purge_at (finished_at + the queue's retain_done): the purge also runs the partition
 maintenance (_maintain_history, last: expired partitions dropped with their jobs' idempotency keys, new ones
 made ahead), after freeing up to max_jobs keys of done jobs past retention (pgfence.held_keys) and deleting the
-rejections of jobs whose history was dropped. The background sweeper runs it every
-10 s. A deleted job's idempotency key is free again.$$;
+rejections of jobs whose history was dropped. What it deletes is added to pgfence.metric_totals (metrics()
+counters never go backwards), and it purges operator audit rows past their retention (purge_audit). The
+background sweeper runs it every 10 s. A deleted job's idempotency key is free again.$$;
 
 -- Set the retention of finished jobs for one queue (NULL = the default for all
 -- queues without their own row).

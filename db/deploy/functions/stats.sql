@@ -1,9 +1,10 @@
--- Deploy pgfence:functions/stats to pg (reworked after @v0.5.0)
--- requires: functions/stats@v0.5.0
+-- Deploy pgfence:functions/stats to pg (reworked after @v0.7.0)
+-- requires: functions/stats@v0.7.0
 -- requires: tables/history
 --
 -- Changed after @v0.5.0: done jobs are counted in the history (pgfence.finished_jobs),
--- where they now are.
+-- where they now are. Changed after @v0.7.0: pgfence_viewer may call it (its grant is
+-- applied by the change viewer, which creates the role).
 
 BEGIN;
 
@@ -34,7 +35,7 @@ jobs whose lease has expired (waiting for the sweep); done jobs are counted in t
 
 -- The privilege rule's rows for this change's routines, applied.
 INSERT INTO pgfence.routine_grants (routine, roles) VALUES
-    ('stats', '{pgfence_operator}')
+    ('stats', '{pgfence_operator,pgfence_viewer}')
 ON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;
 SELECT pgfence._apply_privileges();
 

@@ -1,6 +1,11 @@
--- Revert pgfence:functions/cancel from pg (back to @v0.6.0)
+-- Revert pgfence:functions/cancel from pg (back to @v0.7.0)
 --
--- Runs the @v0.6.0 script again (re-runnable: CREATE OR REPLACE, its rule rows): the
--- definitions that write no queue into attempts and rejections.
+-- cancel(bigint, text) and _cancel go; the @v0.7.0 script runs again (re-runnable:
+-- CREATE OR REPLACE, its rule row) and makes cancel(bigint).
 
-\ir ../../deploy/functions/cancel@v0.6.0.sql
+BEGIN;
+DROP FUNCTION pgfence.cancel(bigint, text);
+DROP FUNCTION pgfence._cancel(bigint);
+COMMIT;
+
+\ir ../../deploy/functions/cancel@v0.7.0.sql

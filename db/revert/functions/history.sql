@@ -1,12 +1,6 @@
--- Revert pgfence:functions/history from pg
+-- Revert pgfence:functions/history from pg (back to @v0.7.0)
+--
+-- Runs the @v0.7.0 script again (re-runnable: CREATE OR REPLACE, its rule rows): the
+-- partition maintenance that counts nothing into pgfence.metric_totals.
 
-BEGIN;
-
-DROP FUNCTION IF EXISTS pgfence.set_history_partition_width(interval);
-DROP FUNCTION IF EXISTS pgfence.maintain_history();
-DROP FUNCTION IF EXISTS pgfence._maintain_history();
-DROP FUNCTION IF EXISTS pgfence._utc_literal(timestamptz);
-DROP FUNCTION IF EXISTS pgfence._history_partition_name(timestamptz);
-DELETE FROM pgfence.routine_grants WHERE routine IN ('maintain_history', 'set_history_partition_width');
-
-COMMIT;
+\ir ../../deploy/functions/history@v0.7.0.sql

@@ -1,6 +1,11 @@
--- Revert pgfence:functions/requeue from pg (back to @v0.5.0)
+-- Revert pgfence:functions/requeue from pg (back to @v0.7.0)
 --
--- Runs the @v0.5.0 script again (re-runnable: CREATE OR REPLACE, its rule rows):
--- the definitions that read and write only pgfence.jobs and pgfence.attempts.
+-- requeue(bigint, text) and _requeue go; the @v0.7.0 script runs again (re-runnable:
+-- CREATE OR REPLACE, its rule row) and makes requeue(bigint).
 
-\ir ../../deploy/functions/requeue@v0.5.0.sql
+BEGIN;
+DROP FUNCTION pgfence.requeue(bigint, text);
+DROP FUNCTION pgfence._requeue(bigint);
+COMMIT;
+
+\ir ../../deploy/functions/requeue@v0.7.0.sql

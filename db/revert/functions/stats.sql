@@ -1,6 +1,6 @@
--- Revert pgfence:functions/stats from pg (back to @v0.5.0)
+-- Revert pgfence:functions/stats from pg (back to @v0.7.0)
 --
--- Runs the @v0.5.0 script again (re-runnable: CREATE OR REPLACE, its rule rows):
--- the definitions that read and write only pgfence.jobs and pgfence.attempts.
+-- Runs the @v0.7.0 script again (re-runnable: CREATE OR REPLACE, its rule rows, which
+-- name no pgfence_viewer).
 
-\ir ../../deploy/functions/stats@v0.5.0.sql
+\ir ../../deploy/functions/stats@v0.7.0.sql

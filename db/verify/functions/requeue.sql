@@ -2,10 +2,11 @@
 
 BEGIN;
 
-SELECT 'pgfence.requeue(bigint)'::regprocedure,
+SELECT 'pgfence.requeue(bigint, text)'::regprocedure, 'pgfence._requeue(bigint)'::regprocedure,
        'pgfence._raise_transition(bigint, text, text, text)'::regprocedure;
--- The rework after @v0.3.0: the NOTIFY carries the wake-up tag.
 SELECT 1 / (prosrc LIKE '%pg_notify(''pgfence_enqueue'', pgfence._wakeup_tag(%')::int
-  FROM pg_proc WHERE oid = 'pgfence.requeue(bigint)'::regprocedure;
+  FROM pg_proc WHERE oid = 'pgfence._requeue(bigint)'::regprocedure;
+SELECT 1 / (prosrc LIKE '%pgfence._audit(%')::int FROM pg_proc WHERE oid = 'pgfence.requeue(bigint, text)'::regprocedure;
+SELECT 1 / (count(*) = 0)::int FROM pg_proc WHERE oid = to_regprocedure('pgfence.requeue(bigint)');
 
 ROLLBACK;

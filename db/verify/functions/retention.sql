@@ -7,5 +7,8 @@ SELECT 'pgfence.purge_finished(integer)'::regprocedure,
 -- The rework after @v0.3.0: the purge deletes rejection_overflow rows too.
 SELECT 1 / (prosrc LIKE '%DELETE FROM pgfence.rejection_overflow%')::int
   FROM pg_proc WHERE oid = 'pgfence.purge_finished(integer)'::regprocedure;
+-- The rework after @v0.7.0: what it deletes is counted, and the audit purged.
+SELECT 1 / (prosrc LIKE '%metric_totals%' AND prosrc LIKE '%purge_audit%')::int
+  FROM pg_proc WHERE oid = 'pgfence.purge_finished(integer)'::regprocedure;
 
 ROLLBACK;

@@ -1,0 +1,245 @@
+-- Deploy pgfence:functions/history to pg
+-- requires: tables/history
+--
+-- The partitions of pgfence.finished_jobs: created ahead, dropped once their range has
+-- passed, by one private routine (the only DDL pgfence runs after deployment), which
+-- the sweeper's purge calls every 10 s and operators can call through
+-- maintain_history(). Its table names come only from dates, quoted with %I; it takes
+-- no argument.
+
+BEGIN;
+
+-- The name of the history partition whose range starts at lower_bound (UTC).
+CREATE OR REPLACE FUNCTION pgfence._history_partition_name(lower_bound timestamptz) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT 'finished_jobs_' || to_char(lower_bound AT TIME ZONE 'UTC', 'YYYYMMDD"_"HH24MISS')
+$$;
+COMMENT ON FUNCTION pgfence._history_partition_name(timestamptz) IS
+  'Private: finished_jobs_YYYYMMDD_HH24MISS, the partition of pgfence.finished_jobs whose range starts at lower_bound (UTC).';
+
+-- A timestamp as an ISO 8601 literal in UTC, which reads back the same whatever the
+-- session's DateStyle and TimeZone.
+CREATE OR REPLACE FUNCTION pgfence._utc_literal(t timestamptz) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00"')
+$$;
+COMMENT ON FUNCTION pgfence._utc_literal(timestamptz) IS
+  'Private: t as an ISO 8601 UTC literal (for partition bounds).';
+
+-- Partition maintenance, in three steps (after replacing the empty partitions ahead
+-- whose width is not the setting's), each statement waiting at most 100 ms for a
+-- lock (a DROP locks pgfence.finished_jobs ACCESS EXCLUSIVE and would queue every
+-- completion behind it while it waited; giving up and trying again 10 s later costs
+-- nothing, the partitions being made well ahead):
+-- 1. drop every partition whose range has passed (every row in it is past its
+--    purge_at), and the idempotency keys of its jobs; when the parent cannot be locked,
+--    TRUNCATE it (which locks only the partition) so that its space is freed now, and
+--    drop it on a later pass; any other error is a WARNING, and the purge goes on;
+-- 2. create the partitions from now to the longest retention of done jobs plus two
+--    widths ahead that do not exist yet (a slot no partition covers gets one), aligned
+--    to multiples of the width since the epoch, at most 50 per call and 1,000 in all (a
+--    completion beyond them lands in the default partition). Each is created as a
+--    table of its own, filled with the rows the default partition holds for its range,
+--    and attached, with the parent locked SHARE ROW EXCLUSIVE for those few ms (a
+--    completion already routed to the default partition for that range would else fail
+--    its partition check);
+-- 3. delete up to 10,000 rows of the default partition whose purge_at has passed.
+-- Returns what it did. Identifiers: only _history_partition_name(a date).
+CREATE OR REPLACE FUNCTION pgfence._maintain_history()
+RETURNS TABLE(created integer, dropped integer, truncated integer, moved bigint, deleted bigint)
+LANGUAGE plpgsql
+SET lock_timeout = '100ms' AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_width interval;
+    v_ws double precision;
+    v_horizon timestamptz;
+    v_lower timestamptz;
+    v_upper timestamptz;
+    v_name text;
+    v_n bigint;
+    v_empty boolean;
+    v_need integer := 0;
+    p record;
+BEGIN
+    created := 0; dropped := 0; truncated := 0; moved := 0; deleted := 0;
+    SELECT s.partition_width INTO v_width FROM pgfence.history_settings s;
+    v_ws := extract(epoch FROM v_width);
+
+    -- A new width takes effect at once where it can: empty partitions of another width
+    -- that have not ended are dropped and made again below (checked empty with the
+    -- parent locked, so that no completion lands in one meanwhile), as many as the
+    -- creation below can make again in this call.
+    v_horizon := v_now + coalesce((SELECT max(r.retain_done) FROM pgfence.retention r), interval '0') + 2 * v_width;
+    FOR p IN SELECT h.lower_bound, h.upper_bound FROM pgfence.history_partitions h
+              WHERE h.upper_bound > v_now AND h.upper_bound - h.lower_bound <> v_width
+              ORDER BY h.lower_bound LOOP
+        -- (what it takes to make its range again, from now to the horizon: past the
+        -- horizon nothing is needed, no purge_at reaching there)
+        v_need := v_need + greatest(0, ceil(extract(epoch FROM least(p.upper_bound, v_horizon)
+                                                        - greatest(p.lower_bound, v_now)) / v_ws))::integer;
+        EXIT WHEN v_need > 40;
+        v_name := pgfence._history_partition_name(p.lower_bound);
+        BEGIN
+            LOCK TABLE pgfence.finished_jobs IN ACCESS EXCLUSIVE MODE;
+            IF to_regclass(format('pgfence.%I', v_name)) IS NULL THEN
+                v_empty := true;  -- (dropped by hand: only the bookkeeping is left)
+            ELSE
+                EXECUTE format('SELECT NOT EXISTS (SELECT FROM pgfence.%I)', v_name) INTO v_empty;
+            END IF;
+            IF v_empty THEN
+                EXECUTE format('DROP TABLE IF EXISTS pgfence.%I', v_name);
+                DELETE FROM pgfence.history_partitions h WHERE h.lower_bound = p.lower_bound;
+                dropped := dropped + 1;
+            END IF;
+        EXCEPTION
+            WHEN lock_not_available THEN
+                EXIT;  -- next pass
+            WHEN OTHERS THEN
+                RAISE WARNING 'pgfence: history partition % not replaced: % (SQLSTATE %)', v_name, SQLERRM, SQLSTATE;
+                EXIT;
+        END;
+    END LOOP;
+
+    -- Partitions whose range has passed go, with the idempotency keys of their jobs
+    -- (held until purge_at, which is within the range: a key is never held by a job
+    -- whose history is gone).
+    FOR p IN SELECT h.lower_bound, h.upper_bound FROM pgfence.history_partitions h WHERE h.upper_bound <= v_now
+              ORDER BY h.lower_bound LOOP
+        v_name := pgfence._history_partition_name(p.lower_bound);
+        BEGIN
+            EXECUTE format('DROP TABLE IF EXISTS pgfence.%I', v_name);
+            DELETE FROM pgfence.history_partitions h WHERE h.lower_bound = p.lower_bound;
+            DELETE FROM pgfence.held_keys k WHERE k.purge_at < p.upper_bound;
+            dropped := dropped + 1;
+        EXCEPTION
+            WHEN lock_not_available THEN
+                BEGIN
+                    EXECUTE format('TRUNCATE pgfence.%I', v_name);
+                    DELETE FROM pgfence.held_keys k WHERE k.purge_at < p.upper_bound;
+                    truncated := truncated + 1;
+                EXCEPTION
+                    WHEN lock_not_available THEN
+                        NULL;  -- a reader holds it: next pass
+                    WHEN OTHERS THEN
+                        RAISE WARNING 'pgfence: history partition % not truncated: % (SQLSTATE %)',
+                            v_name, SQLERRM, SQLSTATE;
+                END;
+            WHEN OTHERS THEN
+                -- (e.g. an object built on it, or a partition made by another owner: the
+                -- purge goes on, and says so every pass until someone looks)
+                RAISE WARNING 'pgfence: history partition % not dropped: % (SQLSTATE %)', v_name, SQLERRM, SQLSTATE;
+        END;
+    END LOOP;
+
+    v_lower := to_timestamp(floor(extract(epoch FROM v_now) / v_ws) * v_ws);
+    WHILE v_lower < v_horizon AND created < 50
+          AND (SELECT count(*) FROM pgfence.history_partitions) < 1000 LOOP
+        -- Past the partitions that exist; a slot none covers (never made, or dropped by
+        -- hand) gets one, up to the next multiple of the width or the next partition.
+        SELECT max(h.upper_bound) INTO v_upper FROM pgfence.history_partitions h
+         WHERE h.lower_bound <= v_lower AND h.upper_bound > v_lower;
+        IF v_upper IS NOT NULL THEN
+            v_lower := v_upper;
+            CONTINUE;
+        END IF;
+        v_upper := least(to_timestamp((floor(extract(epoch FROM v_lower) / v_ws) + 1) * v_ws),
+                         (SELECT min(h.lower_bound) FROM pgfence.history_partitions h WHERE h.lower_bound > v_lower));
+        v_name := pgfence._history_partition_name(v_lower);
+        BEGIN
+            -- The parent first (completions wait, for the few ms this takes): a completion
+            -- already routed to the default partition for this range would else fail its
+            -- partition check once the attach commits.
+            LOCK TABLE pgfence.finished_jobs IN SHARE ROW EXCLUSIVE MODE;
+            LOCK TABLE pgfence.finished_jobs_default IN ACCESS EXCLUSIVE MODE;
+            EXECUTE format('CREATE TABLE pgfence.%I (LIKE pgfence.finished_jobs INCLUDING DEFAULTS'
+                           ' INCLUDING CONSTRAINTS INCLUDING STORAGE)', v_name);
+            EXECUTE format('WITH m AS (DELETE FROM pgfence.finished_jobs_default d'
+                           ' WHERE d.purge_at >= $1 AND d.purge_at < $2 RETURNING d.*)'
+                           ' INSERT INTO pgfence.%I SELECT * FROM m', v_name) USING v_lower, v_upper;
+            GET DIAGNOSTICS v_n = ROW_COUNT;
+            EXECUTE format('ALTER TABLE pgfence.finished_jobs ATTACH PARTITION pgfence.%I FOR VALUES FROM (%L) TO (%L)',
+                           v_name, pgfence._utc_literal(v_lower), pgfence._utc_literal(v_upper));
+            INSERT INTO pgfence.history_partitions (lower_bound, upper_bound, name) VALUES (v_lower, v_upper, v_name);
+            created := created + 1;
+            moved := moved + v_n;
+        EXCEPTION
+            WHEN lock_not_available THEN
+                EXIT;  -- (the block's work is rolled back) next pass
+            WHEN OTHERS THEN
+                -- (e.g. a table the bookkeeping does not know overlaps or has the name,
+                -- made or dropped by hand): make nothing more now, and say so.
+                RAISE WARNING 'pgfence: history partition % not made: % (SQLSTATE %)', v_name, SQLERRM, SQLSTATE;
+                EXIT;
+        END;
+        v_lower := v_upper;
+    END LOOP;
+
+    DELETE FROM pgfence.finished_jobs_default d
+     WHERE d.ctid = ANY (ARRAY(SELECT x.ctid FROM pgfence.finished_jobs_default x
+                                WHERE x.purge_at <= v_now LIMIT 10000));
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    deleted := v_n;
+    IF dropped > 0 OR truncated > 0 OR deleted > 0 THEN
+        UPDATE pgfence.history_settings SET cleanup_due = true WHERE NOT cleanup_due;
+    END IF;
+    RETURN NEXT;
+END $$;
+COMMENT ON FUNCTION pgfence._maintain_history() IS
+$$Private (the owner's rights, through purge_finished and maintain_history): drop the history partitions whose
+range has passed (TRUNCATE when the parent is busy), create those up to the longest retain_done plus two widths
+ahead (at most 50 per call, 1,000 in all) moving into them the default partition's rows of their range, and
+delete up to 10,000 default-partition rows past purge_at. Lock waits at most 100 ms each. Table names only from
+dates.$$;
+
+-- Operators: run the partition maintenance now (the sweeper runs it every 10 s).
+CREATE OR REPLACE FUNCTION pgfence.maintain_history()
+RETURNS TABLE(created integer, dropped integer, truncated integer, moved bigint, deleted bigint)
+LANGUAGE sql AS $$
+    SELECT * FROM pgfence._maintain_history()
+$$;
+COMMENT ON FUNCTION pgfence.maintain_history() IS
+$$Operator: maintain the partitions of pgfence.finished_jobs now (the background sweeper does it every 10 s with
+purge_finished): drop those whose range has passed, create those ahead, empty the default partition of rows
+past purge_at. Returns how many partitions were created, dropped, truncated (dropped later), and default rows
+moved and deleted.$$;
+
+-- Operators: the width of the partitions made from now on (the ones that hold rows
+-- keep theirs; empty ones ahead are made again at the new width on the next pass). Narrower partitions drop finished jobs closer to their retention and
+-- make more tables: the longest retain_done may be at most 900 widths (refused else,
+-- here and by set_retention), so the partitions ahead stay under the 1,000 made in all.
+CREATE OR REPLACE FUNCTION pgfence.set_history_partition_width(width interval) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_longest interval;
+BEGIN
+    PERFORM pgfence._check_interval('width', width, interval '10 seconds', interval '7 days', '10 seconds..7 days',
+        'pass the width of a history partition, e.g. ''1 hour''');
+    SELECT max(r.retain_done) INTO v_longest FROM pgfence.retention r;
+    IF v_longest / 900 > width THEN
+        PERFORM pgfence._raise_invalid('width', width::text,
+            format('the longest retain_done (%s) would need more than 900 partitions of it', v_longest),
+            format('pass at least %s, or shorten the retention first', justify_interval(v_longest / 900)));
+    END IF;
+    UPDATE pgfence.history_settings SET partition_width = width;
+END $$;
+COMMENT ON FUNCTION pgfence.set_history_partition_width(interval) IS
+$$Operator: the width (10 seconds..7 days, default 1 hour) of the history partitions created from now on (empty
+ones ahead are made again at this width by the next maintenance); a done job is kept at least its retention and
+at most one width longer. The longest retain_done must fit in 900 widths. Errors: 22004, 22023.$$;
+
+INSERT INTO pgfence.routine_grants (routine, roles) VALUES
+    ('maintain_history',            '{pgfence_operator}'),
+    ('set_history_partition_width', '{pgfence_operator}')
+ON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;
+SELECT pgfence._apply_privileges();
+
+-- The partitions from now on exist as soon as the change is deployed, owned by
+-- pgfence_owner (the public function runs with its rights), once the schema is the
+-- owner's (change privileges). Before that (the newest scripts run alone, in plan
+-- order, put privileges later) the sweeper's first purge makes them; completions meanwhile
+-- land in the default partition, which that purge empties into them.
+SELECT pgfence.maintain_history()
+ WHERE (SELECT n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname = 'pgfence') = 'pgfence_owner'::regrole;
+
+COMMIT;

@@ -1,0 +1,7 @@
+-- Verify pgfence:functions/metrics on pg
+
+BEGIN;
+
+SELECT 'pgfence.metrics()'::regprocedure;
+
+ROLLBACK;

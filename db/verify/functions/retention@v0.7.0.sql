@@ -1,0 +1,11 @@
+-- Verify pgfence:functions/retention on pg
+
+BEGIN;
+
+SELECT 'pgfence.purge_finished(integer)'::regprocedure,
+       'pgfence.set_retention(text, interval, interval)'::regprocedure;
+-- The rework after @v0.3.0: the purge deletes rejection_overflow rows too.
+SELECT 1 / (prosrc LIKE '%DELETE FROM pgfence.rejection_overflow%')::int
+  FROM pg_proc WHERE oid = 'pgfence.purge_finished(integer)'::regprocedure;
+
+ROLLBACK;

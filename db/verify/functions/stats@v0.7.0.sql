@@ -1,0 +1,7 @@
+-- Verify pgfence:functions/stats on pg
+
+BEGIN;
+
+SELECT 'pgfence.stats()'::regprocedure;
+
+ROLLBACK;

@@ -1,0 +1,274 @@
+"""The operator console's SQL layer (issue 18): every action audited, mark_done,
+bulk actions by id and by filter with a cap, the read-only pgfence_viewer role.
+
+Roles: the full role matrix (every routine for every role, the viewer included) is in
+test_security.py; here, what each action does and records."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any, Iterator
+
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+
+from support.api import claim_job, enqueue, release, start_blocked
+from support.db import assert_error, connect, one, queues_removed_after, rows, sql_error
+from support.roles import connect_as, login_roles
+
+Conn = psycopg.Connection[Any]
+
+
+@pytest.fixture
+def q(conn: Conn, queue: str) -> Iterator[str]:
+    with queues_removed_after(conn, queue):
+        yield queue
+
+
+def manual_review_job(conn: Conn, queue: str, **kw: Any) -> int:
+    """A job in manual_review: a manual job claimed and released after it started."""
+    job_id = enqueue(conn, queue, recovery_policy="manual", **kw)
+    token = claim_job(conn, queue, job_id, lease="1 hour")
+    assert release(conn, job_id, token) == "manual_review"
+    return job_id
+
+
+def audit(conn: Conn, job_id: int) -> list[dict[str, Any]]:
+    return rows(conn, "SELECT * FROM pgfence.operator_audit WHERE job_ids @> ARRAY[%s::bigint] ORDER BY id",
+                (job_id,))
+
+
+def status(conn: Conn, job_id: int) -> str:
+    return one(conn, "SELECT status FROM pgfence.job(%s)", (job_id,))
+
+
+# ------------------------------------------------------------------- audit --
+def test_requeue_and_cancel_record_role_login_actor_and_note(conn: Conn, q: str) -> None:
+    job_id = manual_review_job(conn, q)
+    conn.execute("SET pgfence.actor = 'alice@example.com'")
+    conn.execute("SELECT pgfence.requeue(%s, note => 'retry after the PSP fix')", (job_id,))
+    conn.execute("SELECT pgfence.cancel(%s)", (job_id,))  # the old positional call still works
+    got = audit(conn, job_id)
+    assert [(a["action"], a["note"], a["queues"], a["job_ids"], a["count"]) for a in got] == [
+        ("requeue", "retry after the PSP fix", [q], [job_id], 1),
+        ("cancel", None, [q], [job_id], 1)]
+    assert {(a["db_role"], a["login"], a["actor"]) for a in got} == {("postgres", "postgres", "alice@example.com")}
+    assert [(a["action"], a["note"]) for a in rows(conn, "SELECT * FROM pgfence.audit_of(%s)", (job_id,))] == [
+        ("requeue", "retry after the PSP fix"), ("cancel", None)]
+
+
+def test_a_refused_action_writes_no_audit_row(conn: Conn, q: str) -> None:
+    job_id = enqueue(conn, q)
+    assert_error(sql_error(conn, "SELECT pgfence.requeue(%s, 'n')", (job_id,)), "PF003", "requeue")
+    assert_error(sql_error(conn, "SELECT pgfence.cancel(9223372036854775000, 'n')"), "PF002")
+    assert audit(conn, job_id) == []
+
+
+@pytest.mark.parametrize(("note", "state"), [("", "22023"), ("  \n", "22023"), ("x" * 10001, "22023")])
+def test_a_blank_or_long_note_is_refused_and_nothing_changes(conn: Conn, q: str, note: str, state: str) -> None:
+    job_id = manual_review_job(conn, q)
+    for call in ("SELECT pgfence.requeue(%s, %s)", "SELECT pgfence.cancel(%s, %s)", "SELECT pgfence.mark_done(%s, %s)"):
+        assert_error(sql_error(conn, call, (job_id, note)), state, "note")
+    assert status(conn, job_id) == "manual_review" and audit(conn, job_id) == []
+
+
+def test_audit_retention_is_its_own_and_purge_audit_deletes_only_older_rows(conn: Conn, q: str) -> None:
+    job_id = manual_review_job(conn, q)
+    conn.execute("SELECT pgfence.requeue(%s)", (job_id,))
+    conn.execute("SELECT pgfence.cancel(%s)", (job_id,))
+    old, new = [a["id"] for a in audit(conn, job_id)]
+    conn.execute("UPDATE pgfence.operator_audit SET at = at - interval '91 days' WHERE id = %s", (old,))
+    assert one(conn, "SELECT retain FROM pgfence.operator_audit_settings") == __import__("datetime").timedelta(days=90)
+    assert one(conn, "SELECT pgfence.purge_audit()") >= 1
+    assert [a["id"] for a in audit(conn, job_id)] == [new]
+    assert_error(sql_error(conn, "SELECT pgfence.set_audit_retention('1 hour')"), "22023", "retain")
+    assert_error(sql_error(conn, "SELECT pgfence.set_audit_retention(NULL)"), "22004", "retain")
+    assert_error(sql_error(conn, "SELECT pgfence.purge_audit(0)"), "22023", "max_rows")
+
+
+def test_purge_finished_purges_the_audit_too(conn: Conn, q: str) -> None:
+    job_id = manual_review_job(conn, q)
+    conn.execute("SELECT pgfence.cancel(%s)", (job_id,))
+    conn.execute("UPDATE pgfence.operator_audit SET at = at - interval '100 days' WHERE job_ids @> ARRAY[%s::bigint]",
+                 (job_id,))
+    conn.execute("SELECT pgfence.purge_finished()")
+    assert audit(conn, job_id) == []
+
+
+# --------------------------------------------------------------- mark_done --
+def test_mark_done_ends_a_manual_review_job_as_complete_would(conn: Conn, q: str) -> None:
+    job_id = manual_review_job(conn, q, idempotency_key="charge-42")
+    conn.execute("SELECT pgfence.mark_done(%s, 'charged: PSP ref 991', %s)", (job_id, Jsonb({"psp": 991})))
+    assert one(conn, "SELECT count(*) FROM pgfence.jobs WHERE id = %s", (job_id,)) == 0
+    h = rows(conn, "SELECT * FROM pgfence.finished_jobs WHERE id = %s", (job_id,))
+    assert len(h) == 1 and h[0]["result"] == {"psp": 991} and h[0]["attempt_token"] is None
+    assert [a["outcome"] for a in h[0]["earlier_attempts"]] == ["released"]
+    assert one(conn, "SELECT count(*) FROM pgfence.attempts WHERE job_id = %s", (job_id,)) == 0
+    assert status(conn, job_id) == "done"
+    assert [(a["outcome"], a["worker"]) for a in rows(conn, "SELECT * FROM pgfence.attempts_of(%s)", (job_id,))] == [
+        ("released", "worker-A"), ("done", None)]
+    # its idempotency key is held, as a completed job's
+    assert enqueue(conn, q, idempotency_key="charge-42") == job_id
+    [a] = audit(conn, job_id)
+    assert (a["action"], a["note"], a["detail"]) == ("mark_done", "charged: PSP ref 991", {"result": {"psp": 991}})
+    # and a done job cannot be requeued, cancelled or marked done again
+    for call in ("SELECT pgfence.requeue(%s)", "SELECT pgfence.cancel(%s)", "SELECT pgfence.mark_done(%s, 'again')"):
+        assert_error(sql_error(conn, call, (job_id,)), "PF003")
+
+
+@pytest.mark.parametrize("setup", ["queued", "processing", "failed", "cancelled"])
+def test_mark_done_refuses_a_job_not_in_manual_review(conn: Conn, q: str, setup: str) -> None:
+    job_id = enqueue(conn, q, max_attempts=1)
+    if setup != "queued":
+        token = claim_job(conn, q, job_id)
+        if setup == "failed":
+            conn.execute("SELECT pgfence.fail(%s, %s, 'boom', permanent => true)", (job_id, token))
+        elif setup == "cancelled":
+            conn.execute("SELECT pgfence.cancel(%s)", (job_id,))
+    err = sql_error(conn, "SELECT pgfence.mark_done(%s, 'note')", (job_id,))
+    assert_error(err, "PF003", "mark_done")
+    assert status(conn, job_id) == setup
+
+
+def test_mark_done_checks_its_arguments_first(conn: Conn, q: str) -> None:
+    job_id = manual_review_job(conn, q)
+    assert_error(sql_error(conn, "SELECT pgfence.mark_done(NULL, 'n')"), "22004", "job_id")
+    assert_error(sql_error(conn, "SELECT pgfence.mark_done(%s, NULL)", (job_id,)), "22004", "note")
+    deep = "[" * 70 + "]" * 70
+    assert_error(sql_error(conn, "SELECT pgfence.mark_done(%s, 'n', %s::jsonb)", (job_id, deep)), "22023", "result")
+    assert_error(sql_error(conn, "SELECT pgfence.mark_done(9223372036854775000, 'n')"), "PF002")
+    assert status(conn, job_id) == "manual_review" and audit(conn, job_id) == []
+
+
+def test_mark_done_waits_for_a_concurrent_requeue_and_then_refuses(dsn: str, conn: Conn, q: str) -> None:
+    job_id = manual_review_job(conn, q)
+    with connect(dsn, autocommit=False) as tx:
+        tx.execute("SELECT pgfence.requeue(%s)", (job_id,))
+        blocked = start_blocked(dsn, conn, "SELECT pgfence.mark_done(%s, 'it went through')", (job_id,))
+        tx.commit()
+    blocked.finish()
+    assert blocked.error is not None and blocked.error.sqlstate == "PF003", blocked.error
+    assert status(conn, job_id) == "queued"
+    assert [a["action"] for a in audit(conn, job_id)] == ["requeue"]
+
+
+def test_a_requeue_waits_for_a_concurrent_mark_done_and_then_refuses(dsn: str, conn: Conn, q: str) -> None:
+    job_id = manual_review_job(conn, q)
+    with connect(dsn, autocommit=False) as tx:
+        tx.execute("SELECT pgfence.mark_done(%s, 'it went through')", (job_id,))
+        requeue = start_blocked(dsn, conn, "SELECT pgfence.requeue(%s)", (job_id,))
+        cancel = start_blocked(dsn, conn, "SELECT pgfence.cancel(%s)", (job_id,))
+        tx.commit()
+    for call in (requeue.finish(), cancel.finish()):
+        assert call.error is not None and call.error.sqlstate == "PF003", call.error
+    assert status(conn, job_id) == "done"
+    assert [a["action"] for a in audit(conn, job_id)] == ["mark_done"]
+
+
+# ------------------------------------------------------------------- bulk --
+def test_requeue_many_acts_on_what_it_may_and_audits_those_ids_once(conn: Conn, q: str) -> None:
+    review = [manual_review_job(conn, q) for _ in range(3)]
+    queued = enqueue(conn, q)
+    conn.execute("SET pgfence.actor = 'bob'")
+    got = rows(conn, "SELECT * FROM pgfence.requeue_many(%s, note => 'bulk retry')",
+               ([queued, *reversed(review), 9223372036854775000],))
+    assert [(r["id"], r["acted"], r["job_status"]) for r in got] == [
+        *[(j, True, "queued") for j in review], (queued, False, "queued"), (9223372036854775000, False, None)]
+    assert got[-1]["detail"] == "no job with this id" and "applies only to" in got[-2]["detail"]
+    [a] = rows(conn, "SELECT * FROM pgfence.operator_audit WHERE job_ids && %s::bigint[]", (review,))
+    assert (a["action"], a["job_ids"], a["count"], a["note"], a["actor"], a["queues"]) == (
+        "requeue", review, 3, "bulk retry", "bob", [q])
+    assert a["detail"] == {"bulk": "ids", "asked": 5, "refused": 2}
+
+
+def test_cancel_many_keeps_refusing_the_dead_letter(conn: Conn, q: str) -> None:
+    failed = enqueue(conn, q, max_attempts=1)
+    token = claim_job(conn, q, failed)
+    conn.execute("SELECT pgfence.fail(%s, %s, 'boom')", (failed, token))
+    queued = enqueue(conn, q)
+    got = rows(conn, "SELECT id, acted, job_status FROM pgfence.cancel_many(%s)", ([failed, queued],))
+    assert got == [{"id": failed, "acted": False, "job_status": "failed"},
+                   {"id": queued, "acted": True, "job_status": "cancelled"}]
+
+
+def test_mark_done_many_requires_a_note_and_marks_each(conn: Conn, q: str) -> None:
+    jobs = [manual_review_job(conn, q) for _ in range(2)]
+    assert_error(sql_error(conn, "SELECT * FROM pgfence.mark_done_many(%s, NULL)", (jobs,)), "22004", "note")
+    got = rows(conn, "SELECT * FROM pgfence.mark_done_many(%s, 'both charged', '1')", (jobs,))
+    assert [r["acted"] for r in got] == [True, True]
+    assert [one(conn, "SELECT result FROM pgfence.job(%s)", (j,)) for j in jobs] == [1, 1]
+
+
+@pytest.mark.parametrize(("ids", "state", "names"), [
+    (None, "22004", "job_ids"), ([], "22023", "job_ids"), ([1, 1], "22023", "job_ids"),
+    ([1, None], "22023", "job_ids[2]"), (list(range(1, 10002)), "22023", "job_ids")])
+def test_bulk_ids_are_checked_first(conn: Conn, ids: Any, state: str, names: str) -> None:
+    for fn in ("requeue_many", "cancel_many"):
+        assert_error(sql_error(conn, f"SELECT * FROM pgfence.{fn}(%s::bigint[])", (ids,)), state, names)
+
+
+def test_act_on_filter_previews_caps_and_audits_the_ids(conn: Conn, q: str) -> None:
+    jobs = [manual_review_job(conn, q, kind="charge") for _ in range(3)]
+    other = manual_review_job(conn, q, kind="email")
+    assert rows(conn, "SELECT * FROM pgfence.preview_action('mark_done', queue => %s, kind => 'charge')", (q,)) == [
+        {"jobs": 3, "max_jobs": 10000}]
+    err = sql_error(conn, "SELECT * FROM pgfence.act_on_filter('mark_done', 'n', queue => %s, kind => 'charge',"
+                          " max_jobs => 2)", (q,))
+    assert_error(err, "22023", "max_jobs")
+    assert "narrow the filter" in (err.diag.message_hint or "")
+    assert {status(conn, j) for j in jobs} == {"manual_review"}
+    got = rows(conn, "SELECT * FROM pgfence.act_on_filter('mark_done', 'all charged', queue => %s, kind => 'charge',"
+                     " max_jobs => 3)", (q,))
+    assert [(r["id"], r["acted"]) for r in got] == [(j, True) for j in jobs]
+    assert status(conn, other) == "manual_review"
+    [a] = rows(conn, "SELECT * FROM pgfence.operator_audit WHERE job_ids && %s::bigint[]", (jobs,))
+    assert a["job_ids"] == jobs and a["detail"]["filter"] == {"queue": q, "kind": "charge"}
+    assert a["detail"]["bulk"] == "filter"
+    assert rows(conn, "SELECT * FROM pgfence.act_on_filter('requeue', queue => %s, kind => 'charge')", (q,)) == []
+
+
+def test_filters_match_as_given_not_as_patterns(conn: Conn, q: str) -> None:
+    a = enqueue(conn, q, max_attempts=1)
+    b = enqueue(conn, q, max_attempts=1)
+    for job_id, error in ((a, "timeout 100%"), (b, "timeout 1000")):
+        conn.execute("SELECT pgfence.fail(%s, %s, %s)", (job_id, claim_job(conn, q, job_id), error))
+    assert one(conn, "SELECT jobs FROM pgfence.preview_action('requeue', queue => %s, error_contains => '100%%')",
+               (q,)) == 1
+    assert one(conn, "SELECT jobs FROM pgfence.preview_action('requeue', queue => %s, error_contains => '_')",
+               (q,)) == 0
+
+
+@pytest.mark.parametrize(("call", "state", "names"), [
+    ("SELECT * FROM pgfence.preview_action(NULL)", "22004", "action"),
+    ("SELECT * FROM pgfence.preview_action('delete')", "22023", "action"),
+    ("SELECT * FROM pgfence.preview_action('requeue', status => 'done')", "22023", "status"),
+    ("SELECT * FROM pgfence.preview_action('requeue', queue => ' x')", "22023", "queue"),
+    ("SELECT * FROM pgfence.preview_action('requeue', error_contains => '')", "22023", "error_contains"),
+    ("SELECT * FROM pgfence.preview_action('requeue', updated_after => 'infinity')", "22023", "updated_after"),
+    ("SELECT * FROM pgfence.act_on_filter('mark_done')", "22004", "note"),
+    ("SELECT * FROM pgfence.act_on_filter('requeue', result => '1')", "22023", "result"),
+    ("SELECT * FROM pgfence.act_on_filter('requeue', max_jobs => 10001)", "22023", "max_jobs"),
+])
+def test_filter_arguments_are_checked_first(conn: Conn, call: str, state: str, names: str) -> None:
+    assert_error(sql_error(conn, call), state, names)
+
+
+# ------------------------------------------------------------------ viewer --
+def test_viewer_reads_every_job_and_its_audit_and_changes_nothing(dsn: str, conn: Conn, q: str) -> None:
+    job_id = manual_review_job(conn, q)
+    conn.execute("SELECT pgfence.cancel(%s, 'x')", (job_id,))
+    with login_roles(dsn, {"t_console_viewer": "pgfence_viewer"}):
+        with connect_as(dsn, "t_console_viewer") as v:
+            assert one(v, "SELECT status FROM pgfence.job(%s)", (job_id,)) == "cancelled"
+            assert one(v, "SELECT count(*) FROM pgfence.jobs WHERE id = %s", (job_id,)) == 1
+            assert one(v, "SELECT count(*) FROM pgfence.attempts_of(%s)", (job_id,)) == 1
+            assert [r["action"] for r in rows(v, "SELECT * FROM pgfence.audit_of(%s)", (job_id,))] == ["cancel"]
+            assert one(v, "SELECT count(*) FROM pgfence.metrics()") > 0
+            for call in ("SELECT pgfence.requeue(%s)", "SELECT pgfence.mark_done(%s, 'n')",
+                         "SELECT * FROM pgfence.requeue_many(ARRAY[%s]::bigint[])",
+                         "UPDATE pgfence.jobs SET status = 'queued' WHERE id = %s"):
+                assert sql_error(v, call, (job_id,)).sqlstate == "42501", call
+    assert status(conn, job_id) == "cancelled"
