@@ -9,7 +9,7 @@
 #                   Playwright driving /usr/bin/chromium: Playwright's own browser download is
 #                   not used)
 #   python:         $REPO/.venv with psycopg, psycopg-pool, pytest, pytest-timeout, hypothesis,
-#                   mypy, testcontainers, playwright, httpx, and
+#                   mypy, testcontainers, playwright, httpx, prometheus_client (the tests' parser), and
 #                   `pip install -e python_client[dashboard]` (starlette, uvicorn, jinja2, ...)
 #
 # <major> is the highest installed PostgreSQL server (/usr/lib/postgresql/N/bin/postgres).
@@ -113,7 +113,7 @@ fi
 VENV="$REPO/.venv"
 STAMP="$VENV/.stamp"
 PY_DEPS=("psycopg[binary]>=3.1" "psycopg-pool>=3.2" "pytest>=8" "pytest-timeout" "hypothesis>=6" "mypy" "testcontainers>=4"
-         "playwright>=1.40" "httpx>=0.24")
+         "playwright>=1.40" "httpx>=0.24" "prometheus_client>=0.17")
 
 if [[ ! -x "$VENV/bin/python" ]] || ! "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
   log "creating $VENV"

@@ -231,3 +231,38 @@ def test_the_token_comes_from_the_environment_a_file_or_is_generated(tmp_path: A
     f.write_text("from-a-file-0123456789\n")
     assert read_token(Options(dsn="", dsn_from_cli=False, token_file=str(f))) == ("from-a-file-0123456789", False)
     assert read_token(Options(dsn="", dsn_from_cli=False, no_auth=True)) == (None, False)
+
+
+def test_a_viewer_login_gets_the_read_only_dashboard(dsn: str, conn: Conn, q: str) -> None:
+    if one(conn, "SELECT to_regrole('pgfence_viewer') IS NULL"):
+        pytest.skip("pgfence_viewer is not deployed")
+    job_id = manual_review_job(conn, q)
+    with login_roles(dsn, {"t_dash_viewer": "pgfence_viewer"}), pool_as(dsn, "t_dash_viewer") as pool:
+        assert check_role(pool, allow_superuser=False) == {"role": "t_dash_viewer", "operator": False,
+                                                            "viewer": True}
+        c = client_for(pool)
+        assert c.app.state.read_only  # type: ignore[attr-defined]
+        html = c.get("/inbox").text
+        assert f"#{job_id}" in html and 'action="/jobs/' not in html and "read-only" in html
+        assert c.get(f"/jobs/{job_id}").status_code == 200
+        assert c.get("/metrics").status_code == 200
+        token = csrf_of(c.get("/").text)
+        r = c.post(f"/jobs/{job_id}/action", data={"action": "cancel", "csrf": token}, headers=ORIGIN)
+        assert r.status_code == 403
+    assert one(conn, "SELECT status FROM pgfence.jobs WHERE id = %s", (job_id,)) == "manual_review"
+
+
+def test_a_requeue_from_the_dashboard_is_audited_with_the_actor(op_pool: Any, conn: Conn, q: str) -> None:
+    if one(conn, "SELECT to_regclass('pgfence.operator_audit') IS NULL"):
+        pytest.skip("pgfence.operator_audit is not deployed")
+    fid = failed_job(conn, q, "boom")
+    c = client_for(op_pool)
+    token = csrf_of(c.get(f"/jobs/{fid}").text)
+    r = c.post(f"/jobs/{fid}/action", data={"action": "requeue", "note": "fixed the template", "csrf": token},
+               headers=ORIGIN, follow_redirects=False)
+    assert r.status_code == 303
+    row = conn.execute("SELECT action, actor, db_role, note, job_ids FROM pgfence.operator_audit"
+                       " WHERE job_ids @> ARRAY[%s::bigint] ORDER BY id DESC LIMIT 1", (fid,)).fetchone()
+    assert row is not None and row[0] == "requeue" and row[1] == "alice" and row[2] == OP
+    assert row[3] == "fixed the template" and list(row[4]) == [fid]
+    assert "fixed the template" in c.get(f"/jobs/{fid}").text

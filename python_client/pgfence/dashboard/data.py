@@ -40,6 +40,7 @@ OPTIONAL = {
     "metrics": "pgfence.metrics()",
     "audit_of": "pgfence.audit_of(bigint)",
     "schedules": "pgfence.schedules()",
+    "noted": "pgfence.requeue(bigint, text)",   # requeue/cancel take an audit note
 }
 
 
@@ -247,7 +248,10 @@ class Data:
     def act(self, actor: str, action: str, job_id: int, note: Optional[str] = None,
             result: Optional[str] = None) -> None:
         with self.acting(actor) as c:
-            if action == "requeue":
+            if action in ("requeue", "cancel") and self.has.get("noted"):
+                c.execute(f"SELECT pgfence.{'requeue' if action == 'requeue' else 'cancel'}"
+                          "(job_id => %s, note => %s)", (job_id, note))
+            elif action == "requeue":
                 c.execute("SELECT pgfence.requeue(job_id => %s)", (job_id,))
             elif action == "cancel":
                 c.execute("SELECT pgfence.cancel(job_id => %s)", (job_id,))

@@ -1,39 +1,19 @@
-"""``/metrics``: the rows of ``pgfence.metrics()`` (name, type, help, labels, value) in the
-Prometheus text format, written by ``prometheus_client`` (its escaping of label values
-and help texts, not ours)."""
+"""``/metrics``: the rows of ``pgfence.metrics()`` in the Prometheus text format, written by
+:func:`pgfence.metrics_text.prometheus_text` (the same text as ``pgfence metrics``; the SQL
+function decides every metric and value)."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import Metric
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from ..metrics_text import prometheus_text
+from ..models import Metric
 
-_TYPES = {"counter", "gauge", "histogram", "summary", "info", "stateset", "untyped", "unknown"}
-
-
-class _Rows:
-    def __init__(self, rows: list[dict[str, Any]]) -> None:
-        self.rows = rows
-
-    def collect(self) -> Iterable[Metric]:
-        families: dict[str, Metric] = {}
-        for r in self.rows:
-            name = str(r["name"])
-            kind = str(r["type"] or "untyped")
-            kind = kind if kind in _TYPES else "untyped"
-            family = name[:-6] if kind == "counter" and name.endswith("_total") else name
-            m = families.get(family)
-            if m is None:
-                m = families[family] = Metric(family, str(r["help"] or ""), kind)
-            sample = family + "_total" if kind == "counter" else name
-            labels = {str(k): "" if v is None else str(v) for k, v in (r["labels"] or {}).items()}
-            m.add_sample(sample, labels, float(r["value"]) if r["value"] is not None else float("nan"))
-        return list(families.values())
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 def render(rows: list[dict[str, Any]]) -> tuple[bytes, str]:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Rows(rows))  # type: ignore[arg-type]
-    return generate_latest(registry), CONTENT_TYPE_LATEST
+    metrics = [Metric(name=str(r["name"]), type=str(r["type"]), help=str(r["help"] or ""),
+                      labels={str(k): "" if v is None else str(v) for k, v in (r["labels"] or {}).items()},
+                      value=float(r["value"]) if r["value"] is not None else float("nan")) for r in rows]
+    return prometheus_text(metrics).encode(), CONTENT_TYPE

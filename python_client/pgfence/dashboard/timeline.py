@@ -53,15 +53,21 @@ def build(job: dict[str, Any], attempts: list[dict[str, Any]], rejections: list[
           now: datetime) -> Timeline:
     bars: list[Bar] = []
     for a in attempts:
-        bars.append(Bar(label=f"#{a['attempt']}", worker=a["worker"] or "", token=str(a["attempt_token"] or ""),
-                        outcome=a["outcome"], start=a["claimed_at"], end=a["ended_at"],
-                        lease_end=a["lease_expires_at"], span_end=a["ended_at"]))
+        # (an attempt may lack a claim time, a worker or a token: mark_done's final "attempt" is the
+        # operator's decision, a point in time)
+        start = a["claimed_at"] or a["ended_at"]
+        end = a["ended_at"] or start
+        if start is None:
+            continue
+        bars.append(Bar(label=f"#{a['attempt']}", worker=a["worker"] or "(operator)",
+                        token=str(a["attempt_token"] or ""), outcome=a["outcome"] or "", start=start, end=end,
+                        lease_end=a["lease_expires_at"], span_end=end))
     if job.get("status") == "processing" and job.get("reserved_at") is not None:
         end = max(now, job["reserved_at"])
         bars.append(Bar(label=f"#{job['attempts']}", worker=job.get("reserved_by") or "",
                         token=str(job.get("attempt_token") or ""), outcome="running", start=job["reserved_at"],
                         end=end, lease_end=job.get("lease_expires_at"), span_end=end))
-    by_token = {b.token: b for b in bars}
+    by_token = {b.token: b for b in bars if b.token}
     orphans = []
     for r in rejections:
         b = by_token.get(str(r["attempt_token"]))
