@@ -266,3 +266,49 @@ def test_a_requeue_from_the_dashboard_is_audited_with_the_actor(op_pool: Any, co
     assert row is not None and row[0] == "requeue" and row[1] == "alice" and row[2] == OP
     assert row[3] == "fixed the template" and list(row[4]) == [fid]
     assert "fixed the template" in c.get(f"/jobs/{fid}").text
+
+
+def test_the_overview_counts_live_jobs_and_the_hour_s_finished_ones(op_pool: Any, conn: Conn, q: str) -> None:
+    from support.dashboard import claim
+    failed_job(conn, q, "boom")
+    for _ in range(3):
+        enqueue(conn, q)
+    for job_id, token in claim(conn, q, "w", n=3):
+        one(conn, "SELECT pgfence.complete(job_id => %s, attempt_token => %s)", (job_id, token))
+    enqueue(conn, q)
+    app = create_app(op_pool, Config(token=TOKEN))
+    data = app.state.data
+    for _ in range(2):  # the second read takes the minutes it kept from the first
+        ov = data.overview()
+        mine = [x for x in ov["queues"] if x["queue"] == q]
+        assert len(mine) == 1
+        assert mine[0]["states"] == {"queued": 1, "failed": 1}
+        assert mine[0]["hour"] == {"done": 3, "failed": 1, "cancelled": 0}
+        assert sum(v["done"] for _, v in ov["series"]) >= 3 and len(ov["series"]) == 60
+
+
+def test_the_jobs_page_filters_and_pages_by_keyset(op_pool: Any, conn: Conn, q: str) -> None:
+    from pgfence.dashboard.data import PAGE
+    from support.dashboard import claim
+    fid = failed_job(conn, q, "needle in the error")
+    ids = [enqueue(conn, q, "k1" if i % 2 else "k2", key=f"{q}-key-{i}") for i in range(PAGE + 5)]
+    (done_id, token), = claim(conn, q, "w")
+    one(conn, "SELECT pgfence.complete(job_id => %s, attempt_token => %s)", (done_id, token))
+    c = client_for(op_pool)
+    first = c.get(f"/jobs?queue={q}").text
+    shown = [int(x) for x in re.findall(r'<td class="num"><a href="/jobs/(\d+)">', first)]
+    assert shown == sorted(ids + [fid], reverse=True)[:PAGE]
+    nxt = re.search(r'href="(/jobs\?[^"]*before=\d+[^"]*)" id="next"', first)
+    assert nxt is not None
+    second = c.get(nxt.group(1).replace("&amp;", "&")).text
+    rest = [int(x) for x in re.findall(r'<td class="num"><a href="/jobs/(\d+)">', second)]
+    assert rest == sorted(ids + [fid], reverse=True)[PAGE:]
+    # by idempotency key: a live job and a done one (its key in held_keys)
+    for i, job_id in ((3, ids[3]), (ids.index(done_id), done_id)):
+        page = c.get(f"/jobs?key={q}-key-{i}").text
+        assert re.findall(r'<td class="num"><a href="/jobs/(\d+)">', page) == [str(job_id)]
+    page = c.get(f"/jobs?queue={q}&kind=k1&status=queued").text
+    assert len(re.findall(r'<td class="num"><a href="/jobs/(\d+)">', page)) == len([i for i in range(PAGE + 5) if i % 2]) - (1 if ids.index(done_id) % 2 else 0)
+    page = c.get(f"/jobs?error=needle").text
+    assert re.findall(r'<td class="num"><a href="/jobs/(\d+)">', page) == [str(fid)]
+    assert re.findall(r'<td class="num"><a href="/jobs/(\d+)">', c.get(f"/jobs?id={fid}").text) == [str(fid)]

@@ -39,6 +39,7 @@ from .timeline import build as build_timeline
 log = escaped_logger("pgfence.dashboard")
 HERE = Path(__file__).parent
 STATES = ("queued", "processing", "manual_review", "failed", "cancelled", "done")
+LIVE = STATES[:5]
 ACTIONS = ("requeue", "cancel", "mark_done")
 
 
@@ -87,6 +88,7 @@ def _env() -> Environment:
     env.filters["printable"] = lambda v: "" if v is None else printable(v)
     env.filters["pretty"] = d.pretty_json
     env.globals["STATES"] = STATES
+    env.globals["LIVE"] = LIVE
     return env
 
 

@@ -66,10 +66,63 @@ class JobFilter:
     before: Optional[datetime] = None
 
 
+class Throughput:
+    """Jobs finished per minute over the last hour, per (queue, status).
+
+    A minute that ended more than 2 minutes ago is final (a completion's finished_at is its
+    statement's clock; a transaction still open at that minute's end commits within
+    seconds), so its counts are kept here and only the last minutes are read again: a
+    refresh reads the jobs of ~3 minutes, not the hour's. (A process of its own keeps its
+    own; the first read after start reads the whole hour.)
+    """
+
+    FINAL_AFTER = timedelta(minutes=2)
+
+    def __init__(self) -> None:
+        self.minutes: dict[datetime, dict[tuple[str, str], int]] = {}
+        self.final_until: Optional[datetime] = None   # minutes before this are kept
+        self.lock = __import__("threading").Lock()
+
+    def read(self, data: "Data") -> tuple[datetime, list[tuple[datetime, dict[str, int]]], dict[tuple[str, str], int]]:
+        now = data.rows("SELECT date_trunc('minute', now()) AS m")[0]["m"]
+        first = now - timedelta(minutes=59)
+        with self.lock:
+            since = first if self.final_until is None or self.final_until < first else self.final_until
+        rows = data.rows(
+            "SELECT date_trunc('minute', finished_at) AS minute, queue, status, count(*) AS n"
+            " FROM pgfence.all_jobs WHERE finished_at >= %s GROUP BY 1, 2, 3", (since,))
+        fresh: dict[datetime, dict[tuple[str, str], int]] = {}
+        for r in rows:
+            fresh.setdefault(r["minute"], {})[(r["queue"], r["status"])] = r["n"]
+        with self.lock:
+            for m in [m for m in self.minutes if m < first or m >= since]:
+                del self.minutes[m]
+            merged = dict(self.minutes)
+            merged.update(fresh)
+            final = now - self.FINAL_AFTER
+            for m in range(0, 60):
+                minute = first + timedelta(minutes=m)
+                if since <= minute < final:
+                    self.minutes[minute] = fresh.get(minute, {})
+            self.final_until = max(since, final)
+        series = []
+        per_queue: dict[tuple[str, str], int] = {}
+        for i in range(60):
+            minute = first + timedelta(minutes=i)
+            counts = {"done": 0, "failed": 0, "cancelled": 0}
+            for (queue, status), n in merged.get(minute, {}).items():
+                if status in counts:
+                    counts[status] += n
+                per_queue[(queue, status)] = per_queue.get((queue, status), 0) + n
+            series.append((minute, counts))
+        return now, series, per_queue
+
+
 class Data:
     def __init__(self, pool: ConnectionPool) -> None:
         self.pool = pool
         self.has: dict[str, bool] = {}
+        self.throughput = Throughput()
 
     # -- plumbing ---------------------------------------------------------
     @contextmanager
@@ -100,40 +153,50 @@ class Data:
 
     # -- overview ---------------------------------------------------------
     def overview(self) -> dict[str, Any]:
-        stats = self.rows("SELECT queue, status, jobs, oldest_runnable_age, expired_leases FROM pgfence.stats()"
-                          " ORDER BY queue, status")
+        """Per queue: live jobs by state (pgfence.jobs only: ``all_jobs WHERE status <> 'done'``,
+        whose history branch the planner drops), the oldest runnable age, expired leases,
+        jobs finished per minute over the last hour (done ones from the history's BRIN on
+        finished_at), refused calls within the hour, pause and cap; the sweeper's health.
+
+        Not ``pgfence.stats()``: it counts every done job in the history (a full scan of it at
+        each refresh). The per-minute counts of minutes that ended more than 2 minutes ago do
+        not change, so they are kept (:class:`Throughput`) and only the recent ones are read again.
+        """
+        live = self.rows(
+            "SELECT queue, status, count(*) AS jobs,"
+            " clock_timestamp() - min(available_at)"
+            "   FILTER (WHERE status = 'queued' AND available_at <= clock_timestamp()) AS oldest,"
+            " count(*) FILTER (WHERE status = 'processing' AND lease_expires_at < clock_timestamp()) AS expired"
+            " FROM pgfence.all_jobs WHERE status <> 'done' GROUP BY queue, status")
         queues: dict[str, dict[str, Any]] = {}
-        for s in stats:
-            q = queues.setdefault(s["queue"], {"queue": s["queue"], "states": {}, "oldest": None, "expired": 0})
+
+        def q_of(name: str) -> dict[str, Any]:
+            return queues.setdefault(name, {"queue": name, "states": {}, "oldest": None, "expired": 0,
+                                            "hour": {"done": 0, "failed": 0, "cancelled": 0}, "rejected": 0,
+                                            "limit": None})
+        for s in live:
+            q = q_of(s["queue"])
             q["states"][s["status"]] = s["jobs"]
-            if s["oldest_runnable_age"] is not None:
-                q["oldest"] = max(q["oldest"] or s["oldest_runnable_age"], s["oldest_runnable_age"])
-            q["expired"] += s["expired_leases"] or 0
-        limits = {r["queue"]: r for r in self.rows(
-            "SELECT queue, paused_at, paused_by, max_running, running FROM pgfence.queue_limits()")}
-        for name, lim in limits.items():
-            queues.setdefault(name, {"queue": name, "states": {}, "oldest": None, "expired": 0})
-        for name, q in queues.items():
-            q["limit"] = limits.get(name)
-        # Throughput: jobs finished per minute over the last hour (done: the history's BRIN
-        # on finished_at; failed/cancelled: pgfence.jobs' finished_at index).
-        per_minute = self.rows(
-            "SELECT date_trunc('minute', finished_at) AS minute, status, count(*) AS n"
-            " FROM pgfence.all_jobs WHERE finished_at >= date_trunc('minute', now()) - interval '59 minutes'"
-            " GROUP BY 1, 2 ORDER BY 1")
-        summary = self.rows("SELECT outcome, count FROM pgfence.history_summary(since => interval '1 hour')")
+            if s["oldest"] is not None:
+                q["oldest"] = max(q["oldest"] or s["oldest"], s["oldest"])
+            q["expired"] += s["expired"] or 0
+        for r in self.rows("SELECT queue, paused_at, paused_by, max_running, running FROM pgfence.queue_limits()"):
+            q_of(r["queue"])["limit"] = r
+        now, series, per_queue = self.throughput.read(self)
+        for (queue, status), n in per_queue.items():
+            if status in ("done", "failed", "cancelled"):
+                q_of(queue)["hour"][status] += n
+        rejected = self.rows("SELECT queue, count(*) AS n FROM pgfence.rejections"
+                             " WHERE rejected_at >= now() - interval '1 hour' GROUP BY queue")
+        for r in rejected:
+            q_of(r["queue"])["rejected"] = r["n"]
         sweeper = self.rows("SELECT state, last_pass_at, last_pass_age, paused_at, paused_by, last_error,"
                             " last_error_at FROM pgfence.sweeper_health()")
-        now = self.rows("SELECT date_trunc('minute', now()) AS now")[0]["now"]
-        minutes = [now - timedelta(minutes=59 - i) for i in range(60)]
-        series = {m: {"done": 0, "failed": 0, "cancelled": 0} for m in minutes}
-        for r in per_minute:
-            if r["minute"] in series and r["status"] in series[r["minute"]]:
-                series[r["minute"]][r["status"]] = r["n"]
-        return {"queues": sorted(queues.values(), key=lambda q: q["queue"]),
-                "series": [(m, series[m]) for m in minutes],
-                "summary": {r["outcome"]: r["count"] for r in summary},
-                "sweeper": sweeper[0] if sweeper else None}
+        summary = {k: sum(v[k] for _, v in series) for k in ("done", "failed", "cancelled")}
+        summary["rejected"] = sum(r["n"] for r in rejected)
+        summary["expired"] = sum(q["expired"] for q in queues.values())
+        return {"queues": sorted(queues.values(), key=lambda q: q["queue"]), "series": series, "now": now,
+                "summary": summary, "sweeper": sweeper[0] if sweeper else None}
 
     # -- lists ------------------------------------------------------------
     def manual_review(self, before_id: Optional[int], queue: Optional[str]) -> list[dict[str, Any]]:
@@ -152,30 +215,42 @@ class Data:
             {"before": before_id, "queue": queue, "limit": PAGE + 1})
 
     def jobs(self, f: JobFilter, before_id: Optional[int]) -> list[dict[str, Any]]:
-        """One page of jobs matching the filter, newest id first (keyset on id)."""
-        window_from = f.after
-        if f.error and (window_from is None or (f.before or datetime.now(window_from.tzinfo)) - window_from
-                        > ERROR_SEARCH_WINDOW):
-            # bounded: the error text has no index, so it is searched within a window
-            window_from = None
-        return self.rows(
-            "SELECT id, queue, kind, status, attempts, max_attempts, idempotency_key, left(last_error, 200) AS error,"
-            " created_at, updated_at, finished_at"
-            " FROM pgfence.all_jobs"
-            " WHERE (%(before)s::bigint IS NULL OR id < %(before)s)"
-            "   AND (%(id)s::bigint IS NULL OR id = %(id)s)"
-            "   AND (%(queue)s::text IS NULL OR queue = %(queue)s)"
-            "   AND (%(kind)s::text IS NULL OR kind = %(kind)s)"
-            "   AND (%(status)s::text IS NULL OR status = %(status)s)"
-            "   AND (%(key)s::text IS NULL OR idempotency_key = %(key)s)"
-            "   AND (%(after)s::timestamptz IS NULL OR updated_at >= %(after)s)"
-            "   AND (%(until)s::timestamptz IS NULL OR updated_at < %(until)s)"
-            "   AND (%(error)s::text IS NULL OR (strpos(last_error, %(error)s) > 0"
-            "        AND updated_at >= coalesce(%(from)s::timestamptz, coalesce(%(until)s::timestamptz, now()) - %(win)s)))"
-            " ORDER BY id DESC LIMIT %(limit)s",
-            {"before": before_id, "id": f.job_id, "queue": f.queue, "kind": f.kind, "status": f.status,
-             "key": f.key, "after": f.after, "until": f.before, "error": f.error, "from": window_from,
-             "win": ERROR_SEARCH_WINDOW, "limit": PAGE + 1})
+        """One page of jobs matching the filter, newest id first (keyset on id: ``id < the last
+        id shown``, never OFFSET).
+
+        The WHERE clause is made of fixed fragments, one per filter given (values always as
+        parameters), so each combination is planned with only its own conditions. An
+        idempotency key is looked up where it is indexed: live jobs by (queue, key), done
+        ones in ``pgfence.held_keys``. The error text has no index: it is searched within a
+        window of updated_at (:data:`ERROR_SEARCH_WINDOW`, ending at "until" or now).
+        """
+        where = []
+        p: dict[str, Any] = {"limit": PAGE + 1}
+        for name, value, frag in (
+                ("before", before_id, "id < %(before)s"), ("id", f.job_id, "id = %(id)s"),
+                ("queue", f.queue, "queue = %(queue)s"), ("kind", f.kind, "kind = %(kind)s"),
+                ("status", f.status, "status = %(status)s"),
+                ("after", f.after, "updated_at >= %(after)s"), ("until", f.before, "updated_at < %(until)s")):
+            if value is not None:
+                where.append(frag)
+                p[name] = value
+        if f.key is not None:
+            p["key"] = f.key
+            by_queue = " AND j.queue = %(queue)s" if f.queue is not None else ""
+            where.append("id IN (SELECT j.id FROM pgfence.jobs j WHERE j.idempotency_key = %(key)s" + by_queue +
+                         " UNION ALL SELECT j.job_id FROM pgfence.held_keys j WHERE j.idempotency_key = %(key)s" +
+                         by_queue + ")")
+        if f.error is not None:
+            p["error"] = f.error
+            p["win"] = ERROR_SEARCH_WINDOW
+            where.append("strpos(last_error, %(error)s) > 0")
+            end = "%(until)s::timestamptz" if f.before is not None else "now()"
+            if f.after is None or (f.before or datetime.now(f.after.tzinfo)) - f.after > ERROR_SEARCH_WINDOW:
+                where.append(f"updated_at >= {end} - %(win)s")
+        query = ("SELECT id, queue, kind, status, attempts, max_attempts, idempotency_key,"
+                 " left(last_error, 200) AS error, created_at, updated_at, finished_at FROM pgfence.all_jobs"
+                 + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id DESC LIMIT %(limit)s")
+        return self.rows(query, p)
 
     def dead_letter(self) -> list[dict[str, Any]]:
         """Failed jobs grouped by their error (the first 500 characters), largest group first."""
