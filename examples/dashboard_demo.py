@@ -124,7 +124,7 @@ def main() -> int:
     params = conninfo_to_dict(dsn)
     params["user"] = ROLE
     params.pop("password", None)
-    os.environ["PGFENCE_DSN"] = make_conninfo(**params)
+    os.environ["PGFENCE_DSN"] = make_conninfo("", **params)
     from pgfence.cli import main as cli
     return cli(["dashboard", "--bind", a.bind])
 

@@ -158,7 +158,8 @@ def create_app(pool: Any, config: Config) -> Starlette:
         """The POSTed form, after the CSRF check (and, for a write, the read-only check)."""
         form = await request.form()
         session = request.scope.get("pgfence.session")
-        if session is None or not sec.csrf_ok(session, form.get("csrf")):
+        given = form.get("csrf")
+        if session is None or not isinstance(given, str) or not sec.csrf_ok(session, given):
             raise _Refused(403, "missing or wrong CSRF token: reload the page and try again")
         if write and read_only:
             raise _Refused(403, "this dashboard is read-only")
@@ -297,7 +298,7 @@ def create_app(pool: Any, config: Config) -> Starlette:
                 return render(request, "preview.html", action=action, n=n, cap_n=cap, form=form, ids=None)
             rows = await run_in_threadpool(data.act_on_filter, actor, action, flt, note, result)
         else:
-            ids = sorted({i for i in (_int(v) for v in form.getlist("ids")) if i is not None})
+            ids = sorted({i for i in (_int(v) for v in form.getlist("ids") if isinstance(v, str)) if i is not None})
             if not ids:
                 raise _Refused(400, "select at least one job")
             if len(ids) > d.BULK_CAP:

@@ -12,6 +12,7 @@ dashboard user, which the operator audit records as the informational actor.
 from __future__ import annotations
 
 import json
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -81,7 +82,7 @@ class Throughput:
     def __init__(self) -> None:
         self.minutes: dict[datetime, dict[tuple[str, str], int]] = {}
         self.final_until: Optional[datetime] = None   # minutes before this are kept
-        self.lock = __import__("threading").Lock()
+        self.lock = threading.Lock()
 
     def read(self, data: "Data") -> tuple[datetime, list[tuple[datetime, dict[str, int]]], dict[tuple[str, str], int]]:
         now = data.rows("SELECT date_trunc('minute', now()) AS m")[0]["m"]
@@ -100,8 +101,8 @@ class Throughput:
             merged = dict(self.minutes)
             merged.update(fresh)
             final = now - self.FINAL_AFTER
-            for m in range(0, 60):
-                minute = first + timedelta(minutes=m)
+            for i in range(0, 60):
+                minute = first + timedelta(minutes=i)
                 if since <= minute < final:
                     self.minutes[minute] = fresh.get(minute, {})
             self.final_until = max(since, final)
@@ -350,7 +351,7 @@ class Data:
                     cur.execute(f"SELECT id, acted, job_status, detail FROM pgfence.{action}_many("
                                 "job_ids => %s, note => %s)", (ids, note))
                 return cur.fetchall()
-            out = []
+            out: list[dict[str, Any]] = []
             for i in ids:
                 try:
                     with c.transaction():
