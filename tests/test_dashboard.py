@@ -312,3 +312,22 @@ def test_the_jobs_page_filters_and_pages_by_keyset(op_pool: Any, conn: Conn, q: 
     page = c.get(f"/jobs?error=needle").text
     assert re.findall(r'<td class="num"><a href="/jobs/(\d+)">', page) == [str(fid)]
     assert re.findall(r'<td class="num"><a href="/jobs/(\d+)">', c.get(f"/jobs?id={fid}").text) == [str(fid)]
+
+
+def test_the_cli_refuses_to_start_unsafely(dsn: str, capsys: pytest.CaptureFixture[str],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from pgfence.cli import main
+    monkeypatch.setenv("PGFENCE_DASHBOARD_TOKEN", TOKEN)
+    assert main(["dashboard", "--bind", "0.0.0.0:18999", "--no-auth"]) == 2
+    assert "loopback" in capsys.readouterr().err
+    assert main(["dashboard", "--bind", "nonsense"]) == 2
+    capsys.readouterr()
+    # the test database's DSN connects as its superuser: refused (and the bind never happens)
+    assert main(["--dsn", dsn, "dashboard", "--bind", "127.0.0.1:18999"]) == 1
+    err = capsys.readouterr().err
+    assert "refusing to run as the superuser" in err and "--allow-superuser" in err
+    # a password on the command line is warned about (and never printed)
+    monkeypatch.setenv("PGFENCE_DASHBOARD_TOKEN", "short")
+    assert main(["--dsn", dsn + "?password=s3cret-pw", "dashboard", "--bind", "127.0.0.1:18999"]) == 1
+    err = capsys.readouterr().err
+    assert "password in --dsn" in err and "s3cret-pw" not in err

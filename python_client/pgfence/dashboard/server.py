@@ -105,15 +105,15 @@ def run(opts: Options) -> int:
 
     host, port = split_bind(opts.bind)
     if opts.dsn_from_cli and opts.dsn and "password" in _conninfo(opts.dsn):
-        log.warning("a password in --dsn is visible to every user of this machine (ps): "
-                    "use PGPASSWORD, ~/.pgpass or PGFENCE_DSN instead")
+        _warn("a password in --dsn is visible to every user of this machine (ps): "
+              "use PGPASSWORD, ~/.pgpass or PGFENCE_DSN instead")
     if opts.no_auth and not is_loopback(host):
         raise StartError("--no-auth is allowed on a loopback bind only", code=2)
     if bool(opts.tls_cert) != bool(opts.tls_key):
         raise StartError("--tls-cert and --tls-key go together", code=2)
     if not is_loopback(host) and not opts.tls_cert:
-        log.warning("serving plain HTTP on %s: put it behind a TLS-terminating reverse proxy "
-                    "(docs/dashboard.md) or pass --tls-cert/--tls-key", host)
+        _warn(f"serving plain HTTP on {printable(host)}: put it behind a TLS-terminating reverse proxy "
+              "(docs/dashboard.md) or pass --tls-cert/--tls-key")
     token, generated = read_token(opts)
     pool = ConnectionPool(opts.dsn, min_size=1, max_size=opts.pool_size, kwargs={"autocommit": True},
                           open=True, name="pgfence-dashboard")
@@ -139,6 +139,11 @@ def run(opts: Options) -> int:
     finally:
         pool.close()
     return 0
+
+
+def _warn(message: str) -> None:
+    # (start-up warnings go to the terminal that started it, whatever logging is set to)
+    print(f"pgfence dashboard: warning: {message}", file=sys.stderr)
 
 
 def _conninfo(dsn: str) -> dict[str, Any]:
