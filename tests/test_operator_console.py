@@ -272,3 +272,37 @@ def test_viewer_reads_every_job_and_its_audit_and_changes_nothing(dsn: str, conn
                          "UPDATE pgfence.jobs SET status = 'queued' WHERE id = %s"):
                 assert sql_error(v, call, (job_id,)).sqlstate == "42501", call
     assert status(conn, job_id) == "cancelled"
+
+
+# ------------------------------------------------------------------ Python --
+def test_client_operator_methods(dsn: str, conn: Conn, q: str) -> None:
+    from pgfence import Client, InvalidTransition
+    a, b, c = (manual_review_job(conn, q) for _ in range(3))
+    with Client.connect(dsn) as client:
+        client.mark_done(a, "checked", result={"ok": True})
+        with pytest.raises(InvalidTransition):
+            client.mark_done(a, "again")
+        assert [(r.id, r.acted) for r in client.requeue_many([b, a], note="n")] == [(a, False), (b, True)]
+        assert client.preview_action("cancel", queue=q).jobs == 2
+        got = client.act_on_filter("cancel", queue=q, note="drain")
+        assert {(r.id, r.acted, r.job_status) for r in got} == {(b, True, "cancelled"), (c, True, "cancelled")}
+        assert [(e.action, e.note, e.count) for e in client.audit_of(b)] == [("requeue", "n", 1), ("cancel", "drain", 2)]
+        assert client.audit_of(a)[0].detail == {"result": {"ok": True}}
+
+
+def test_cli_mark_done_bulk_and_audit(dsn: str, conn: Conn, q: str, capsys: pytest.CaptureFixture[str],
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from pgfence.cli import main
+    monkeypatch.setenv("PGFENCE_ACTOR", "carol\x1b[31m")
+    a, b = manual_review_job(conn, q), manual_review_job(conn, q)
+    assert main(["mark-done", str(a), "--note", "charged\nforged line", "--result", '{"x": 1}', "--dsn", dsn]) == 0
+    assert main(["bulk", "requeue", "--queue", q, "--preview", "--dsn", dsn]) == 0
+    assert main(["bulk", "requeue", "--queue", q, "--dsn", dsn]) == 0
+    assert main(["audit", str(a), "--dsn", dsn]) == 0
+    out = capsys.readouterr().out
+    assert f"job {a} marked done" in out and "requeue would act on 1 job " in out
+    assert "requeue: acted on 1 of 1 job" in out
+    assert "mark_done by postgres, actor carol\\u001b[31m: charged\\u000aforged line" in out
+    assert "\x1b" not in out
+    assert status(conn, b) == "queued" and one(conn, "SELECT result FROM pgfence.job(%s)", (a,)) == {"x": 1}
+    assert main(["mark-done", str(a), "--dsn", dsn]) == 2  # --note is required

@@ -121,7 +121,7 @@ BEGIN
             -- (Counted once: with the drop, or with the truncate, after which it is empty.)
             IF to_regclass(format('pgfence.%I', v_name)) IS NOT NULL THEN
                 EXECUTE format('LOCK TABLE pgfence.%I IN SHARE MODE', v_name);
-                EXECUTE format('WITH p AS MATERIALIZED (SELECT h.queue, h.earlier_attempts FROM pgfence.%1$I h)'
+                EXECUTE format('WITH p AS MATERIALIZED (SELECT h.queue, h.earlier_attempts FROM pgfence.%I h)'
                                    ' INSERT INTO pgfence.metric_totals AS t (metric, queue, label, value)'
                                    ' SELECT c.metric, c.queue, c.label, sum(c.n)::bigint FROM ('
                                    '  SELECT ''jobs_done''::text AS metric, p.queue, ''''::text AS label, count(*) AS n'
@@ -142,7 +142,7 @@ BEGIN
                 BEGIN
                     -- (the block's count was rolled back with it: counted again, locked)
                     EXECUTE format('LOCK TABLE pgfence.%I IN ACCESS EXCLUSIVE MODE', v_name);
-                    EXECUTE format('WITH p AS MATERIALIZED (SELECT h.queue, h.earlier_attempts FROM pgfence.%1$I h)'
+                    EXECUTE format('WITH p AS MATERIALIZED (SELECT h.queue, h.earlier_attempts FROM pgfence.%I h)'
                                        ' INSERT INTO pgfence.metric_totals AS t (metric, queue, label, value)'
                                        ' SELECT c.metric, c.queue, c.label, sum(c.n)::bigint FROM ('
                                        '  SELECT ''jobs_done''::text AS metric, p.queue, ''''::text AS label, count(*) AS n'
