@@ -331,3 +331,13 @@ def test_the_cli_refuses_to_start_unsafely(dsn: str, capsys: pytest.CaptureFixtu
     assert main(["--dsn", dsn + "?password=s3cret-pw", "dashboard", "--bind", "127.0.0.1:18999"]) == 1
     err = capsys.readouterr().err
     assert "password in --dsn" in err and "s3cret-pw" not in err
+
+
+def test_the_dashboard_command_has_help(capsys: pytest.CaptureFixture[str]) -> None:
+    from pgfence.cli import main
+    assert main(["--help"]) == 0
+    assert "dashboard" in capsys.readouterr().out
+    assert main(["dashboard", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: pgfence dashboard") and "--bind" in out and "--token-file" in out
+    assert "--token " not in out  # the secret is never an option's value
