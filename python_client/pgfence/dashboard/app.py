@@ -20,7 +20,6 @@ from urllib.parse import urlencode
 
 import psycopg
 from jinja2 import Environment, FileSystemLoader, select_autoescape
-from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
@@ -423,5 +422,3 @@ def _chart(series: list[tuple[datetime, dict[str, int]]]) -> dict[str, Any]:
     return {"bars": bars, "peak": peak, "width": 40 + len(series) * w + 10, "height": h,
             "total": sum(sum(v.values()) for _, v in series)}
 
-
-_ = Markup  # (re-exported for templates that build markup: none do today)

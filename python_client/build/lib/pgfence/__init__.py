@@ -1,0 +1,21 @@
+"""pgfence: a fenced job queue that lives in PostgreSQL.
+
+The queue logic is PL/pgSQL in schema ``pgfence``; this package is a thin client
+(:class:`Client`), a worker runtime (:class:`Worker`) and a CLI (``pgfence``).
+"""
+
+from .client import SCHEMA_VERSION, Client, RawJson
+from .errors import (InvalidArgument, InvalidTransition, JobNotFound, LeaseLost, PgfenceError,
+                     SchemaMismatch, WrongIsolation)
+from .limits import Limits
+from .models import (ActionPreview, ActionResult, Attempt, AuditEntry, Enqueued, Job, JobRecord, Metric, Outcome,
+                     QueueLimit, QueueStats, Reclaimed, Rejection)
+from .worker import Interrupted, PermanentFailure, RetryAfter, Worker
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client", "Worker", "Job", "ActionPreview", "ActionResult", "AuditEntry", "Metric", "JobRecord", "Attempt", "Rejection", "Enqueued", "Outcome", "QueueStats", "QueueLimit", "Reclaimed", "RawJson",
+    "PgfenceError", "LeaseLost", "JobNotFound", "InvalidTransition", "InvalidArgument", "WrongIsolation",
+    "SchemaMismatch", "Limits", "Interrupted", "PermanentFailure", "RetryAfter", "SCHEMA_VERSION",
+]

@@ -1,0 +1,52 @@
+"""Showing the database's strings safely.
+
+Queue and kind names, payloads, results, error texts and worker ids come from whoever
+could call the SQL API: they are attacker-controlled wherever they are shown. A newline
+in one forged a line of ``pgfence stats``, an ESC sequence recoloured an operator's
+terminal. Everything the CLI prints and every argument of pgfence's log messages goes
+through :func:`printable`, which writes control, line-separator, bidirectional and
+invisible characters as ``\\uXXXX`` (the same set the SQL ``_printable`` escapes).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+# C0/C1 controls, DEL, soft hyphen, combining grapheme joiner, ALM, Hangul fillers,
+# Khmer inherent vowels, zero-width and bidi marks, line/paragraph separators,
+# embeddings/overrides, word joiner, invisible operators, isolates, deprecated format
+# characters, BOM, interlinear annotation marks.
+_UNSAFE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u200b-\u200f\u2028-\u202e"
+    "\u2060-\u206f\u3164\ufeff\uffa0\ufff9-\ufffb]"
+)
+
+
+def printable(value: Any) -> str:
+    """``str(value)`` with every unsafe or invisible character written as ``\\uXXXX``."""
+    text = value if isinstance(value, str) else str(value)
+    if _UNSAFE.search(text) is None:
+        return text
+    return _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+class EscapeArgs(logging.Filter):
+    """A logger filter: the string arguments of every record are made :func:`printable`
+    (the format strings are pgfence's own; the arguments may come from the database)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(printable(a) if isinstance(a, str) else a for a in record.args)
+        elif isinstance(record.args, dict):
+            record.args = {k: printable(v) if isinstance(v, str) else v for k, v in record.args.items()}
+        return True
+
+
+def escaped_logger(name: str) -> logging.Logger:
+    """``logging.getLogger(name)`` with :class:`EscapeArgs` attached (once)."""
+    logger = logging.getLogger(name)
+    if not any(isinstance(f, EscapeArgs) for f in logger.filters):
+        logger.addFilter(EscapeArgs())
+    return logger

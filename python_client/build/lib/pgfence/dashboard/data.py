@@ -1,0 +1,439 @@
+"""What the dashboard reads and does: literal queries over pgfence's functions and views.
+
+Reads go through ``pgfence.stats()``, ``job()``, ``attempts_of()``, ``rejections_of()``,
+``sweeper_health()``, ``queue_limits()``, ``history_summary()`` and the views
+``pgfence.all_jobs`` / ``all_attempts`` (``security_invoker``: the connecting role's
+own privileges apply). Every list is bounded (a LIMIT) and paged by keyset on ``id``,
+never OFFSET. Every action is one call of a pgfence SQL function, in a transaction that
+first sets ``pgfence.actor`` (``set_config(..., true)``, i.e. ``SET LOCAL``) to the
+dashboard user, which the operator audit records as the informational actor.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Iterator, Optional, Sequence
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool
+
+PAGE = 50
+#: The most jobs one bulk action touches (pgfence.act_on_filter's own cap when it
+#: exists; the same number for the fallback that calls requeue/cancel per job).
+BULK_CAP = 10_000
+#: The error-text search reads at most this window of updated_at (the text has no index).
+ERROR_SEARCH_WINDOW = timedelta(days=1)
+
+# Functions of the console branch the dashboard uses when they are deployed.
+OPTIONAL = {
+    "mark_done": "pgfence.mark_done(bigint, text, jsonb)",
+    "requeue_many": "pgfence.requeue_many(bigint[], text)",
+    "cancel_many": "pgfence.cancel_many(bigint[], text)",
+    "mark_done_many": "pgfence.mark_done_many(bigint[], text, jsonb)",
+    "preview_action": "pgfence.preview_action(text, text, text, text, text, timestamptz, timestamptz)",
+    "act_on_filter": "pgfence.act_on_filter(text, text, jsonb, text, text, text, text, timestamptz, timestamptz, integer)",
+    "metrics": "pgfence.metrics()",
+    "audit_of": "pgfence.audit_of(bigint)",
+    "schedules": "pgfence.schedules()",
+    "noted": "pgfence.requeue(bigint, text)",   # requeue/cancel take an audit note
+}
+
+
+@dataclass(frozen=True)
+class Identity:
+    role: str
+    superuser: bool
+    operator: bool
+    viewer: bool
+
+
+@dataclass
+class JobFilter:
+    """The jobs page's filter (every field optional)."""
+
+    queue: Optional[str] = None
+    kind: Optional[str] = None
+    status: Optional[str] = None
+    key: Optional[str] = None
+    job_id: Optional[int] = None
+    error: Optional[str] = None
+    after: Optional[datetime] = None
+    before: Optional[datetime] = None
+
+
+class Throughput:
+    """Jobs finished per minute over the last hour, per (queue, status).
+
+    A minute that ended more than 2 minutes ago is final (a completion's finished_at is its
+    statement's clock; a transaction still open at that minute's end commits within
+    seconds), so its counts are kept here and only the last minutes are read again: a
+    refresh reads the jobs of ~3 minutes, not the hour's. (A process of its own keeps its
+    own; the first read after start reads the whole hour.)
+    """
+
+    FINAL_AFTER = timedelta(minutes=2)
+
+    def __init__(self) -> None:
+        self.minutes: dict[datetime, dict[tuple[str, str], int]] = {}
+        self.final_until: Optional[datetime] = None   # minutes before this are kept
+        self.lock = threading.Lock()
+
+    def read(self, data: "Data") -> tuple[datetime, list[tuple[datetime, dict[str, int]]], dict[tuple[str, str], int]]:
+        now = data.rows("SELECT date_trunc('minute', now()) AS m")[0]["m"]
+        first = now - timedelta(minutes=59)
+        with self.lock:
+            since = first if self.final_until is None or self.final_until < first else self.final_until
+        rows = data.rows(
+            "SELECT date_trunc('minute', finished_at) AS minute, queue, status, count(*) AS n"
+            " FROM pgfence.all_jobs WHERE finished_at >= %s GROUP BY 1, 2, 3", (since,))
+        fresh: dict[datetime, dict[tuple[str, str], int]] = {}
+        for r in rows:
+            fresh.setdefault(r["minute"], {})[(r["queue"], r["status"])] = r["n"]
+        with self.lock:
+            for m in [m for m in self.minutes if m < first or m >= since]:
+                del self.minutes[m]
+            merged = dict(self.minutes)
+            merged.update(fresh)
+            final = now - self.FINAL_AFTER
+            for i in range(0, 60):
+                minute = first + timedelta(minutes=i)
+                if since <= minute < final:
+                    self.minutes[minute] = fresh.get(minute, {})
+            self.final_until = max(since, final)
+        series = []
+        per_queue: dict[tuple[str, str], int] = {}
+        for i in range(60):
+            minute = first + timedelta(minutes=i)
+            counts = {"done": 0, "failed": 0, "cancelled": 0}
+            for (queue, status), n in merged.get(minute, {}).items():
+                if status in counts:
+                    counts[status] += n
+                per_queue[(queue, status)] = per_queue.get((queue, status), 0) + n
+            series.append((minute, counts))
+        return now, series, per_queue
+
+
+class Data:
+    def __init__(self, pool: ConnectionPool) -> None:
+        self.pool = pool
+        self.has: dict[str, bool] = {}
+        self.throughput = Throughput()
+
+    # -- plumbing ---------------------------------------------------------
+    @contextmanager
+    def conn(self) -> Iterator[psycopg.Connection[Any]]:
+        with self.pool.connection() as c:
+            yield c
+
+    def rows(self, query: str, params: Any = None) -> list[dict[str, Any]]:
+        with self.conn() as c, c.cursor(row_factory=dict_row) as cur:
+            cur.execute(query, params)
+            return cur.fetchall()
+
+    def detect(self) -> None:
+        """Which optional functions (console branch, schedules) this database has."""
+        with self.conn() as c:
+            for name, sig in OPTIONAL.items():
+                row = c.execute("SELECT to_regprocedure(%s) IS NOT NULL", (sig,)).fetchone()
+                self.has[name] = bool(row and row[0])
+
+    def identity(self) -> Identity:
+        r = self.rows(
+            "SELECT current_user AS role, r.rolsuper AS superuser,"
+            " pg_has_role(current_user, 'pgfence_operator', 'MEMBER') AS operator,"
+            " (to_regrole('pgfence_viewer') IS NOT NULL"
+            "  AND pg_has_role(current_user, 'pgfence_viewer', 'MEMBER')) AS viewer"
+            " FROM pg_roles r WHERE r.rolname = current_user")[0]
+        return Identity(str(r["role"]), bool(r["superuser"]), bool(r["operator"]), bool(r["viewer"]))
+
+    # -- overview ---------------------------------------------------------
+    def overview(self) -> dict[str, Any]:
+        """Per queue: live jobs by state (pgfence.jobs only: ``all_jobs WHERE status <> 'done'``,
+        whose history branch the planner drops), the oldest runnable age, expired leases,
+        jobs finished per minute over the last hour (done ones from the history's BRIN on
+        finished_at), refused calls within the hour, pause and cap; the sweeper's health.
+
+        Not ``pgfence.stats()``: it counts every done job in the history (a full scan of it at
+        each refresh). The per-minute counts of minutes that ended more than 2 minutes ago do
+        not change, so they are kept (:class:`Throughput`) and only the recent ones are read again.
+        """
+        live = self.rows(
+            "SELECT queue, status, count(*) AS jobs,"
+            " clock_timestamp() - min(available_at)"
+            "   FILTER (WHERE status = 'queued' AND available_at <= clock_timestamp()) AS oldest,"
+            " count(*) FILTER (WHERE status = 'processing' AND lease_expires_at < clock_timestamp()) AS expired"
+            " FROM pgfence.all_jobs WHERE status <> 'done' GROUP BY queue, status")
+        queues: dict[str, dict[str, Any]] = {}
+
+        def q_of(name: str) -> dict[str, Any]:
+            return queues.setdefault(name, {"queue": name, "states": {}, "oldest": None, "expired": 0,
+                                            "hour": {"done": 0, "failed": 0, "cancelled": 0}, "rejected": 0,
+                                            "limit": None})
+        for s in live:
+            q = q_of(s["queue"])
+            q["states"][s["status"]] = s["jobs"]
+            if s["oldest"] is not None:
+                q["oldest"] = max(q["oldest"] or s["oldest"], s["oldest"])
+            q["expired"] += s["expired"] or 0
+        for r in self.rows("SELECT queue, paused_at, paused_by, max_running, running FROM pgfence.queue_limits()"):
+            q_of(r["queue"])["limit"] = r
+        now, series, per_queue = self.throughput.read(self)
+        for (queue, status), n in per_queue.items():
+            if status in ("done", "failed", "cancelled"):
+                q_of(queue)["hour"][status] += n
+        rejected = self.rows("SELECT queue, count(*) AS n FROM pgfence.rejections"
+                             " WHERE rejected_at >= now() - interval '1 hour' GROUP BY queue")
+        for r in rejected:
+            q_of(r["queue"])["rejected"] = r["n"]
+        sweeper = self.rows("SELECT state, last_pass_at, last_pass_age, paused_at, paused_by, last_error,"
+                            " last_error_at FROM pgfence.sweeper_health()")
+        summary = {k: sum(v[k] for _, v in series) for k in ("done", "failed", "cancelled")}
+        summary["rejected"] = sum(r["n"] for r in rejected)
+        summary["expired"] = sum(q["expired"] for q in queues.values())
+        return {"queues": sorted(queues.values(), key=lambda q: q["queue"]), "series": series, "now": now,
+                "summary": summary, "sweeper": sweeper[0] if sweeper else None}
+
+    # -- lists ------------------------------------------------------------
+    def manual_review(self, before_id: Optional[int], queue: Optional[str]) -> list[dict[str, Any]]:
+        """Manual-review jobs, newest id first, with their last ended attempt (the one whose
+        lease expired)."""
+        return self.rows(
+            "SELECT j.id, j.queue, j.kind, j.payload::text AS payload, j.attempts, j.max_attempts, j.updated_at,"
+            " j.last_error, a.worker, a.claimed_at, a.heartbeat_at, a.lease_expires_at, a.ended_at,"
+            " now() - a.lease_expires_at AS expired_ago"
+            " FROM pgfence.all_jobs j"
+            " LEFT JOIN LATERAL (SELECT * FROM pgfence.attempts_of(job_id => j.id) ORDER BY attempt DESC LIMIT 1) a"
+            "   ON true"
+            " WHERE j.status = 'manual_review' AND (%(before)s::bigint IS NULL OR j.id < %(before)s)"
+            "   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)"
+            " ORDER BY j.id DESC LIMIT %(limit)s",
+            {"before": before_id, "queue": queue, "limit": PAGE + 1})
+
+    def jobs(self, f: JobFilter, before_id: Optional[int]) -> list[dict[str, Any]]:
+        """One page of jobs matching the filter, newest id first (keyset on id: ``id < the last
+        id shown``, never OFFSET).
+
+        The WHERE clause is made of fixed fragments, one per filter given (values always as
+        parameters), so each combination is planned with only its own conditions. An
+        idempotency key is looked up where it is indexed: live jobs by (queue, key), done
+        ones in ``pgfence.held_keys``. The error text has no index: it is searched within a
+        window of updated_at (:data:`ERROR_SEARCH_WINDOW`, ending at "until" or now).
+        """
+        where = []
+        p: dict[str, Any] = {"limit": PAGE + 1}
+        for name, value, frag in (
+                ("before", before_id, "id < %(before)s"), ("id", f.job_id, "id = %(id)s"),
+                ("queue", f.queue, "queue = %(queue)s"), ("kind", f.kind, "kind = %(kind)s"),
+                ("status", f.status, "status = %(status)s"),
+                ("after", f.after, "updated_at >= %(after)s"), ("until", f.before, "updated_at < %(until)s")):
+            if value is not None:
+                where.append(frag)
+                p[name] = value
+        if f.key is not None:
+            p["key"] = f.key
+            by_queue = " AND j.queue = %(queue)s" if f.queue is not None else ""
+            where.append("id IN (SELECT j.id FROM pgfence.jobs j WHERE j.idempotency_key = %(key)s" + by_queue +
+                         " UNION ALL SELECT j.job_id FROM pgfence.held_keys j WHERE j.idempotency_key = %(key)s" +
+                         by_queue + ")")
+        if f.error is not None:
+            p["error"] = f.error
+            p["win"] = ERROR_SEARCH_WINDOW
+            where.append("strpos(last_error, %(error)s) > 0")
+            end = "%(until)s::timestamptz" if f.before is not None else "now()"
+            if f.after is None or (f.before or datetime.now(f.after.tzinfo)) - f.after > ERROR_SEARCH_WINDOW:
+                where.append(f"updated_at >= {end} - %(win)s")
+        query = ("SELECT id, queue, kind, status, attempts, max_attempts, idempotency_key,"
+                 " left(last_error, 200) AS error, created_at, updated_at, finished_at FROM pgfence.all_jobs"
+                 + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id DESC LIMIT %(limit)s")
+        return self.rows(query, p)
+
+    def dead_letter(self) -> list[dict[str, Any]]:
+        """Failed jobs grouped by their error (the first 500 characters), largest group first."""
+        return self.rows(
+            "SELECT left(coalesce(last_error, ''), 500) AS error, count(*) AS n, array_agg(DISTINCT queue) AS queues,"
+            " min(updated_at) AS first_at, max(updated_at) AS last_at, max(id) AS sample"
+            " FROM pgfence.all_jobs WHERE status = 'failed'"
+            " GROUP BY 1 ORDER BY n DESC, error LIMIT 100")
+
+    def queues(self) -> list[dict[str, Any]]:
+        names = {r["queue"] for r in self.rows("SELECT DISTINCT queue FROM pgfence.stats()")}
+        limits = {r["queue"]: r for r in self.rows(
+            "SELECT queue, paused_at, paused_by, max_running, running, limited_at, limited_by"
+            " FROM pgfence.queue_limits()")}
+        names |= set(limits)
+        return [{"queue": n, "limit": limits.get(n)} for n in sorted(names)]
+
+    def schedules(self) -> Optional[list[dict[str, Any]]]:
+        if not self.has.get("schedules"):
+            return None
+        return self.rows("SELECT * FROM pgfence.schedules() LIMIT 500")
+
+    # -- one job ----------------------------------------------------------
+    def job(self, job_id: int) -> Optional[dict[str, Any]]:
+        r = self.rows("SELECT id, queue, kind, payload::text AS payload, status, priority, attempts, max_attempts,"
+                      " available_at, recovery_policy, idempotency_key, attempt_token, reserved_by, reserved_at,"
+                      " heartbeat_at, lease_expires_at, reclaim_count, last_error, result::text AS result,"
+                      " created_at, updated_at, finished_at, enqueued_by FROM pgfence.job(job_id => %s)", (job_id,))
+        return r[0] if r else None
+
+    def attempts(self, job_id: int) -> list[dict[str, Any]]:
+        return self.rows("SELECT attempt, attempt_token, worker, claimed_at, heartbeat_at, lease_expires_at,"
+                         " ended_at, outcome, error FROM pgfence.attempts_of(job_id => %s)", (job_id,))
+
+    def rejections(self, job_id: int) -> list[dict[str, Any]]:
+        return self.rows("SELECT attempt_token, operation, caller, detail, rejected_at"
+                         " FROM pgfence.rejections_of(job_id => %s)", (job_id,))
+
+    def audit(self, job_id: int) -> Optional[list[dict[str, Any]]]:
+        if not self.has.get("audit_of"):
+            return None
+        return self.rows("SELECT * FROM pgfence.audit_of(job_id => %s)", (job_id,))
+
+    def now(self) -> datetime:
+        return self.rows("SELECT now() AS now")[0]["now"]
+
+    # -- metrics ----------------------------------------------------------
+    def metrics(self) -> list[dict[str, Any]]:
+        if self.has.get("metrics"):
+            return self.rows("SELECT name, type, help, labels, value FROM pgfence.metrics()")
+        # Before pgfence.metrics() exists: the same shape from stats().
+        out: list[dict[str, Any]] = []
+        for s in self.rows("SELECT queue, status, jobs, oldest_runnable_age, expired_leases FROM pgfence.stats()"):
+            out.append({"name": "pgfence_jobs", "type": "gauge", "help": "Jobs by queue and status.",
+                        "labels": {"queue": s["queue"], "status": s["status"]}, "value": float(s["jobs"])})
+            if s["status"] == "queued" and s["oldest_runnable_age"] is not None:
+                out.append({"name": "pgfence_oldest_runnable_age_seconds", "type": "gauge",
+                            "help": "Age of the oldest runnable job.", "labels": {"queue": s["queue"]},
+                            "value": s["oldest_runnable_age"].total_seconds()})
+        return out
+
+    # -- actions ----------------------------------------------------------
+    @contextmanager
+    def acting(self, actor: str) -> Iterator[psycopg.Connection[Any]]:
+        """A transaction whose pgfence.actor is the dashboard user (informational, for the audit)."""
+        with self.conn() as c, c.transaction():
+            c.execute("SELECT set_config('pgfence.actor', %s, true)", (actor,))
+            yield c
+
+    def act(self, actor: str, action: str, job_id: int, note: Optional[str] = None,
+            result: Optional[str] = None) -> None:
+        with self.acting(actor) as c:
+            if action in ("requeue", "cancel") and self.has.get("noted"):
+                c.execute(f"SELECT pgfence.{'requeue' if action == 'requeue' else 'cancel'}"
+                          "(job_id => %s, note => %s)", (job_id, note))
+            elif action == "requeue":
+                c.execute("SELECT pgfence.requeue(job_id => %s)", (job_id,))
+            elif action == "cancel":
+                c.execute("SELECT pgfence.cancel(job_id => %s)", (job_id,))
+            elif action == "mark_done":
+                c.execute("SELECT pgfence.mark_done(job_id => %s, note => %s, result => %s::jsonb)",
+                          (job_id, note, result))
+            else:
+                raise ValueError(action)
+
+    def act_many(self, actor: str, action: str, job_ids: Sequence[int], note: Optional[str] = None,
+                 result: Optional[str] = None) -> list[dict[str, Any]]:
+        """A selection: ``requeue_many``/``cancel_many``/``mark_done_many`` (one audit row with
+        the ids acted on), else (before those exist) requeue/cancel per job in one transaction."""
+        ids = list(job_ids)[:BULK_CAP]
+        with self.acting(actor) as c, c.cursor(row_factory=dict_row) as cur:
+            if self.has.get(f"{action}_many"):
+                if action == "mark_done":
+                    cur.execute("SELECT id, acted, job_status, detail FROM pgfence.mark_done_many("
+                                "job_ids => %s, note => %s, result => %s::jsonb)", (ids, note, result))
+                else:
+                    cur.execute(f"SELECT id, acted, job_status, detail FROM pgfence.{action}_many("
+                                "job_ids => %s, note => %s)", (ids, note))
+                return cur.fetchall()
+            out: list[dict[str, Any]] = []
+            for i in ids:
+                try:
+                    with c.transaction():
+                        self._one(c, action, i, note, result)
+                    out.append({"id": i, "acted": True, "job_status": None, "detail": None})
+                except psycopg.Error as exc:
+                    out.append({"id": i, "acted": False, "job_status": None,
+                                "detail": exc.diag.message_primary or str(exc)})
+            return out
+
+    def _one(self, c: psycopg.Connection[Any], action: str, job_id: int, note: Optional[str],
+             result: Optional[str]) -> None:
+        if action == "mark_done":
+            c.execute("SELECT pgfence.mark_done(job_id => %s, note => %s, result => %s::jsonb)",
+                      (job_id, note, result))
+        else:
+            c.execute(f"SELECT pgfence.{'requeue' if action == 'requeue' else 'cancel'}(job_id => %s)", (job_id,))
+
+    def preview(self, action: str, flt: dict[str, Any]) -> tuple[int, int]:
+        """(jobs the filter matches that the action applies to, the cap per call)."""
+        if self.has.get("preview_action"):
+            r = self.rows("SELECT jobs, max_jobs FROM pgfence.preview_action(action => %(action)s,"
+                          " status => %(status)s, queue => %(queue)s, kind => %(kind)s,"
+                          " error_contains => %(error)s, updated_after => %(after)s, updated_before => %(before)s)",
+                          {"action": action, **flt})[0]
+            return int(r["jobs"]), int(r["max_jobs"])
+        n = self.rows("SELECT count(*) AS n FROM (SELECT 1 FROM pgfence.all_jobs" + _FILTER_WHERE +
+                      " LIMIT %(cap)s) x", {"statuses": list(_ACTION_STATUSES[action]), **flt,
+                                            "cap": BULK_CAP + 1})[0]["n"]
+        return int(n), BULK_CAP
+
+    def act_on_filter(self, actor: str, action: str, flt: dict[str, Any], note: Optional[str],
+                      result: Optional[str]) -> list[dict[str, Any]]:
+        if self.has.get("act_on_filter"):
+            with self.acting(actor) as c, c.cursor(row_factory=dict_row) as cur:
+                cur.execute("SELECT id, acted, job_status, detail FROM pgfence.act_on_filter(action => %(action)s,"
+                            " note => %(note)s, result => %(result)s::jsonb, status => %(status)s,"
+                            " queue => %(queue)s, kind => %(kind)s, error_contains => %(error)s,"
+                            " updated_after => %(after)s, updated_before => %(before)s, max_jobs => %(cap)s)",
+                            {"action": action, "note": note, "result": result, "cap": BULK_CAP, **flt})
+                return cur.fetchall()
+        ids = [r["id"] for r in self.rows(
+            "SELECT id FROM pgfence.all_jobs" + _FILTER_WHERE + " ORDER BY id LIMIT %(cap)s",
+            {"statuses": list(_ACTION_STATUSES[action]), **flt, "cap": BULK_CAP + 1})]
+        if len(ids) > BULK_CAP:
+            raise ValueError(f"the filter matches more than {BULK_CAP} jobs: narrow it")
+        return self.act_many(actor, action, ids, note, result) if ids else []
+
+    # -- queues -----------------------------------------------------------
+    def queue_action(self, actor: str, action: str, queue: str, max_running: Optional[int] = None) -> None:
+        with self.acting(actor) as c:
+            if action == "pause":
+                c.execute("SELECT pgfence.pause_queue(queue => %s)", (queue,))
+            elif action == "resume":
+                c.execute("SELECT pgfence.resume_queue(queue => %s)", (queue,))
+            elif action == "limit":
+                c.execute("SELECT pgfence.set_queue_limit(queue => %s, max_running => %s::integer)",
+                          (queue, max_running))
+            else:
+                raise ValueError(action)
+
+
+_ACTION_STATUSES = {"requeue": ("failed", "manual_review", "cancelled"),
+                    "cancel": ("queued", "processing", "manual_review"),
+                    "mark_done": ("manual_review",)}
+_FILTER_WHERE = (" WHERE status = ANY(%(statuses)s)"
+                 " AND (%(status)s::text IS NULL OR status = %(status)s)"
+                 " AND (%(queue)s::text IS NULL OR queue = %(queue)s)"
+                 " AND (%(kind)s::text IS NULL OR kind = %(kind)s)"
+                 " AND (%(error)s::text IS NULL OR strpos(last_error, %(error)s) > 0)"
+                 " AND (%(after)s::timestamptz IS NULL OR updated_at >= %(after)s)"
+                 " AND (%(before)s::timestamptz IS NULL OR updated_at < %(before)s)")
+
+
+def pretty_json(text: Optional[str]) -> Optional[str]:
+    """A JSON text indented for reading (as it is, when it does not parse here)."""
+    if text is None:
+        return None
+    try:
+        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    except (ValueError, RecursionError):
+        return text
+
+
+__all__ = ["Data", "JobFilter", "Identity", "PAGE", "BULK_CAP", "ERROR_SEARCH_WINDOW", "pretty_json", "Jsonb"]

@@ -1,0 +1,122 @@
+"""The listener: wake the claimer when a job is enqueued for one of the worker's queues.
+
+It holds its own connection (the pool's arguments, autocommit), LISTENs on
+``pgfence_enqueue`` and wakes the claimer on each notification that carries one of its
+queues' tags (``pgfence.wakeup_tags``; every notification when the database will not
+say, or when the worker claims from every queue). A notification is a hint only: any
+role may NOTIFY the channel, so wake-ups are coalesced by the claimer, and a flood
+(more than NOTIFY_FLOOD a second) makes the listener stop listening for
+NOTIFY_FLOOD_PAUSE seconds while the claimer polls. A lost connection is reconnected
+with backoff; after each (re)connection the claimer is woken once, for whatever was
+sent while nobody listened.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, Optional, Sequence
+
+import psycopg
+
+from ._text import escaped_logger
+from .client import Client
+from .errors import PgfenceError
+
+log = escaped_logger("pgfence.worker")
+
+#: Notifications within one second beyond which the listener stops listening for a while
+#: (any role may NOTIFY pgfence_enqueue), and for how long (seconds).
+NOTIFY_FLOOD = 2000
+NOTIFY_FLOOD_PAUSE = 5.0
+
+
+class Listener:
+    """Wakes the claimer (``wake()``) on NOTIFY pgfence_enqueue for ``queues`` (None:
+    all), until ``done`` is set. ``client``: the worker's Client, whose pool gives the
+    connection arguments."""
+
+    def __init__(self, client: Client, queues: Optional[Sequence[str]], *, worker_id: str,
+                 wake: Callable[[], None], done: threading.Event) -> None:
+        self.client = client
+        self.queues = None if queues is None else list(queues)
+        self.worker_id = worker_id
+        self.wake = wake
+        self.done = done
+
+    def run(self) -> None:
+        backoff = 0.1
+        while not self.done.is_set():
+            try:
+                with psycopg.connect(self.conninfo(), **self.connect_kwargs()) as conn:
+                    # The channel carries a tag per queue, not its name: ask the database
+                    # which tags are ours (None: every notification is ours).
+                    tags = None if self.queues is None else self.wakeup_tags(conn)
+                    conn.execute("LISTEN pgfence_enqueue")
+                    backoff = 0.1
+                    self.wake()  # anything sent while we were not listening
+                    self.listen(conn, tags)
+            except psycopg.Error as exc:
+                if self.done.is_set():
+                    return
+                log.warning("worker %s: listener connection lost (%s); reconnecting in %.1fs",
+                            self.worker_id, str(exc).strip(), backoff)
+                self.done.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    def wakeup_tags(self, conn: psycopg.Connection[Any]) -> Optional[set[str]]:
+        """The NOTIFY payloads of this worker's queues; None (wake on every notification)
+        when the database refuses to say (a role without pgfence_worker's grants, say)."""
+        try:
+            return set(Client(conn, check_schema=False).wakeup_tags(self.queues or []).values())
+        except psycopg.OperationalError:
+            raise  # the connection: the listener reconnects
+        except (PgfenceError, psycopg.Error) as exc:
+            log.warning("worker %s: cannot read the wake-up tags of its queues (%s); every notification wakes it",
+                        self.worker_id, str(exc).strip())
+            return None
+
+    def listen(self, conn: psycopg.Connection[Any], tags: Optional[set[str]]) -> None:
+        """Wake the claimer on each notification that carries one of ``tags``. Any role may
+        NOTIFY on the channel: more than NOTIFY_FLOOD notifications within a second make the
+        listener stop listening for NOTIFY_FLOOD_PAUSE seconds (the claimer polls meanwhile),
+        so a flood costs this process a bounded share of a core, and the server holds no
+        notification queue for it."""
+        window_start, seen = time.monotonic(), 0
+        while not self.done.is_set():
+            for note in conn.notifies(timeout=0.5):
+                if tags is None or note.payload in tags:
+                    self.wake()
+                seen += 1
+                if seen > NOTIFY_FLOOD:
+                    now = time.monotonic()
+                    if now - window_start < 1.0:
+                        break
+                    window_start, seen = now, 0
+            else:
+                continue
+            conn.execute("UNLISTEN pgfence_enqueue")
+            log.warning("worker %s: more than %s notifications on pgfence_enqueue within a second; not listening for "
+                        "%ss (claiming every poll_interval meanwhile)", self.worker_id, NOTIFY_FLOOD, NOTIFY_FLOOD_PAUSE)
+            if self.done.wait(NOTIFY_FLOOD_PAUSE):
+                return
+            conn.execute("LISTEN pgfence_enqueue")
+            self.wake()
+            window_start, seen = time.monotonic(), 0
+
+    def conninfo(self) -> str:
+        assert self.client.pool is not None
+        info = self.client.pool.conninfo
+        return info() if callable(info) else info
+
+    def connect_kwargs(self) -> dict[str, Any]:
+        """The pool's connection arguments (host, user, ... given to Client.connect as
+        keywords), for the listener's own connection."""
+        assert self.client.pool is not None
+        given = self.client.pool.kwargs
+        kwargs = dict((given() if callable(given) else given) or {})
+        kwargs["autocommit"] = True
+        return kwargs
+
+
+__all__ = ["Listener", "NOTIFY_FLOOD", "NOTIFY_FLOOD_PAUSE"]
