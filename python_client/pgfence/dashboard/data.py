@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -78,11 +79,45 @@ class Throughput:
     """
 
     FINAL_AFTER = timedelta(minutes=2)
+    #: A page shows the last reading while it is younger than this; an older one is read
+    #: again in the background (the page does not wait), so the hour's counts cost one
+    #: query per REFRESH_S whatever the number of viewers.
+    REFRESH_S = 10.0
 
     def __init__(self) -> None:
         self.minutes: dict[datetime, dict[tuple[str, str], int]] = {}
         self.final_until: Optional[datetime] = None   # minutes before this are kept
         self.lock = threading.Lock()
+        self.last: Optional[tuple[datetime, list[tuple[datetime, dict[str, int]]], dict[tuple[str, str], int]]] = None
+        self.last_at = 0.0
+        self.refreshing = False
+
+    def snapshot(self, data: "Data") -> tuple[datetime, list[tuple[datetime, dict[str, int]]],
+                                               dict[tuple[str, str], int]]:
+        """The latest reading: the first one read now, later ones refreshed in the background
+        once older than :data:`REFRESH_S` (the page gets the previous one meanwhile)."""
+        with self.lock:
+            last, stale = self.last, time.monotonic() - self.last_at > self.REFRESH_S
+            start = last is not None and stale and not self.refreshing
+            if start:
+                self.refreshing = True
+        if last is None:
+            return self._refresh(data)
+        if start:
+            threading.Thread(target=self._refresh, args=(data,), daemon=True,
+                             name="pgfence-dashboard-throughput").start()
+        return last
+
+    def _refresh(self, data: "Data") -> tuple[datetime, list[tuple[datetime, dict[str, int]]],
+                                             dict[tuple[str, str], int]]:
+        try:
+            got = self.read(data)
+            with self.lock:
+                self.last, self.last_at = got, time.monotonic()
+            return got
+        finally:
+            with self.lock:
+                self.refreshing = False
 
     def read(self, data: "Data") -> tuple[datetime, list[tuple[datetime, dict[str, int]]], dict[tuple[str, str], int]]:
         now = data.rows("SELECT date_trunc('minute', now()) AS m")[0]["m"]
@@ -161,7 +196,8 @@ class Data:
 
         Not ``pgfence.stats()``: it counts every done job in the history (a full scan of it at
         each refresh). The per-minute counts of minutes that ended more than 2 minutes ago do
-        not change, so they are kept (:class:`Throughput`) and only the recent ones are read again.
+        not change, so they are kept (:class:`Throughput`) and only the recent ones are read again,
+        at most every 10 s and in the background: the page shows the last reading.
         """
         live = self.rows(
             "SELECT queue, status, count(*) AS jobs,"
@@ -183,7 +219,7 @@ class Data:
             q["expired"] += s["expired"] or 0
         for r in self.rows("SELECT queue, paused_at, paused_by, max_running, running FROM pgfence.queue_limits()"):
             q_of(r["queue"])["limit"] = r
-        now, series, per_queue = self.throughput.read(self)
+        now, series, per_queue = self.throughput.snapshot(self)
         for (queue, status), n in per_queue.items():
             if status in ("done", "failed", "cancelled"):
                 q_of(queue)["hour"][status] += n
