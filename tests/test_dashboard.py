@@ -341,3 +341,18 @@ def test_the_dashboard_command_has_help(capsys: pytest.CaptureFixture[str]) -> N
     out = capsys.readouterr().out
     assert out.startswith("usage: pgfence dashboard") and "--bind" in out and "--token-file" in out
     assert "--token " not in out  # the secret is never an option's value
+
+
+def test_the_error_search_reads_done_jobs_only_when_asked(op_pool: Any, conn: Conn, q: str) -> None:
+    from support.dashboard import claim
+    job_id = enqueue(conn, q, max_attempts=3)
+    (jid, token), = claim(conn, q, "w")
+    one(conn, "SELECT pgfence.fail(job_id => %s, attempt_token => %s, error => %s, retry_in => '0')",
+        (job_id, token, f"flaky {q}"))
+    (jid, token), = claim(conn, q, "w")
+    one(conn, "SELECT pgfence.complete(job_id => %s, attempt_token => %s)", (job_id, token))
+    assert one(conn, "SELECT last_error FROM pgfence.all_jobs WHERE id = %s", (job_id,)) == f"flaky {q}"
+    c = client_for(op_pool)
+    found = lambda url: re.findall(r'<td class="num"><a href="/jobs/(\d+)">', c.get(url).text)  # noqa: E731
+    assert found(f"/jobs?error=flaky+{q}") == []
+    assert found(f"/jobs?error=flaky+{q}&status=done") == [str(job_id)]

@@ -272,15 +272,24 @@ class Data:
                 where.append(frag)
                 p[name] = value
         if f.key is not None:
-            p["key"] = f.key
+            # first the ids (an index look-up each), then those jobs: an IN (subquery) here made the
+            # planner walk every job in id order looking for them (1 s with 1,000,000 jobs)
             by_queue = " AND j.queue = %(queue)s" if f.queue is not None else ""
-            where.append("id IN (SELECT j.id FROM pgfence.jobs j WHERE j.idempotency_key = %(key)s" + by_queue +
-                         " UNION ALL SELECT j.job_id FROM pgfence.held_keys j WHERE j.idempotency_key = %(key)s" +
-                         by_queue + ")")
+            ids = [r["id"] for r in self.rows(
+                "SELECT j.id FROM pgfence.jobs j WHERE j.idempotency_key = %(key)s" + by_queue +
+                " UNION ALL SELECT j.job_id FROM pgfence.held_keys j WHERE j.idempotency_key = %(key)s" + by_queue +
+                " LIMIT 1000", {"key": f.key, "queue": f.queue})]
+            if not ids:
+                return []
+            where.append("id = ANY(%(ids)s)")
+            p["ids"] = ids
         if f.error is not None:
             p["error"] = f.error
             p["win"] = ERROR_SEARCH_WINDOW
             where.append("strpos(last_error, %(error)s) > 0")
+            if f.status is None:
+                # live, failed and cancelled jobs (pgfence.jobs); done ones only when asked for
+                where.append("status <> 'done'")
             end = "%(until)s::timestamptz" if f.before is not None else "now()"
             if f.after is None or (f.before or datetime.now(f.after.tzinfo)) - f.after > ERROR_SEARCH_WINDOW:
                 where.append(f"updated_at >= {end} - %(win)s")
@@ -298,7 +307,10 @@ class Data:
             " GROUP BY 1 ORDER BY n DESC, error LIMIT 100")
 
     def queues(self) -> list[dict[str, Any]]:
-        names = {r["queue"] for r in self.rows("SELECT DISTINCT queue FROM pgfence.stats()")}
+        """Every queue with jobs in pgfence.jobs, a control, or jobs finished within the hour
+        (not stats(): it scans the whole history)."""
+        names = {r["queue"] for r in self.rows("SELECT DISTINCT queue FROM pgfence.all_jobs WHERE status <> 'done'")}
+        names |= {queue for queue, _ in self.throughput.snapshot(self)[2]}
         limits = {r["queue"]: r for r in self.rows(
             "SELECT queue, paused_at, paused_by, max_running, running, limited_at, limited_by"
             " FROM pgfence.queue_limits()")}
