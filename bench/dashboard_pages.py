@@ -18,7 +18,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -79,7 +79,7 @@ def fill(dsn: str, jobs: int) -> dict[str, int]:
     return plan
 
 
-def time_pages(dsn: str, loads: int) -> list[dict[str, Any]]:
+def time_pages(dsn: str, loads: int, only: Optional[set[str]] = None) -> list[dict[str, Any]]:
     from psycopg_pool import ConnectionPool
     from starlette.testclient import TestClient
 
@@ -102,6 +102,8 @@ def time_pages(dsn: str, loads: int) -> list[dict[str, Any]]:
     try:
         client = TestClient(create_app(pool, Config(token=None)), base_url="http://127.0.0.1")
         for name, path in pages.items():
+            if only and name not in only:
+                continue
             times = []
             for _ in range(loads):
                 t0 = time.perf_counter()
@@ -139,12 +141,19 @@ def main() -> int:
     ap.add_argument("--dsn", help="the bench server (default: scripts/pg.sh dsn)")
     ap.add_argument("--jobs", type=int, default=1_000_000)
     ap.add_argument("--loads", type=int, default=20)
+    ap.add_argument("--time-only", action="store_true",
+                    help="time the pages of the bench_dashboard database as it is (no refill)")
+    ap.add_argument("--pages", help="comma-separated page names to time (default: all)")
     a = ap.parse_args()
     dsn = a.dsn
     if not dsn:
         import subprocess
         dsn = subprocess.run([str(REPO / "scripts" / "pg.sh"), "dsn"], capture_output=True, text=True,
                              check=True).stdout.strip()
+    if a.time_only:
+        only = set(a.pages.split(",")) if a.pages else None
+        print(json.dumps(time_pages(dsn_for_db(dsn, DB), a.loads, only), indent=2, default=str))
+        return 0
     print(json.dumps(run(dsn, a.jobs, a.loads), indent=2, default=str))
     return 0
 

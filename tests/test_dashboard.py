@@ -356,3 +356,28 @@ def test_the_error_search_reads_done_jobs_only_when_asked(op_pool: Any, conn: Co
     found = lambda url: re.findall(r'<td class="num"><a href="/jobs/(\d+)">', c.get(url).text)  # noqa: E731
     assert found(f"/jobs?error=flaky+{q}") == []
     assert found(f"/jobs?error=flaky+{q}&status=done") == [str(job_id)]
+
+
+def test_a_shared_reading_is_read_once_per_max_age_and_refreshed_in_the_background() -> None:
+    import threading
+    import time as _time
+
+    from pgfence.dashboard.data import Reading
+    calls: list[int] = []
+    gate = threading.Event()
+
+    def fn() -> int:
+        if calls:
+            gate.wait(5)
+        calls.append(len(calls) + 1)
+        return len(calls)
+    r = Reading(fn, 0.05)
+    assert r.get() == 1 and r.get() == 1 and calls == [1]   # the first read at once, then shared
+    _time.sleep(0.06)
+    assert r.get() == 1        # stale: the last one at once, a refresh starts in the background
+    assert r.get() == 1        # (one refresh at a time)
+    gate.set()
+    deadline = _time.time() + 5
+    while r.get() != 2 and _time.time() < deadline:
+        _time.sleep(0.01)
+    assert r.get() == 2 and calls == [1, 2]

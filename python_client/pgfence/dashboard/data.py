@@ -17,7 +17,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Callable, Generic, Iterator, Optional, Sequence, TypeVar
 
 import psycopg
 from psycopg.rows import dict_row
@@ -68,6 +68,45 @@ class JobFilter:
     before: Optional[datetime] = None
 
 
+T = TypeVar("T")
+
+
+class Reading(Generic[T]):
+    """The last result of ``fn``, shared by every request: the first call reads at once; later
+    ones get the last result while it is younger than ``max_age`` seconds, and an older one
+    is read again in the background (the request does not wait). So an expensive read
+    costs one query per ``max_age`` whatever the number of viewers or scrapers."""
+
+    def __init__(self, fn: Callable[[], T], max_age: float) -> None:
+        self.fn, self.max_age = fn, max_age
+        self.lock = threading.Lock()
+        self.last: Optional[T] = None
+        self.at = 0.0
+        self.busy = False
+
+    def get(self) -> T:
+        with self.lock:
+            last = self.last
+            start = last is not None and time.monotonic() - self.at > self.max_age and not self.busy
+            if start:
+                self.busy = True
+        if last is None:
+            return self._read()
+        if start:
+            threading.Thread(target=self._read, daemon=True, name="pgfence-dashboard-reading").start()
+        return last
+
+    def _read(self) -> T:
+        try:
+            got = self.fn()
+            with self.lock:
+                self.last, self.at = got, time.monotonic()
+            return got
+        finally:
+            with self.lock:
+                self.busy = False
+
+
 class Throughput:
     """Jobs finished per minute over the last hour, per (queue, status).
 
@@ -79,45 +118,11 @@ class Throughput:
     """
 
     FINAL_AFTER = timedelta(minutes=2)
-    #: A page shows the last reading while it is younger than this; an older one is read
-    #: again in the background (the page does not wait), so the hour's counts cost one
-    #: query per REFRESH_S whatever the number of viewers.
-    REFRESH_S = 10.0
 
     def __init__(self) -> None:
         self.minutes: dict[datetime, dict[tuple[str, str], int]] = {}
         self.final_until: Optional[datetime] = None   # minutes before this are kept
         self.lock = threading.Lock()
-        self.last: Optional[tuple[datetime, list[tuple[datetime, dict[str, int]]], dict[tuple[str, str], int]]] = None
-        self.last_at = 0.0
-        self.refreshing = False
-
-    def snapshot(self, data: "Data") -> tuple[datetime, list[tuple[datetime, dict[str, int]]],
-                                               dict[tuple[str, str], int]]:
-        """The latest reading: the first one read now, later ones refreshed in the background
-        once older than :data:`REFRESH_S` (the page gets the previous one meanwhile)."""
-        with self.lock:
-            last, stale = self.last, time.monotonic() - self.last_at > self.REFRESH_S
-            start = last is not None and stale and not self.refreshing
-            if start:
-                self.refreshing = True
-        if last is None:
-            return self._refresh(data)
-        if start:
-            threading.Thread(target=self._refresh, args=(data,), daemon=True,
-                             name="pgfence-dashboard-throughput").start()
-        return last
-
-    def _refresh(self, data: "Data") -> tuple[datetime, list[tuple[datetime, dict[str, int]]],
-                                             dict[tuple[str, str], int]]:
-        try:
-            got = self.read(data)
-            with self.lock:
-                self.last, self.last_at = got, time.monotonic()
-            return got
-        finally:
-            with self.lock:
-                self.refreshing = False
 
     def read(self, data: "Data") -> tuple[datetime, list[tuple[datetime, dict[str, int]]], dict[tuple[str, str], int]]:
         now = data.rows("SELECT date_trunc('minute', now()) AS m")[0]["m"]
@@ -159,6 +164,10 @@ class Data:
         self.pool = pool
         self.has: dict[str, bool] = {}
         self.throughput = Throughput()
+        #: the hour's finished jobs, read at most every 10 s (in the background after the first)
+        self.hour = Reading(lambda: self.throughput.read(self), 10.0)
+        #: pgfence.metrics() counts the whole history: read at most every 15 s (a scrape interval)
+        self.metric_rows = Reading(self._metrics, 15.0)
 
     # -- plumbing ---------------------------------------------------------
     @contextmanager
@@ -219,7 +228,7 @@ class Data:
             q["expired"] += s["expired"] or 0
         for r in self.rows("SELECT queue, paused_at, paused_by, max_running, running FROM pgfence.queue_limits()"):
             q_of(r["queue"])["limit"] = r
-        now, series, per_queue = self.throughput.snapshot(self)
+        now, series, per_queue = self.hour.get()
         for (queue, status), n in per_queue.items():
             if status in ("done", "failed", "cancelled"):
                 q_of(queue)["hour"][status] += n
@@ -310,7 +319,7 @@ class Data:
         """Every queue with jobs in pgfence.jobs, a control, or jobs finished within the hour
         (not stats(): it scans the whole history)."""
         names = {r["queue"] for r in self.rows("SELECT DISTINCT queue FROM pgfence.all_jobs WHERE status <> 'done'")}
-        names |= {queue for queue, _ in self.throughput.snapshot(self)[2]}
+        names |= {queue for queue, _ in self.hour.get()[2]}
         limits = {r["queue"]: r for r in self.rows(
             "SELECT queue, paused_at, paused_by, max_running, running, limited_at, limited_by"
             " FROM pgfence.queue_limits()")}
@@ -348,6 +357,10 @@ class Data:
 
     # -- metrics ----------------------------------------------------------
     def metrics(self) -> list[dict[str, Any]]:
+        """The rows of pgfence.metrics(), at most 15 s old (:class:`Reading`)."""
+        return self.metric_rows.get()
+
+    def _metrics(self) -> list[dict[str, Any]]:
         if self.has.get("metrics"):
             return self.rows("SELECT name, type, help, labels, value FROM pgfence.metrics()")
         # Before pgfence.metrics() exists: the same shape from stats().
