@@ -113,7 +113,7 @@ fi
 VENV="$REPO/.venv"
 STAMP="$VENV/.stamp"
 PY_DEPS=("psycopg[binary]>=3.1" "psycopg-pool>=3.2" "pytest>=8" "pytest-timeout" "hypothesis>=6" "mypy" "testcontainers>=4"
-         "playwright>=1.40" "httpx>=0.24" "prometheus_client>=0.17")
+         "playwright>=1.43" "httpx>=0.24" "prometheus_client>=0.17")
 
 if [[ ! -x "$VENV/bin/python" ]] || ! "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
   log "creating $VENV"

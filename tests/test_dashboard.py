@@ -381,3 +381,26 @@ def test_a_shared_reading_is_read_once_per_max_age_and_refreshed_in_the_backgrou
     while r.get() != 2 and _time.time() < deadline:
         _time.sleep(0.01)
     assert r.get() == 2 and calls == [1, 2]
+
+
+def test_a_selection_is_previewed_then_acted_on_and_audited_with_its_ids(op_pool: Any, conn: Conn, q: str) -> None:
+    a, b = manual_review_job(conn, q), manual_review_job(conn, q)
+    other = manual_review_job(conn, q)
+    c = client_for(op_pool)
+    token = csrf_of(c.get(f"/inbox?queue={q}").text)
+    form = {"csrf": token, "action": "cancel", "ids": [str(a), str(b)]}
+    r = c.post("/bulk", data=form, headers=ORIGIN)
+    assert r.status_code == 200 and "This will touch 2 jobs" in r.text
+    assert one(conn, "SELECT count(*) FROM pgfence.jobs WHERE id = ANY(%s) AND status = 'manual_review'",
+               ([a, b],)) == 2
+    r = c.post("/bulk", data={**form, "confirm": "1"}, headers=ORIGIN)
+    assert r.status_code == 200 and "2 of 2" in r.text
+    assert one(conn, "SELECT count(*) FROM pgfence.jobs WHERE id = ANY(%s) AND status = 'cancelled'", ([a, b],)) == 2
+    assert one(conn, "SELECT status FROM pgfence.jobs WHERE id = %s", (other,)) == "manual_review"
+    if one(conn, "SELECT to_regclass('pgfence.operator_audit') IS NOT NULL"):
+        row = conn.execute("SELECT action, actor, job_ids FROM pgfence.operator_audit"
+                           " WHERE job_ids && %s::bigint[] ORDER BY id DESC LIMIT 1", ([a, b],)).fetchone()
+        assert row is not None and row[1] == "alice" and sorted(row[2]) == sorted([a, b])
+    # a second time: nothing left to act on, each row says why
+    r = c.post("/bulk", data={**form, "confirm": "1"}, headers=ORIGIN)
+    assert "0 of 2" in r.text

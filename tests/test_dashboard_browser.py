@@ -257,3 +257,25 @@ def test_a_post_without_the_csrf_token_is_refused_in_the_browser(operator: tuple
         return r.status; }""", [job_id])
     assert status == 403
     assert one(conn, "SELECT status FROM pgfence.jobs WHERE id = %s", (job_id,)) == "manual_review"
+
+
+def test_an_unauthenticated_browser_is_refused_on_a_non_loopback_bind(op_pool: Any, browser_context: Any,
+                                                                      conn: Conn, q: str) -> None:
+    # (configured as bound to every interface; served on loopback here)
+    job_id = manual_review_job(conn, q)
+    app = create_app(op_pool, Config(token=TOKEN, bind_host="0.0.0.0"))
+    with served(app) as base:
+        base = base.replace("127.0.0.1", "localhost")
+        browser_context.clear_cookies(domain="localhost")  # (the operator page keeps its 127.0.0.1 session)
+        page = browser_context.new_page()
+        for path in ("/", "/inbox", f"/jobs/{job_id}", "/dead", "/queues"):
+            page.goto(base + path)
+            assert page.url == base + "/login", path
+            assert "charge" not in page.content()
+        status = page.evaluate("""async ([id]) => (await fetch('/jobs/' + id + '/action', {method: 'POST',
+            body: new URLSearchParams({action: 'cancel', csrf: 'x'})})).status""", [job_id])
+        assert status == 401
+        assert page.evaluate("async () => (await fetch('/metrics')).status") == 401
+        shot(page, "login")
+        page.close()
+    assert one(conn, "SELECT status FROM pgfence.jobs WHERE id = %s", (job_id,)) == "manual_review"
