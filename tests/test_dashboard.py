@@ -404,3 +404,28 @@ def test_a_selection_is_previewed_then_acted_on_and_audited_with_its_ids(op_pool
     # a second time: nothing left to act on, each row says why
     r = c.post("/bulk", data={**form, "confirm": "1"}, headers=ORIGIN)
     assert "0 of 2" in r.text
+
+
+def test_an_action_redirects_only_within_the_site(op_pool: Any, conn: Conn, q: str) -> None:
+    c = client_for(op_pool)
+    for back, expected in (("//evil.example/x", None), ("/\\evil.example", None), ("https://evil.example", None),
+                           ("/inbox", "/inbox")):
+        job_id = manual_review_job(conn, q)
+        token = csrf_of(c.get("/inbox").text)
+        r = c.post(f"/jobs/{job_id}/action", data={"action": "cancel", "csrf": token, "back": back},
+                   headers=ORIGIN, follow_redirects=False)
+        assert r.status_code == 303
+        assert r.headers["location"] == (expected or f"/jobs/{job_id}")
+
+
+def test_without_authentication_on_loopback_the_csrf_token_is_still_required(op_pool: Any, conn: Conn,
+                                                                             q: str) -> None:
+    job_id = manual_review_job(conn, q)
+    c = TestClient(create_app(op_pool, Config(token=None)), base_url="http://127.0.0.1")
+    html = c.get("/inbox").text
+    token = csrf_of(html)
+    assert len(token) >= 32
+    assert c.post(f"/jobs/{job_id}/action", data={"action": "cancel", "csrf": "open"},
+                  headers=ORIGIN).status_code == 403
+    assert c.post(f"/jobs/{job_id}/action", data={"action": "cancel", "csrf": token}, headers=ORIGIN,
+                  follow_redirects=False).status_code == 303

@@ -10,8 +10,10 @@ hides the forms and refuses their POSTs with 403.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import secrets
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -101,6 +103,8 @@ def create_app(pool: Any, config: Config) -> Starlette:
     read_only = config.read_only or not ident.operator
     env = _env()
     auth = sec.Auth(config.token)
+    # (authentication off, loopback only: still a CSRF token, random per process)
+    open_session = sec.Session(csrf=secrets.token_urlsafe(32), expires=float("inf"))
     allowed = {h.lower() for h in config.allowed_hosts} | {"localhost", "127.0.0.1", "::1"}
     if config.bind_host not in ("0.0.0.0", "::", ""):
         allowed.add(config.bind_host.lower())
@@ -136,7 +140,7 @@ def create_app(pool: Any, config: Config) -> Starlette:
             if path.startswith("/static/") or path == "/login":
                 return await call_next(request)
             if not auth.enabled:
-                request.scope["pgfence.session"] = _OPEN_SESSION
+                request.scope["pgfence.session"] = open_session
                 request.scope["pgfence.actor"] = "dashboard"
                 return await call_next(request)
             sid = request.cookies.get(sec.SESSION_COOKIE)
@@ -193,6 +197,7 @@ def create_app(pool: Any, config: Config) -> Starlette:
             log.info("login (%s)", session.actor)
             return resp
         log.warning("failed login from %s", request.client.host if request.client else "?")
+        await asyncio.sleep(1.0)  # (a guess per second per connection; the token has 16+ characters)
         return render(request, "login.html", status=401, failed=True)
 
     async def logout(request: Request) -> Response:
@@ -271,8 +276,11 @@ def create_app(pool: Any, config: Config) -> Starlette:
                 raise _Refused(400, "mark done needs a note")
         await run_in_threadpool(data.act, request.scope["pgfence.actor"], action, job_id, note, result)
         log.info("%s job %s by %s", action, job_id, request.scope["pgfence.actor"])
-        return RedirectResponse(str(form.get("back") or f"/jobs/{job_id}"), status_code=303) \
-            if str(form.get("back") or "").startswith("/") else RedirectResponse(f"/jobs/{job_id}", status_code=303)
+        back = form.get("back")
+        # only a path of this site (not //host or /\host, which browsers read as another site)
+        if not isinstance(back, str) or not back.startswith("/") or back[1:2] in ("/", "\\"):
+            back = f"/jobs/{job_id}"
+        return RedirectResponse(back, status_code=303)
 
     async def bulk(request: Request) -> Response:
         """Selection (``ids``) or filter; without ``confirm`` it previews how many jobs the
@@ -361,14 +369,6 @@ class _Refused(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
-
-
-class _Open:
-    csrf = "open"   # authentication off (loopback only): the Origin check still guards POSTs
-    actor = "dashboard"
-
-
-_OPEN_SESSION: Any = _Open()
 
 
 def _int(text: Optional[str]) -> Optional[int]:
