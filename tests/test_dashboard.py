@@ -429,3 +429,21 @@ def test_without_authentication_on_loopback_the_csrf_token_is_still_required(op_
                   headers=ORIGIN).status_code == 403
     assert c.post(f"/jobs/{job_id}/action", data={"action": "cancel", "csrf": token}, headers=ORIGIN,
                   follow_redirects=False).status_code == 303
+
+
+def test_mark_done_in_bulk_needs_a_note_and_records_it(op_pool: Any, conn: Conn, q: str) -> None:
+    if one(conn, "SELECT to_regprocedure('pgfence.mark_done_many(bigint[], text, jsonb)') IS NULL"):
+        pytest.skip("pgfence.mark_done_many is not deployed")
+    a, b = manual_review_job(conn, q), manual_review_job(conn, q)
+    c = client_for(op_pool)
+    token = csrf_of(c.get(f"/inbox?queue={q}").text)
+    form = {"csrf": token, "action": "mark_done", "ids": [str(a), str(b)]}
+    assert c.post("/bulk", data=form, headers=ORIGIN).status_code == 400   # no note
+    r = c.post("/bulk", data={**form, "note": "both shipped"}, headers=ORIGIN)
+    assert r.status_code == 200 and "This will touch 2 jobs" in r.text and "both shipped" in r.text
+    r = c.post("/bulk", data={**form, "note": "both shipped", "confirm": "1"}, headers=ORIGIN)
+    assert "2 of 2" in r.text
+    assert one(conn, "SELECT count(*) FROM pgfence.all_jobs WHERE id = ANY(%s) AND status = 'done'", ([a, b],)) == 2
+    row = conn.execute("SELECT action, note, job_ids FROM pgfence.operator_audit WHERE job_ids && %s::bigint[]"
+                       " ORDER BY id DESC LIMIT 1", ([a, b],)).fetchone()
+    assert row is not None and row[1] == "both shipped" and sorted(row[2]) == sorted([a, b])
