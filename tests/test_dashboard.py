@@ -447,3 +447,47 @@ def test_mark_done_in_bulk_needs_a_note_and_records_it(op_pool: Any, conn: Conn,
     row = conn.execute("SELECT action, note, job_ids FROM pgfence.operator_audit WHERE job_ids && %s::bigint[]"
                        " ORDER BY id DESC LIMIT 1", ([a, b],)).fetchone()
     assert row is not None and row[1] == "both shipped" and sorted(row[2]) == sorted([a, b])
+
+
+def test_the_dashboard_serves_https_with_a_secure_cookie(dsn: str, tmp_path: Any) -> None:
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import time as _time
+
+    import httpx
+
+    from support.dashboard import free_port
+    if shutil.which("openssl") is None:
+        pytest.skip("needs openssl to make a certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=127.0.0.1"], check=True, capture_output=True)
+    port = free_port()
+    env = {**os.environ, "PGFENCE_DSN": dsn, "PGFENCE_DASHBOARD_TOKEN": TOKEN}
+    proc = subprocess.Popen([sys.executable, "-m", "pgfence", "dashboard", "--bind", f"127.0.0.1:{port}",
+                             "--allow-superuser", "--tls-cert", str(cert), "--tls-key", str(key)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        base = f"https://127.0.0.1:{port}"
+        with httpx.Client(verify=False, base_url=base) as h:
+            deadline = _time.time() + 30
+            while True:
+                try:
+                    r = h.get("/", follow_redirects=False)
+                    break
+                except httpx.TransportError:
+                    if _time.time() > deadline or proc.poll() is not None:
+                        raise
+                    _time.sleep(0.2)
+            assert r.status_code == 303 and r.headers["location"] == "/login"
+            r = h.post("/login", data={"token": TOKEN}, headers={"origin": base}, follow_redirects=False)
+            assert r.status_code == 303
+            cookie = r.headers["set-cookie"].lower()
+            assert "secure" in cookie and "httponly" in cookie and "samesite=strict" in cookie
+            assert h.get("/").status_code == 200
+    finally:
+        proc.terminate()
+        out, err = proc.communicate(timeout=20)
+    assert f"https://127.0.0.1:{port}/" in err and TOKEN not in err + out
