@@ -18,7 +18,7 @@ from starlette.testclient import TestClient  # noqa: E402
 from pgfence.dashboard.app import Config, create_app  # noqa: E402
 from pgfence.dashboard.server import Options, StartError, check_role, read_token  # noqa: E402
 from support.dashboard import TOKEN, enqueue, failed_job, manual_review_job, pool_as  # noqa: E402
-from support.db import Conn, delete_queues, one, unique_name  # noqa: E402
+from support.db import Conn, delete_queues, one, scratch_database, unique_name  # noqa: E402
 from support.roles import login_roles  # noqa: E402
 
 OP = "t_dash_op"
@@ -234,8 +234,6 @@ def test_the_token_comes_from_the_environment_a_file_or_is_generated(tmp_path: A
 
 
 def test_a_viewer_login_gets_the_read_only_dashboard(dsn: str, conn: Conn, q: str) -> None:
-    if one(conn, "SELECT to_regrole('pgfence_viewer') IS NULL"):
-        pytest.skip("pgfence_viewer is not deployed")
     job_id = manual_review_job(conn, q)
     with login_roles(dsn, {"t_dash_viewer": "pgfence_viewer"}), pool_as(dsn, "t_dash_viewer") as pool:
         assert check_role(pool, allow_superuser=False) == {"role": "t_dash_viewer", "operator": False,
@@ -253,8 +251,6 @@ def test_a_viewer_login_gets_the_read_only_dashboard(dsn: str, conn: Conn, q: st
 
 
 def test_a_requeue_from_the_dashboard_is_audited_with_the_actor(op_pool: Any, conn: Conn, q: str) -> None:
-    if one(conn, "SELECT to_regclass('pgfence.operator_audit') IS NULL"):
-        pytest.skip("pgfence.operator_audit is not deployed")
     fid = failed_job(conn, q, "boom")
     c = client_for(op_pool)
     token = csrf_of(c.get(f"/jobs/{fid}").text)
@@ -397,10 +393,9 @@ def test_a_selection_is_previewed_then_acted_on_and_audited_with_its_ids(op_pool
     assert r.status_code == 200 and "2 of 2" in r.text
     assert one(conn, "SELECT count(*) FROM pgfence.jobs WHERE id = ANY(%s) AND status = 'cancelled'", ([a, b],)) == 2
     assert one(conn, "SELECT status FROM pgfence.jobs WHERE id = %s", (other,)) == "manual_review"
-    if one(conn, "SELECT to_regclass('pgfence.operator_audit') IS NOT NULL"):
-        row = conn.execute("SELECT action, actor, job_ids FROM pgfence.operator_audit"
-                           " WHERE job_ids && %s::bigint[] ORDER BY id DESC LIMIT 1", ([a, b],)).fetchone()
-        assert row is not None and row[1] == "alice" and sorted(row[2]) == sorted([a, b])
+    row = conn.execute("SELECT action, actor, job_ids FROM pgfence.operator_audit"
+                       " WHERE job_ids && %s::bigint[] ORDER BY id DESC LIMIT 1", ([a, b],)).fetchone()
+    assert row is not None and row[1] == "alice" and sorted(row[2]) == sorted([a, b])
     # a second time: nothing left to act on, each row says why
     r = c.post("/bulk", data={**form, "confirm": "1"}, headers=ORIGIN)
     assert "0 of 2" in r.text
@@ -432,8 +427,6 @@ def test_without_authentication_on_loopback_the_csrf_token_is_still_required(op_
 
 
 def test_mark_done_in_bulk_needs_a_note_and_records_it(op_pool: Any, conn: Conn, q: str) -> None:
-    if one(conn, "SELECT to_regprocedure('pgfence.mark_done_many(bigint[], text, jsonb)') IS NULL"):
-        pytest.skip("pgfence.mark_done_many is not deployed")
     a, b = manual_review_job(conn, q), manual_review_job(conn, q)
     c = client_for(op_pool)
     token = csrf_of(c.get(f"/inbox?queue={q}").text)
@@ -491,3 +484,9 @@ def test_the_dashboard_serves_https_with_a_secure_cookie(dsn: str, tmp_path: Any
         proc.terminate()
         out, err = proc.communicate(timeout=20)
     assert f"https://127.0.0.1:{port}/" in err and TOKEN not in err + out
+
+
+def test_a_database_without_the_operator_functions_is_told_to_deploy(dsn: str) -> None:
+    with scratch_database(dsn, "pgfence_dash_empty") as empty, pool_as(empty, "postgres") as pool:
+        with pytest.raises(RuntimeError, match="sqitch deploy"):
+            create_app(pool, Config(token=TOKEN))

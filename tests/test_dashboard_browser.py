@@ -110,11 +110,7 @@ def test_a_manual_job_appears_in_the_inbox_with_why(operator: tuple[Any, str], c
 def test_mark_done_with_a_note_changes_the_job_and_writes_the_audit(operator: tuple[Any, str], conn: Conn,
                                                                     q: str, op_pool: Any) -> None:
     page, base = operator
-    data = page.context  # noqa: F841
     job_id = manual_review_job(conn, q)
-    has = one(conn, "SELECT to_regprocedure('pgfence.mark_done(bigint, text, jsonb)') IS NOT NULL")
-    if not has:
-        pytest.skip("pgfence.mark_done is not deployed yet (console branch)")
     page.goto(f"{base}/inbox?queue={q}")
     card = page.locator(f"#job-{job_id}")
     card.locator("summary").click()
@@ -145,10 +141,9 @@ def test_bulk_requeue_of_dead_letters(operator: tuple[Any, str], conn: Conn, q: 
     page.click("#confirm")
     assert "4 of 4" in page.locator("h1").inner_text()
     assert one(conn, "SELECT count(*) FROM pgfence.jobs WHERE id = ANY(%s) AND status = 'queued'", (ids,)) == 4
-    if one(conn, "SELECT to_regclass('pgfence.operator_audit') IS NOT NULL"):
-        acted = one(conn, "SELECT job_ids FROM pgfence.operator_audit WHERE action LIKE 'requeue%%'"
-                          " AND job_ids && %s::bigint[] ORDER BY id DESC LIMIT 1", (ids,))
-        assert sorted(acted) == sorted(ids)
+    acted = one(conn, "SELECT job_ids FROM pgfence.operator_audit WHERE action LIKE 'requeue%%'"
+                      " AND job_ids && %s::bigint[] ORDER BY id DESC LIMIT 1", (ids,))
+    assert sorted(acted) == sorted(ids)
 
 
 def test_the_timeline_shows_the_overlap_of_a_reclaimed_attempt(operator: tuple[Any, str], conn: Conn, q: str,

@@ -98,7 +98,10 @@ def create_app(pool: Any, config: Config) -> Starlette:
     if config.token is None and not sec.is_loopback(config.bind_host):
         raise ValueError("authentication may be turned off only on a loopback bind")
     data = d.Data(pool)
-    data.detect()
+    missing = data.detect()
+    if missing:
+        raise RuntimeError("this database lacks pgfence functions the dashboard calls ("
+                           + ", ".join(missing) + "): deploy the matching pgfence schema (sqitch deploy)")
     ident = data.identity()
     read_only = config.read_only or not ident.operator
     env = _env()
@@ -269,11 +272,8 @@ def create_app(pool: Any, config: Config) -> Starlette:
             raise _Refused(400, "unknown action")
         note = str(form.get("note") or "").strip() or None
         result = _result(form)
-        if action == "mark_done":
-            if not data.has.get("mark_done"):
-                raise _Refused(501, "mark done needs pgfence.mark_done (not deployed in this database)")
-            if not note:
-                raise _Refused(400, "mark done needs a note")
+        if action == "mark_done" and not note:
+            raise _Refused(400, "mark done needs a note")
         await run_in_threadpool(data.act, request.scope["pgfence.actor"], action, job_id, note, result)
         log.info("%s job %s by %s", action, job_id, request.scope["pgfence.actor"])
         back = form.get("back")

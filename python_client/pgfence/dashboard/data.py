@@ -25,25 +25,27 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 PAGE = 50
-#: The most jobs one bulk action touches (pgfence.act_on_filter's own cap when it
-#: exists; the same number for the fallback that calls requeue/cancel per job).
+#: The most jobs one bulk action touches (the cap of pgfence's bulk functions).
 BULK_CAP = 10_000
 #: The error-text search reads at most this window of updated_at (the text has no index).
 ERROR_SEARCH_WINDOW = timedelta(days=1)
 
-# Functions of the console branch the dashboard uses when they are deployed.
-OPTIONAL = {
-    "mark_done": "pgfence.mark_done(bigint, text, jsonb)",
-    "requeue_many": "pgfence.requeue_many(bigint[], text)",
-    "cancel_many": "pgfence.cancel_many(bigint[], text)",
-    "mark_done_many": "pgfence.mark_done_many(bigint[], text, jsonb)",
-    "preview_action": "pgfence.preview_action(text, text, text, text, text, timestamptz, timestamptz)",
-    "act_on_filter": "pgfence.act_on_filter(text, text, jsonb, text, text, text, text, timestamptz, timestamptz, integer)",
-    "metrics": "pgfence.metrics()",
-    "audit_of": "pgfence.audit_of(bigint)",
-    "schedules": "pgfence.schedules()",
-    "noted": "pgfence.requeue(bigint, text)",   # requeue/cancel take an audit note
-}
+# The operator functions the dashboard calls (pgfence's operator console, schema version 4);
+# checked at start, so a database without them is told to deploy instead of failing later.
+REQUIRED = (
+    "pgfence.mark_done(bigint, text, jsonb)",
+    "pgfence.requeue(bigint, text)",
+    "pgfence.cancel(bigint, text)",
+    "pgfence.requeue_many(bigint[], text)",
+    "pgfence.cancel_many(bigint[], text)",
+    "pgfence.mark_done_many(bigint[], text, jsonb)",
+    "pgfence.preview_action(text, text, text, text, text, timestamptz, timestamptz)",
+    "pgfence.act_on_filter(text, text, jsonb, text, text, text, text, timestamptz, timestamptz, integer)",
+    "pgfence.metrics()",
+    "pgfence.audit_of(bigint)",
+)
+# Shown when the database has them (the schedules release is not merged yet).
+OPTIONAL = {"schedules": "pgfence.schedules()"}
 
 
 @dataclass(frozen=True)
@@ -180,12 +182,16 @@ class Data:
             cur.execute(query, params)
             return cur.fetchall()
 
-    def detect(self) -> None:
-        """Which optional functions (console branch, schedules) this database has."""
+    def detect(self) -> list[str]:
+        """The required functions this database lacks (none: it can serve); and which optional
+        ones it has, in :attr:`has`."""
         with self.conn() as c:
+            missing = [sig for sig in REQUIRED
+                       if not c.execute("SELECT to_regprocedure(%s) IS NOT NULL", (sig,)).fetchone()[0]]  # type: ignore[index]
             for name, sig in OPTIONAL.items():
                 row = c.execute("SELECT to_regprocedure(%s) IS NOT NULL", (sig,)).fetchone()
                 self.has[name] = bool(row and row[0])
+        return missing
 
     def identity(self) -> Identity:
         r = self.rows(
@@ -347,9 +353,7 @@ class Data:
         return self.rows("SELECT attempt_token, operation, caller, detail, rejected_at"
                          " FROM pgfence.rejections_of(job_id => %s)", (job_id,))
 
-    def audit(self, job_id: int) -> Optional[list[dict[str, Any]]]:
-        if not self.has.get("audit_of"):
-            return None
+    def audit(self, job_id: int) -> list[dict[str, Any]]:
         return self.rows("SELECT * FROM pgfence.audit_of(job_id => %s)", (job_id,))
 
     def now(self) -> datetime:
@@ -361,18 +365,7 @@ class Data:
         return self.metric_rows.get()
 
     def _metrics(self) -> list[dict[str, Any]]:
-        if self.has.get("metrics"):
-            return self.rows("SELECT name, type, help, labels, value FROM pgfence.metrics()")
-        # Before pgfence.metrics() exists: the same shape from stats().
-        out: list[dict[str, Any]] = []
-        for s in self.rows("SELECT queue, status, jobs, oldest_runnable_age, expired_leases FROM pgfence.stats()"):
-            out.append({"name": "pgfence_jobs", "type": "gauge", "help": "Jobs by queue and status.",
-                        "labels": {"queue": s["queue"], "status": s["status"]}, "value": float(s["jobs"])})
-            if s["status"] == "queued" and s["oldest_runnable_age"] is not None:
-                out.append({"name": "pgfence_oldest_runnable_age_seconds", "type": "gauge",
-                            "help": "Age of the oldest runnable job.", "labels": {"queue": s["queue"]},
-                            "value": s["oldest_runnable_age"].total_seconds()})
-        return out
+        return self.rows("SELECT name, type, help, labels, value FROM pgfence.metrics()")
 
     # -- actions ----------------------------------------------------------
     @contextmanager
@@ -384,14 +377,12 @@ class Data:
 
     def act(self, actor: str, action: str, job_id: int, note: Optional[str] = None,
             result: Optional[str] = None) -> None:
+        """One job: ``requeue``/``cancel`` (with an optional note) or ``mark_done`` (note required)."""
         with self.acting(actor) as c:
-            if action in ("requeue", "cancel") and self.has.get("noted"):
-                c.execute(f"SELECT pgfence.{'requeue' if action == 'requeue' else 'cancel'}"
-                          "(job_id => %s, note => %s)", (job_id, note))
-            elif action == "requeue":
-                c.execute("SELECT pgfence.requeue(job_id => %s)", (job_id,))
+            if action == "requeue":
+                c.execute("SELECT pgfence.requeue(job_id => %s, note => %s)", (job_id, note))
             elif action == "cancel":
-                c.execute("SELECT pgfence.cancel(job_id => %s)", (job_id,))
+                c.execute("SELECT pgfence.cancel(job_id => %s, note => %s)", (job_id, note))
             elif action == "mark_done":
                 c.execute("SELECT pgfence.mark_done(job_id => %s, note => %s, result => %s::jsonb)",
                           (job_id, note, result))
@@ -400,66 +391,42 @@ class Data:
 
     def act_many(self, actor: str, action: str, job_ids: Sequence[int], note: Optional[str] = None,
                  result: Optional[str] = None) -> list[dict[str, Any]]:
-        """A selection: ``requeue_many``/``cancel_many``/``mark_done_many`` (one audit row with
-        the ids acted on), else (before those exist) requeue/cancel per job in one transaction."""
-        ids = list(job_ids)[:BULK_CAP]
+        """A selection: ``requeue_many``/``cancel_many``/``mark_done_many`` (one audit row with the
+        ids acted on); one row per job: acted or not, and why."""
+        ids = list(job_ids)
         with self.acting(actor) as c, c.cursor(row_factory=dict_row) as cur:
-            if self.has.get(f"{action}_many"):
-                if action == "mark_done":
-                    cur.execute("SELECT id, acted, job_status, detail FROM pgfence.mark_done_many("
-                                "job_ids => %s, note => %s, result => %s::jsonb)", (ids, note, result))
-                else:
-                    cur.execute(f"SELECT id, acted, job_status, detail FROM pgfence.{action}_many("
-                                "job_ids => %s, note => %s)", (ids, note))
-                return cur.fetchall()
-            out: list[dict[str, Any]] = []
-            for i in ids:
-                try:
-                    with c.transaction():
-                        self._one(c, action, i, note, result)
-                    out.append({"id": i, "acted": True, "job_status": None, "detail": None})
-                except psycopg.Error as exc:
-                    out.append({"id": i, "acted": False, "job_status": None,
-                                "detail": exc.diag.message_primary or str(exc)})
-            return out
-
-    def _one(self, c: psycopg.Connection[Any], action: str, job_id: int, note: Optional[str],
-             result: Optional[str]) -> None:
-        if action == "mark_done":
-            c.execute("SELECT pgfence.mark_done(job_id => %s, note => %s, result => %s::jsonb)",
-                      (job_id, note, result))
-        else:
-            c.execute(f"SELECT pgfence.{'requeue' if action == 'requeue' else 'cancel'}(job_id => %s)", (job_id,))
+            if action == "mark_done":
+                cur.execute("SELECT id, acted, job_status, detail FROM pgfence.mark_done_many("
+                            "job_ids => %s, note => %s, result => %s::jsonb)", (ids, note, result))
+            elif action == "requeue":
+                cur.execute("SELECT id, acted, job_status, detail FROM pgfence.requeue_many("
+                            "job_ids => %s, note => %s)", (ids, note))
+            elif action == "cancel":
+                cur.execute("SELECT id, acted, job_status, detail FROM pgfence.cancel_many("
+                            "job_ids => %s, note => %s)", (ids, note))
+            else:
+                raise ValueError(action)
+            return cur.fetchall()
 
     def preview(self, action: str, flt: dict[str, Any]) -> tuple[int, int]:
-        """(jobs the filter matches that the action applies to, the cap per call)."""
-        if self.has.get("preview_action"):
-            r = self.rows("SELECT jobs, max_jobs FROM pgfence.preview_action(action => %(action)s,"
-                          " status => %(status)s, queue => %(queue)s, kind => %(kind)s,"
-                          " error_contains => %(error)s, updated_after => %(after)s, updated_before => %(before)s)",
-                          {"action": action, **flt})[0]
-            return int(r["jobs"]), int(r["max_jobs"])
-        n = self.rows("SELECT count(*) AS n FROM (SELECT 1 FROM pgfence.all_jobs" + _FILTER_WHERE +
-                      " LIMIT %(cap)s) x", {"statuses": list(_ACTION_STATUSES[action]), **flt,
-                                            "cap": BULK_CAP + 1})[0]["n"]
-        return int(n), BULK_CAP
+        """``preview_action``: (jobs the filter matches that the action applies to, the cap per call)."""
+        r = self.rows("SELECT jobs, max_jobs FROM pgfence.preview_action(action => %(action)s,"
+                      " status => %(status)s, queue => %(queue)s, kind => %(kind)s,"
+                      " error_contains => %(error)s, updated_after => %(after)s, updated_before => %(before)s)",
+                      {"action": action, **flt})[0]
+        return int(r["jobs"]), int(r["max_jobs"])
 
     def act_on_filter(self, actor: str, action: str, flt: dict[str, Any], note: Optional[str],
                       result: Optional[str]) -> list[dict[str, Any]]:
-        if self.has.get("act_on_filter"):
-            with self.acting(actor) as c, c.cursor(row_factory=dict_row) as cur:
-                cur.execute("SELECT id, acted, job_status, detail FROM pgfence.act_on_filter(action => %(action)s,"
-                            " note => %(note)s, result => %(result)s::jsonb, status => %(status)s,"
-                            " queue => %(queue)s, kind => %(kind)s, error_contains => %(error)s,"
-                            " updated_after => %(after)s, updated_before => %(before)s, max_jobs => %(cap)s)",
-                            {"action": action, "note": note, "result": result, "cap": BULK_CAP, **flt})
-                return cur.fetchall()
-        ids = [r["id"] for r in self.rows(
-            "SELECT id FROM pgfence.all_jobs" + _FILTER_WHERE + " ORDER BY id LIMIT %(cap)s",
-            {"statuses": list(_ACTION_STATUSES[action]), **flt, "cap": BULK_CAP + 1})]
-        if len(ids) > BULK_CAP:
-            raise ValueError(f"the filter matches more than {BULK_CAP} jobs: narrow it")
-        return self.act_many(actor, action, ids, note, result) if ids else []
+        """``act_on_filter``: every job the filter matches, when at most :data:`BULK_CAP` (else 22023,
+        nothing changed)."""
+        with self.acting(actor) as c, c.cursor(row_factory=dict_row) as cur:
+            cur.execute("SELECT id, acted, job_status, detail FROM pgfence.act_on_filter(action => %(action)s,"
+                        " note => %(note)s, result => %(result)s::jsonb, status => %(status)s,"
+                        " queue => %(queue)s, kind => %(kind)s, error_contains => %(error)s,"
+                        " updated_after => %(after)s, updated_before => %(before)s, max_jobs => %(cap)s)",
+                        {"action": action, "note": note, "result": result, "cap": BULK_CAP, **flt})
+            return cur.fetchall()
 
     # -- queues -----------------------------------------------------------
     def queue_action(self, actor: str, action: str, queue: str, max_running: Optional[int] = None) -> None:
@@ -473,18 +440,6 @@ class Data:
                           (queue, max_running))
             else:
                 raise ValueError(action)
-
-
-_ACTION_STATUSES = {"requeue": ("failed", "manual_review", "cancelled"),
-                    "cancel": ("queued", "processing", "manual_review"),
-                    "mark_done": ("manual_review",)}
-_FILTER_WHERE = (" WHERE status = ANY(%(statuses)s)"
-                 " AND (%(status)s::text IS NULL OR status = %(status)s)"
-                 " AND (%(queue)s::text IS NULL OR queue = %(queue)s)"
-                 " AND (%(kind)s::text IS NULL OR kind = %(kind)s)"
-                 " AND (%(error)s::text IS NULL OR strpos(last_error, %(error)s) > 0)"
-                 " AND (%(after)s::timestamptz IS NULL OR updated_at >= %(after)s)"
-                 " AND (%(before)s::timestamptz IS NULL OR updated_at < %(before)s)")
 
 
 def pretty_json(text: Optional[str]) -> Optional[str]:

@@ -120,9 +120,12 @@ def run(opts: Options) -> int:
     try:
         pool.wait(timeout=30.0)
         who = check_role(pool, opts.allow_superuser)
-        app = create_app(pool, Config(token=token, bind_host=host, read_only=opts.read_only,
-                                      allowed_hosts=list(opts.allowed_hosts) + ([host] if not _is_ip(host) else []),
-                                      secure_cookie=bool(opts.tls_cert)))
+        hosts = list(opts.allowed_hosts) + ([host] if not _is_ip(host) else [])
+        try:
+            app = create_app(pool, Config(token=token, bind_host=host, read_only=opts.read_only,
+                                          allowed_hosts=hosts, secure_cookie=bool(opts.tls_cert)))
+        except RuntimeError as exc:
+            raise StartError(str(exc)) from None
         scheme = "https" if opts.tls_cert else "http"
         shown = f"[{host}]" if ":" in host else host
         print(f"pgfence dashboard on {scheme}://{shown}:{port}/ as role {printable(who['role'])}"
