@@ -186,8 +186,11 @@ class Data:
         """The required functions this database lacks (none: it can serve); and which optional
         ones it has, in :attr:`has`."""
         with self.conn() as c:
-            missing = [sig for sig in REQUIRED
-                       if not c.execute("SELECT to_regprocedure(%s) IS NOT NULL", (sig,)).fetchone()[0]]  # type: ignore[index]
+            missing = []
+            for sig in REQUIRED:
+                row = c.execute("SELECT to_regprocedure(%s) IS NOT NULL", (sig,)).fetchone()
+                if not (row and row[0]):
+                    missing.append(sig)
             for name, sig in OPTIONAL.items():
                 row = c.execute("SELECT to_regprocedure(%s) IS NOT NULL", (sig,)).fetchone()
                 self.has[name] = bool(row and row[0])
