@@ -9,6 +9,7 @@ and saves the overview, the manual-review inbox, a job's timeline and the dead l
 from __future__ import annotations
 
 import secrets
+import socket
 import sys
 import tempfile
 import threading
@@ -29,12 +30,15 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disa
 def main(dsn: str, job_id: str = "") -> int:
     token = secrets.token_urlsafe(24)
     pool = ConnectionPool(dsn, min_size=1, max_size=4, kwargs={"autocommit": True}, open=True)
-    server = uvicorn.Server(uvicorn.Config(create_app(pool, Config(token=token)), host="127.0.0.1", port=18484,
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(pool, Config(token=token)), host="127.0.0.1", port=port,
                                            log_level="warning"))
     threading.Thread(target=server.run, daemon=True).start()
     while not server.started:
         time.sleep(0.05)
-    base = "http://127.0.0.1:18484"
+    base = f"http://127.0.0.1:{port}"
     OUT.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as pw:
         ctx = pw.chromium.launch_persistent_context(tempfile.mkdtemp(), executable_path="/usr/bin/chromium",
