@@ -41,7 +41,9 @@ COMMENT ON FUNCTION pgfence._utc_literal(timestamptz) IS
 -- 1. drop every partition whose range has passed (every row in it is past its
 --    purge_at), and the idempotency keys of its jobs, after adding its counts to
 --    pgfence.metric_totals (the partition locked SHARE first, then counted: one scan of
---    a partition whose range has passed, which nothing writes); when the parent cannot be locked,
+--    a partition whose range has passed, which nothing writes, before the parent is
+--    locked; once a DROP holds the parent, partitions with rows wait for the next pass,
+--    so no count runs while completions wait); when the parent cannot be locked,
 --    TRUNCATE it (which locks only the partition) so that its space is freed now, and
 --    drop it on a later pass; any other error is a WARNING, and the purge goes on;
 -- 2. create the partitions from now to the longest retention of done jobs plus two
@@ -70,6 +72,7 @@ DECLARE
     v_n bigint;
     v_empty boolean;
     v_need integer := 0;
+    v_parent_locked boolean := false;
     p record;
 BEGIN
     created := 0; dropped := 0; truncated := 0; moved := 0; deleted := 0;
@@ -92,6 +95,7 @@ BEGIN
         v_name := pgfence._history_partition_name(p.lower_bound);
         BEGIN
             LOCK TABLE pgfence.finished_jobs IN ACCESS EXCLUSIVE MODE;
+            v_parent_locked := true;
             IF to_regclass(format('pgfence.%I', v_name)) IS NULL THEN
                 v_empty := true;  -- (dropped by hand: only the bookkeeping is left)
             ELSE
@@ -117,6 +121,12 @@ BEGIN
     FOR p IN SELECT h.lower_bound, h.upper_bound FROM pgfence.history_partitions h WHERE h.upper_bound <= v_now
               ORDER BY h.lower_bound LOOP
         v_name := pgfence._history_partition_name(p.lower_bound);
+        -- Once a DROP holds the parent (until commit: every completion waits), no partition
+        -- with rows is counted in this call: the next pass drops it, 10 s later.
+        IF v_parent_locked AND to_regclass(format('pgfence.%I', v_name)) IS NOT NULL THEN
+            EXECUTE format('SELECT NOT EXISTS (SELECT FROM pgfence.%I)', v_name) INTO v_empty;
+            CONTINUE WHEN NOT v_empty;
+        END IF;
         BEGIN
             -- (Counted once: with the drop, or with the truncate, after which it is empty.)
             IF to_regclass(format('pgfence.%I', v_name)) IS NOT NULL THEN
@@ -134,6 +144,7 @@ BEGIN
                                    ' DO UPDATE SET value = t.value + excluded.value', v_name);
             END IF;
             EXECUTE format('DROP TABLE IF EXISTS pgfence.%I', v_name);
+            v_parent_locked := true;
             DELETE FROM pgfence.history_partitions h WHERE h.lower_bound = p.lower_bound;
             DELETE FROM pgfence.held_keys k WHERE k.purge_at < p.upper_bound;
             dropped := dropped + 1;
