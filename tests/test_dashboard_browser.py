@@ -62,6 +62,11 @@ def _page(ctx: Any, base: str) -> Any:
     dialogs: list[str] = []
     page.on("dialog", lambda d: (dialogs.append(d.message), d.accept()))
     page.dialogs = dialogs
+    # what the browser refused under the Content-Security-Policy (must stay empty: every
+    # script and style of the pages is a file of the app's own)
+    page.csp_errors = []
+    page.on("console", lambda m: page.csp_errors.append(m.text)
+            if m.type == "error" and "Content Security Policy" in m.text else None)
     page.goto(base + "/")
     assert page.url.endswith("/login")
     page.fill("input[name=name]", "alice")
@@ -214,6 +219,14 @@ def test_every_page_screenshot_and_live_overview(operator: tuple[Any, str], conn
     assert row.count() == 1
     page.goto(f"{base}/jobs?queue={q}")
     shot(page, "jobs")
+    assert page.csp_errors == []
+    # the control: markup with an inline handler that escaping had missed would not run
+    page.evaluate("""() => { const d = document.createElement('div');
+        d.innerHTML = '<img src="/static/nope.png" onerror="window.pwned = 1">';
+        document.body.appendChild(d); }""")
+    page.wait_for_timeout(300)
+    assert page.evaluate("() => window.pwned") is None
+    assert page.csp_errors, "the CSP did not report the inline handler"
 
 
 def test_read_only_mode_hides_and_refuses_actions(op_pool: Any, browser_context: Any, conn: Conn, q: str) -> None:
