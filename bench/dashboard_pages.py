@@ -95,7 +95,7 @@ def time_pages(dsn: str, loads: int, only: Optional[set[str]] = None) -> list[di
         "jobs queue+state": "/jobs?queue=q03-done&status=done", "jobs page (keyset)": f"/jobs?before={mid}",
         "jobs by key": "/jobs?key=nope", "jobs error text (1 day)": "/jobs?error=timeout",
         "job detail (done)": f"/jobs/{done_id}", "job detail (manual)": f"/jobs/{manual_id}",
-        "dead letter": "/dead", "queues": "/queues", "metrics": "/metrics",
+        "dead letter": "/dead", "queues": "/queues", "audit": "/audit", "metrics": "/metrics",
     }
     pool = ConnectionPool(dsn, min_size=1, max_size=4, kwargs={"autocommit": True}, open=True)
     out = []

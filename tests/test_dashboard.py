@@ -56,7 +56,7 @@ def csrf_of(html: str) -> str:
 def test_every_page_renders_for_an_operator(op_pool: Any, conn: Conn, q: str) -> None:
     job_id = manual_review_job(conn, q)
     c = client_for(op_pool)
-    for path in ("/", "/overview/live", "/inbox", "/jobs", f"/jobs/{job_id}", "/dead", "/queues",
+    for path in ("/", "/overview/live", "/inbox", "/jobs", f"/jobs/{job_id}", "/dead", "/queues", "/audit",
                  f"/jobs?queue={q}", f"/jobs?error=x&status=failed"):
         r = c.get(path)
         assert r.status_code == 200, (path, r.text[:500])
@@ -262,6 +262,9 @@ def test_a_requeue_from_the_dashboard_is_audited_with_the_actor(op_pool: Any, co
     assert row is not None and row[0] == "requeue" and row[1] == "alice" and row[2] == OP
     assert row[3] == "fixed the template" and list(row[4]) == [fid]
     assert "fixed the template" in c.get(f"/jobs/{fid}").text
+    page = c.get("/audit").text
+    first = page.split('<tbody>')[1].split('</tr>')[0]
+    assert "requeue" in first and "alice" in first and f'href="/jobs/{fid}"' in first and "fixed the template" in first
 
 
 def test_the_overview_counts_live_jobs_and_the_hour_s_finished_ones(op_pool: Any, conn: Conn, q: str) -> None:

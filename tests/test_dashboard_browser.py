@@ -219,6 +219,8 @@ def test_every_page_screenshot_and_live_overview(operator: tuple[Any, str], conn
     assert row.count() == 1
     page.goto(f"{base}/jobs?queue={q}")
     shot(page, "jobs")
+    page.goto(f"{base}/audit")
+    shot(page, "audit")
     assert page.csp_errors == []
     # the control: markup with an inline handler that escaping had missed would not run
     page.evaluate("""() => { const d = document.createElement('div');

@@ -258,6 +258,11 @@ def create_app(pool: Any, config: Config) -> Starlette:
         groups = await run_in_threadpool(data.dead_letter)
         return render(request, "dead.html", groups=groups)
 
+    async def audit(request: Request) -> Response:
+        rows = await run_in_threadpool(data.audit_log, _int(request.query_params.get("before")))
+        return render(request, "audit.html", rows=rows[:d.PAGE],
+                      next_before=rows[d.PAGE - 1]["id"] if len(rows) > d.PAGE else None)
+
     async def queues(request: Request) -> Response:
         rows = await run_in_threadpool(data.queues)
         schedules = await run_in_threadpool(data.schedules)
@@ -352,6 +357,7 @@ def create_app(pool: Any, config: Config) -> Starlette:
         Route("/bulk", guarded(bulk), methods=["POST"]),
         Route("/dead", guarded(dead)),
         Route("/queues", guarded(queues)),
+        Route("/audit", guarded(audit)),
         Route("/queues/action", guarded(queue_action), methods=["POST"]),
         Route("/metrics", guarded(metrics)),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),

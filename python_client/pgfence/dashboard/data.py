@@ -359,6 +359,14 @@ class Data:
     def audit(self, job_id: int) -> list[dict[str, Any]]:
         return self.rows("SELECT * FROM pgfence.audit_of(job_id => %s)", (job_id,))
 
+    def audit_log(self, before_id: Optional[int]) -> list[dict[str, Any]]:
+        """The operator audit, newest first (keyset on its id): who did what to how many jobs."""
+        return self.rows(
+            "SELECT id, at, db_role, login, actor, action, queues, count, note,"
+            " job_ids[1:20] AS job_ids FROM pgfence.operator_audit"
+            + (" WHERE id < %(before)s" if before_id is not None else "") +
+            " ORDER BY id DESC LIMIT %(limit)s", {"before": before_id, "limit": PAGE + 1})
+
     def now(self) -> datetime:
         return self.rows("SELECT now() AS now")[0]["now"]
 
