@@ -493,3 +493,14 @@ def test_a_database_without_the_operator_functions_is_told_to_deploy(dsn: str) -
     with scratch_database(dsn, "pgfence_dash_empty") as empty, pool_as(empty, "postgres") as pool:
         with pytest.raises(RuntimeError, match="sqitch deploy"):
             create_app(pool, Config(token=TOKEN))
+
+
+def test_the_inbox_shows_the_start_of_a_large_payload(op_pool: Any, conn: Conn, q: str) -> None:
+    from pgfence.dashboard.data import INBOX_PAYLOAD_CHARS
+    big = '{"blob": "' + "x" * 50_000 + '"}'
+    job_id = manual_review_job(conn, q, payload=big)
+    c = client_for(op_pool)
+    html = c.get(f"/inbox?queue={q}").text
+    assert f"#{job_id}" in html and "x" * INBOX_PAYLOAD_CHARS not in html and "the whole job" in html
+    assert len(html) < 20_000
+    assert "x" * 50_000 in c.get(f"/jobs/{job_id}").text

@@ -25,6 +25,8 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 PAGE = 50
+#: The inbox shows each payload's first characters (the job's page shows it whole: up to 1 MiB).
+INBOX_PAYLOAD_CHARS = 4000
 #: The most jobs one bulk action touches (the cap of pgfence's bulk functions).
 BULK_CAP = 10_000
 #: The error-text search reads at most this window of updated_at (the text has no index).
@@ -258,7 +260,8 @@ class Data:
         """Manual-review jobs, newest id first, with their last ended attempt (the one whose
         lease expired)."""
         return self.rows(
-            "SELECT j.id, j.queue, j.kind, j.payload::text AS payload, j.attempts, j.max_attempts, j.updated_at,"
+            "SELECT j.id, j.queue, j.kind, left(j.payload::text, %(chars)s) AS payload,"
+            " length(j.payload::text) > %(chars)s AS payload_cut, j.attempts, j.max_attempts, j.updated_at,"
             " j.last_error, a.worker, a.claimed_at, a.heartbeat_at, a.lease_expires_at, a.ended_at,"
             " now() - a.lease_expires_at AS expired_ago"
             " FROM pgfence.all_jobs j"
@@ -267,7 +270,7 @@ class Data:
             " WHERE j.status = 'manual_review' AND (%(before)s::bigint IS NULL OR j.id < %(before)s)"
             "   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)"
             " ORDER BY j.id DESC LIMIT %(limit)s",
-            {"before": before_id, "queue": queue, "limit": PAGE + 1})
+            {"before": before_id, "queue": queue, "limit": PAGE + 1, "chars": INBOX_PAYLOAD_CHARS})
 
     def jobs(self, f: JobFilter, before_id: Optional[int]) -> list[dict[str, Any]]:
         """One page of jobs matching the filter, newest id first (keyset on id: ``id < the last
