@@ -504,3 +504,14 @@ def test_the_inbox_shows_the_start_of_a_large_payload(op_pool: Any, conn: Conn, 
     assert f"#{job_id}" in html and "x" * INBOX_PAYLOAD_CHARS not in html and "the whole job" in html
     assert len(html) < 20_000
     assert "x" * 50_000 in c.get(f"/jobs/{job_id}").text
+
+
+def test_an_unexpected_error_is_a_plain_500_with_the_headers(op_pool: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    c = client_for(op_pool)
+
+    def boom() -> None:
+        raise ValueError("<script>secret</script>")
+    monkeypatch.setattr(c.app.state.data, "dead_letter", boom)  # type: ignore[attr-defined]
+    r = c.get("/dead")
+    assert r.status_code == 500 and "secret" not in r.text
+    assert "script-src 'self'" in r.headers["content-security-policy"]

@@ -126,7 +126,11 @@ def create_app(pool: Any, config: Config) -> Starlette:
     # -- the guard ----------------------------------------------------------
     class Guard(BaseHTTPMiddleware):
         async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
-            response = await self._check(request, call_next)
+            try:
+                response = await self._check(request, call_next)
+            except Exception:  # (the message may hold database strings: logged escaped, not shown)
+                log.exception("error serving %s %s", request.method, request.url.path)
+                response = PlainTextResponse("pgfence dashboard: internal error (see its log)\n", status_code=500)
             for k, v in sec.SECURITY_HEADERS.items():
                 response.headers.setdefault(k, v)
             return response
