@@ -14,7 +14,8 @@ from pgfence import Client, Metric
 from pgfence.cli import main
 from pgfence.metrics_text import prometheus_text
 from support.api import claim_job, complete, enqueue, fail, release
-from support.db import expire_history, one, queues_removed_after, rows
+from support.db import (connection, expire_history, one, queues_removed_after, rows, scratch_database, sqitch,
+                        sqitch_target)
 
 Conn = psycopg.Connection[Any]
 
@@ -130,6 +131,41 @@ def test_the_default_partitions_deleted_rows_are_counted(conn: Conn, q: str, swe
     one(conn, "SELECT count(*) FROM pgfence.maintain_history()")
     assert one(conn, "SELECT count(*) FROM pgfence.finished_jobs WHERE id = %s", (jd,)) == 0
     assert counters(conn, q) == before
+
+
+def test_after_a_drop_a_second_expired_partition_waits_for_the_next_pass(dsn: str) -> None:
+    """Once a DROP holds the history's parent (until commit), no other partition with rows
+    is counted in that call (completions would wait for the scan): it goes on the next
+    pass, and both are counted once. In a database of its own (it ends partitions that
+    other tests' jobs are in)."""
+    with scratch_database(dsn, "pgfence_metrics") as scratch:
+        r = sqitch("deploy", target=sqitch_target(scratch), timeout=600)
+        assert r.returncode == 0, r.stdout + r.stderr
+        with connection(scratch) as c:
+            # 10-second partitions, nothing kept: two jobs 10 s apart are in two partitions
+            c.execute("SELECT pgfence.set_retention(NULL, '0 seconds', '0 seconds')")
+            c.execute("SELECT pgfence.set_history_partition_width('10 seconds')")
+            for _ in range(50):
+                got = rows(c, "SELECT * FROM pgfence.maintain_history()")[0]
+                if got["dropped"] == got["created"] == 0:
+                    break
+            for qn in ("m", "m2"):  # (each at the start of a 10-second slot: its partition was made ahead)
+                c.execute("SELECT pg_sleep(10.2 - extract(epoch FROM clock_timestamp())::numeric % 10)")
+                jd = enqueue(c, qn)
+                complete(c, jd, claim_job(c, qn, jd))
+            assert one(c, "SELECT count(DISTINCT tableoid) FROM pgfence.finished_jobs") == 2
+            assert one(c, "SELECT count(*) FROM pgfence.finished_jobs_default") == 0
+            before = {qn: counters(c, qn) for qn in ("m", "m2")}
+            c.execute("SELECT pg_sleep(10.2 - extract(epoch FROM clock_timestamp())::numeric % 10)")  # both passed
+            left = [2]  # done jobs left after each pass: at most one partition with rows goes per pass
+            for _ in range(5):
+                c.execute("SELECT count(*) FROM pgfence.maintain_history()")
+                left.append(one(c, "SELECT count(*) FROM pgfence.finished_jobs"))
+                if left[-1] == 0:
+                    break
+            assert left[-1] == 0 and all(a - b <= 1 for a, b in zip(left, left[1:])), left
+            assert {qn: counters(c, qn) for qn in ("m", "m2")} == before
+            assert before["m"][("pgfence_jobs_done_total", "")] == before["m2"][("pgfence_jobs_done_total", "")] == 1
 
 
 # ------------------------------------------------------------------ Python --
