@@ -20,7 +20,7 @@ QUICK ?=
 # true when sqitch.plan exists and lists at least one change
 PLAN_HAS_CHANGES = [[ -f $(REPO)/sqitch.plan ]] && grep -qvE '^[[:space:]]*([%\#]|$$)' $(REPO)/sqitch.plan
 
-.PHONY: help setup db deploy revert verify stop psql test demo bench chaos typecheck clean
+.PHONY: help setup db deploy revert verify stop psql test demo dashboard bench chaos typecheck clean
 
 help: ## list targets
 	@grep -hE '^[a-z][a-zA-Z_-]*:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([^:]+):.*## (.*)/  \1\t\2/' | expand -t 14
@@ -57,6 +57,9 @@ test: setup ## run the test suite on its own throwaway cluster (PYTEST_ARGS=... 
 
 demo: db deploy ## run the demo (examples/demo.py: a killed, a frozen and a manual-review worker)
 	cd $(REPO) && $(PY) examples/demo.py
+
+dashboard: db deploy ## serve the web dashboard on the local cluster with demo jobs (examples/dashboard_demo.py)
+	cd $(REPO) && $(PY) examples/dashboard_demo.py $(if $(BIND),--bind $(BIND))
 
 bench: db deploy ## run the benchmark (QUICK=1 for a short run)
 	cd $(REPO) && $(PY) bench/run.py $(if $(QUICK),--quick)

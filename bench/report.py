@@ -244,6 +244,19 @@ def soak_rows(sk: Optional[dict[str, Any]], cfg: dict[str, Any]) -> list[str]:
     return lines
 
 
+def dashboard_table(db: Optional[dict[str, Any]]) -> str:
+    """The dashboard's server time per page (bench/dashboard_pages.py): target p95 < 300 ms."""
+    if not db or not db.get("pages"):
+        return "Dashboard: not run." + (f" ({'; '.join(db['errors'])})" if db and db.get("errors") else "")
+    lines = [f"{db['jobs']:,} jobs ({', '.join(f'{v:,} {k}' for k, v in db['plan'].items())}), "
+             f"{db['pages'][0]['loads']} loads per page through the ASGI app in-process; target p95 < 300 ms.", "",
+             "| page | path | p50 ms | p95 ms | max ms | p95 < 300 ms |", "|---|---|---:|---:|---:|---|"]
+    for p in db["pages"]:
+        lines.append(f"| {p['page']} | `{p['path']}` | {p['p50_ms']:.1f} | {p['p95_ms']:.1f} | {p['max_ms']:.1f} |"
+                     f" {'yes' if p['under_300ms'] else '**no**'} |")
+    return "\n".join(lines)
+
+
 def soak_table(po: Optional[dict[str, Any]]) -> str:
     """The soak's windows: rate, the hot table's and the history's sizes, partitions, dead rows."""
     sk = (po or {}).get("soak")
@@ -405,6 +418,10 @@ def render(results: dict[str, Any]) -> str:
         "### Claims over many queues",
         "",
         claims_table(results.get("pgfence_only")),
+        "",
+        "### Dashboard pages",
+        "",
+        dashboard_table(results.get("dashboard")),
         "",
     ]
     errs = [(r["variant"], e) for r in rows for e in r["errors"]] + [("general", e) for e in results["errors"]]

@@ -364,6 +364,23 @@ def run_pgfence_only(cfg: Config, dsn: str) -> dict[str, Any]:
     return out
 
 
+def run_dashboard(cfg: Config, dsn: str) -> Optional[dict[str, Any]]:
+    """The dashboard's page timings (bench/dashboard_pages.py): 1,000,000 jobs (100,000 with
+    --quick) in the database bench_dashboard, 20 loads per page through the ASGI app."""
+    holder: dict[str, Any] = {"variant": "dashboard", "errors": []}
+    jobs = 100_000 if cfg.quick else 1_000_000
+    log(f"dashboard: page server times, {jobs:,} jobs, 20 loads per page")
+    try:
+        import dashboard_pages
+    except ImportError as exc:  # the dashboard extra is not installed
+        log(f"dashboard: skipped ({exc})")
+        return None
+    out = guarded(holder, "dashboard pages", lambda: dashboard_pages.run(dsn_for_db(dsn, "postgres"), jobs, 20))
+    if out is not None:
+        out["errors"] = holder["errors"]
+    return out if out is not None else {"errors": holder["errors"]}
+
+
 # --------------------------------------------------------- single enqueue --
 def single_enqueue_turns(cfg: Config, dsn: str, rows: list[dict[str, Any]],
                          peer_list: Sequence[peers_mod.Peer]) -> None:
@@ -481,9 +498,10 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="short run: 1 run each, smaller N (< 3 minutes)")
     ap.add_argument("--dsn", default=os.environ.get("PGFENCE_BENCH_DSN") or default_dsn(),
                     help="pgfence database (default: scripts/pg.sh dsn)")
-    ap.add_argument("--systems", default="pgfence,pgfence-node,pgqueuer,procrastinate,graphile-worker,pgbench,"
-                    "pgfence-only",
-                    help="comma-separated subset to run")
+    ap.add_argument("--systems",
+                    default="pgfence,pgfence-node,pgqueuer,procrastinate,graphile-worker,pgbench,pgfence-only,dashboard",
+                    help="comma-separated subset to run (dashboard: the web dashboard's page timings with "
+                         "1,000,000 jobs in a database of its own, bench/dashboard_pages.py)")
     ap.add_argument("--reinstall-peers", action="store_true", help="ignore bench/.peers/stamp.json")
     a = ap.parse_args()
     cfg = Config.make(a.quick)
@@ -547,6 +565,8 @@ def main() -> int:
                 results["errors"].append(f"pgbench: {exc}")
         if "pgfence-only" in wanted:
             results["pgfence_only"] = run_pgfence_only(cfg, a.dsn)
+        if "dashboard" in wanted:
+            results["dashboard"] = run_dashboard(cfg, a.dsn)
     finally:
         kill_all()
     results["loadavg_end"] = os.getloadavg()[0]

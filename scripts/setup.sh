@@ -5,9 +5,13 @@
 #   apt (as root):  postgresql-<major>-cron, sqitch, libdbd-pg-perl
 #                   (+ postgresql-<major>-pgtap, postgresql-<major>-plpgsql-check when
 #                   the package lists offer them; optional)
+#   apt (as root):  chromium, for the dashboard's browser tests (tests/test_dashboard_browser.py,
+#                   Playwright driving /usr/bin/chromium: Playwright's own browser download is
+#                   not used)
 #   python:         $REPO/.venv with psycopg, psycopg-pool, pytest, pytest-timeout, hypothesis,
 #                   mypy, testcontainers, fastapi + uvicorn + httpx (examples/fastapi_app.py and
-#                   its test), and `pip install -e python_client`
+#                   its test), playwright, prometheus_client (the tests' parser), and
+#                   `pip install -e python_client[dashboard]` (starlette, uvicorn, jinja2, ...)
 #   node:           `npm ci` in clients/node from its committed package-lock.json (pg, and
 #                   typescript for the declarations check), when node and npm are installed
 #
@@ -95,11 +99,24 @@ if ((${#missing[@]})); then
   log "apt packages installed"
 fi
 
+# The dashboard's browser tests drive the Debian chromium (root only; they skip without it).
+if [[ ! -x /usr/bin/chromium ]]; then
+  if [[ "$(id -u)" -eq 0 ]]; then
+    export DEBIAN_FRONTEND=noninteractive
+    log "apt-get update (chromium)"
+    apt-get update -qq
+    log "apt-get install chromium"
+    apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
+  else
+    log "warning: /usr/bin/chromium missing (sudo apt-get install chromium); the browser tests will skip"
+  fi
+fi
+
 # ------------------------------------------------------------- python ------
 VENV="$REPO/.venv"
 STAMP="$VENV/.stamp"
 PY_DEPS=("psycopg[binary]>=3.1" "psycopg-pool>=3.2" "pytest>=8" "pytest-timeout" "hypothesis>=6" "mypy" "testcontainers>=4"
-         "fastapi>=0.100" "uvicorn>=0.23" "httpx>=0.24")
+         "fastapi>=0.100" "uvicorn>=0.23" "httpx>=0.24" "playwright>=1.43" "prometheus_client>=0.17")
 
 if [[ ! -x "$VENV/bin/python" ]] || ! "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
   log "creating $VENV"
@@ -119,8 +136,8 @@ if ((need_pip)); then
   # (the grep drops this machine's noisy "Location ... is ignored" pip index warnings)
   "$VENV/bin/python" -m pip install -q "${PY_DEPS[@]}" 2> >(grep -v 'neither a file nor a directory' >&2)
   if [[ -f "$REPO/python_client/pyproject.toml" ]]; then
-    log "pip install -e python_client"
-    "$VENV/bin/python" -m pip install -q -e "$REPO/python_client" 2> >(grep -v 'neither a file nor a directory' >&2)
+    log "pip install -e python_client[dashboard]"
+    "$VENV/bin/python" -m pip install -q -e "$REPO/python_client[dashboard]" 2> >(grep -v 'neither a file nor a directory' >&2)
   fi
   touch "$STAMP"
 fi

@@ -331,6 +331,24 @@ def build_parser() -> argparse.ArgumentParser:
                 "CALL pgfence.sweep(): reclaim every expired lease now (what the background sweeper "
                 "does every 0.5 s) and print how many jobs were reclaimed.")
     r.set_defaults(func=cmd_reclaim)
+
+    db = command("dashboard", "serve the web dashboard (operators; needs pgfence[dashboard])",
+                 "Serve the web dashboard: overview, manual-review inbox, jobs, dead letter, queues "
+                 "(docs/dashboard.md). Connects as a role in pgfence_operator (pgfence_viewer: read-only); "
+                 "refuses a superuser unless --allow-superuser. Log-in token from $PGFENCE_DASHBOARD_TOKEN "
+                 "or --token-file, else generated and printed at start (never an option's value).")
+    db.add_argument("--bind", default="127.0.0.1:8484", metavar="HOST:PORT",
+                    help="address to listen on (default 127.0.0.1:8484)")
+    db.add_argument("--token-file", metavar="PATH", help="a file holding the log-in token (16+ characters)")
+    db.add_argument("--no-auth", action="store_true", help="no log-in (loopback binds only)")
+    db.add_argument("--read-only", action="store_true", help="hide and refuse every action")
+    db.add_argument("--allow-superuser", action="store_true", help="start even when connected as a superuser")
+    db.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                    help="a Host header to accept besides the bind address and localhost (repeatable; "
+                         "the name a reverse proxy forwards)")
+    db.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate (with --tls-key)")
+    db.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
+    db.set_defaults(func=cmd_dashboard)
     return parser
 
 
@@ -854,8 +872,23 @@ def cmd_reclaim(args: argparse.Namespace) -> int:
 
 # -- entry point ------------------------------------------------------------
 
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    try:
+        from .dashboard.server import Options, StartError, run
+    except ImportError as exc:
+        raise CliError(f"the dashboard's dependencies are missing ({exc.name})",
+                       hint="pip install 'pgfence[dashboard]'") from None
+    try:
+        return run(Options(dsn=args.dsn, dsn_from_cli=args.dsn_from_cli, bind=args.bind,
+                           token_file=args.token_file, no_auth=args.no_auth, read_only=args.read_only,
+                           allow_superuser=args.allow_superuser, tls_cert=args.tls_cert, tls_key=args.tls_key,
+                           allowed_hosts=args.allowed_host))
+    except StartError as exc:
+        raise CliError(exc.message, hint=exc.hint, code=exc.code) from None
+
+
 def _setup_logging(verbose: int, command: str) -> None:
-    level = logging.DEBUG if verbose else (logging.INFO if command == "worker" else logging.WARNING)
+    level = logging.DEBUG if verbose else (logging.INFO if command in ("worker", "dashboard") else logging.WARNING)
     logging.basicConfig(level=level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if verbose < 2:
@@ -878,7 +911,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             args = build_parser().parse_args(argv)
         except SystemExit as exc:  # --help
             return exc.code if isinstance(exc.code, int) else 0
-        if not hasattr(args, "dsn"):
+        args.dsn_from_cli = hasattr(args, "dsn")
+        if not args.dsn_from_cli:
             args.dsn = os.environ.get("PGFENCE_DSN", "")
         verbose = getattr(args, "verbose", 0) or 0
         _setup_logging(verbose, args.command)
