@@ -630,3 +630,31 @@ def test_sqitch_upgrade_from_v0_7_0_keeps_snoozes_and_rate_limits_working_and_re
             (1, "released")]
         assert c.execute("SELECT status FROM pgfence.job(%s)", (job_id,)).fetchone() == ("queued",)
         assert c.execute("SELECT queue, max_running FROM pgfence.queue_limits()").fetchall() == [("capped", 2)]
+
+
+def test_revert_to_v0_7_0_does_not_hold_again_a_key_whose_unique_for_passed(scratch_dsn: str) -> None:
+    """A done job's key whose unique_for has passed is free; `sqitch revert --to @v0.7.0`
+    must leave it free. Before the review the revert only dropped held_keys.held_until, so
+    the @v0.7.0 enqueue (which reads held_keys without it) answered with the old done job
+    again, until its retention passed (by default days later)."""
+    target = sqitch_target(scratch_dsn)
+    _ok(sqitch("deploy", target=target), "deploy")
+    with connect(scratch_dsn) as c:
+        c.execute("SELECT pgfence.pause_sweeper()")
+        old = c.execute("SELECT pgfence.enqueue('k', queue => 'qu', idempotency_key => 'x', unique_for => '1 second')"
+                        ).fetchone()[0]  # type: ignore[index]
+        held = c.execute("SELECT pgfence.enqueue('k', queue => 'qu', idempotency_key => 'y', unique_for => '1 day')"
+                         ).fetchone()[0]  # type: ignore[index]
+        for _ in range(2):
+            [(jid, tok)] = c.execute("SELECT id, attempt_token FROM pgfence.claim('w', ARRAY['qu'])").fetchall()
+            c.execute("SELECT pgfence.complete(%s, %s)", (jid, tok))
+        c.execute("SELECT pg_sleep(1.1)")
+        with c.transaction(force_rollback=True):  # free now (a new job), but leave nothing behind
+            assert c.execute("SELECT pgfence.enqueue('k', queue => 'qu', idempotency_key => 'x')").fetchone() != (old,)
+    _ok(sqitch("revert", "-y", "--to", "@v0.7.0", target=target), "revert --to @v0.7.0")
+    with connect(scratch_dsn) as c:
+        new = c.execute("SELECT pgfence.enqueue('k', queue => 'qu', idempotency_key => 'x')").fetchone()
+        assert new != (old,), "a key whose unique_for had passed is held again after the revert"
+        # a key still held by its unique_for stays held (longer now: until its retention)
+        assert c.execute("SELECT pgfence.enqueue('k', queue => 'qu', idempotency_key => 'y')").fetchone() == (held,)
+        c.execute("SELECT pgfence.resume_sweeper()")
