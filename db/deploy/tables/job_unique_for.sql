@@ -13,9 +13,10 @@
 BEGIN;
 
 ALTER TABLE pgfence.jobs ADD COLUMN unique_for interval;
--- (a plain length of time, as enqueue stores it: 0 .. 100 years, no months or days parts)
+-- (a plain length of time, as enqueue stores it: 0 .. 100 years, no months or days parts;
+-- '100 years' is stored as 36525 days)
 ALTER TABLE pgfence.jobs ADD CONSTRAINT jobs_unique_for_valid CHECK (
-    unique_for BETWEEN interval '0' AND interval '36500 days'
+    unique_for BETWEEN interval '0' AND interval '36525 days'
     AND extract(month FROM unique_for) = 0 AND extract(day FROM unique_for) = 0);
 COMMENT ON COLUMN pgfence.jobs.unique_for IS
   'How long the idempotency key stays held once the job is done: NULL its retention, 0 not at all, else until created_at + unique_for (at most its retention).';
