@@ -658,3 +658,36 @@ def test_revert_to_v0_7_0_does_not_hold_again_a_key_whose_unique_for_passed(scra
         # a key still held by its unique_for stays held (longer now: until its retention)
         assert c.execute("SELECT pgfence.enqueue('k', queue => 'qu', idempotency_key => 'y')").fetchone() == (held,)
         c.execute("SELECT pgfence.resume_sweeper()")
+
+
+@pytest.mark.parametrize("change", ["tables/job_timeouts", "tables/job_unique_for"])
+def test_deploying_a_new_jobs_column_behind_a_long_transaction_does_not_stall_enqueues(
+        scratch_dsn: str, change: str) -> None:
+    """The changes that add a column and a CHECK to pgfence.jobs after @v0.7.0 must not
+    queue an ACCESS EXCLUSIVE request behind a long transaction (every enqueue, claim
+    and complete would wait behind it) nor scan the table under that lock. Before the
+    review they ran a plain ALTER TABLE ... ADD CONSTRAINT (validated): an enqueue waited
+    for as long as the reader's transaction stayed open."""
+    import threading
+    target = sqitch_target(scratch_dsn)
+    _ok(sqitch("deploy", "--to", "@v0.7.0", target=target), "deploy --to @v0.7.0")
+    reader = psycopg.connect(scratch_dsn)  # a long transaction that read pgfence.jobs
+    reader.execute("SELECT count(*) FROM pgfence.jobs")
+    result: dict[str, Any] = {}
+    t = threading.Thread(target=lambda: result.update(
+        r=sqitch("deploy", "--to", change, target=target, timeout=120)))
+    t.start()
+    try:
+        with connect(scratch_dsn) as c:
+            c.execute("SELECT pg_sleep(1)")  # the deploy is waiting for its lock by now
+            c.execute("SET statement_timeout = '3s'")
+            c.execute("SELECT pgfence.enqueue('k', queue => 'q')")  # 57014 when stalled
+    finally:
+        reader.rollback()
+        reader.close()
+        t.join()
+    _ok(result["r"], f"deploy --to {change}")
+    _ok(sqitch("verify", target=target), "verify")
+    with connect(scratch_dsn) as c:
+        assert c.execute("SELECT count(*) FROM pg_constraint WHERE conrelid IN ('pgfence.jobs'::regclass,"
+                         " 'pgfence.attempts'::regclass) AND NOT convalidated").fetchone() == (0,)
