@@ -25,7 +25,10 @@
 BEGIN;
 
 -- The first slot of a schedule strictly after an instant ('infinity': none within
--- 3700 days, which schedule() refuses up front).
+-- 3700 days; schedule() does not refuse it: _cron_parse refuses the expressions that
+-- can never match, but some match rarely: '0 0 29 2 */6' (Feb 29 on a Saturday or
+-- Sunday) fires in 2032 and then only in 2048, so after its 2032 slot next_fire_at is
+-- infinity, schedules() shows NULL, and it does not fire again unless replaced).
 CREATE OR REPLACE FUNCTION pgfence._schedule_next(s pgfence.schedules, after timestamptz) RETURNS timestamptz
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
