@@ -554,3 +554,26 @@ def test_sqitch_upgrades_a_database_deployed_at_v0_7_0_and_reverts_to_it(scratch
         assert one(c, "SELECT status FROM pgfence.jobs WHERE id = %s", (live,)) == "queued"
         c.execute("CALL pgfence.sweep()")
     ok(sqitch("deploy", target=target), "deploy again")
+
+
+def test_a_schedule_whose_time_zone_is_gone_keeps_its_error_and_the_others_fire(conn: Conn, name: str,
+                                                                                 sweep_paused: Conn) -> None:
+    """A zone that tzdata no longer has (Debian moved US/Eastern and the other legacy
+    links to tzdata-legacy) makes _cron_next raise 22023. Before the review that was
+    outside the per-schedule block, so fire_schedules failed as a whole and no schedule
+    fired at all while that one was due."""
+    conn.execute("SELECT pgfence.schedule(%s, '* * * * *', kind => 'tz', queue => %s, time_zone => 'Europe/Berlin')",
+                 (name + "_a_tz", name))
+    conn.execute("SELECT pgfence.schedule(%s, kind => 'good', queue => %s, every => '1 hour')", (name + "_good", name))
+    # (as a tzdata upgrade would leave it: the zone was valid when the schedule was made)
+    conn.execute("UPDATE pgfence.schedules SET time_zone = 'Gone/Nowhere' WHERE name = %s", (name + "_a_tz",))
+    _backdate(conn, name + "_a_tz", "date_trunc('minute', clock_timestamp()) - interval '2 minutes'")
+    _backdate(conn, name + "_good", "date_trunc('hour', clock_timestamp())")
+    assert one(conn, "SELECT pgfence.fire_schedules()") == 1
+    assert [j["kind"] for j in _jobs(conn, name)] == ["good"]
+    bad = rows(conn, "SELECT * FROM pgfence.schedules() WHERE name = %s", (name + "_a_tz",))[0]
+    assert "Gone/Nowhere" in bad["last_error"] and bad["last_fire_at"] is None
+    assert bad["next_fire_at"] <= datetime.now(UTC)  # still due: tried again once the zone is back
+    conn.execute("UPDATE pgfence.schedules SET time_zone = 'Europe/Berlin' WHERE name = %s", (name + "_a_tz",))
+    assert one(conn, "SELECT pgfence.fire_schedules()") == 1
+    assert one(conn, "SELECT last_error FROM pgfence.schedules() WHERE name = %s", (name + "_a_tz",)) is None

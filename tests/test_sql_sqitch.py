@@ -630,3 +630,64 @@ def test_sqitch_upgrade_from_v0_7_0_keeps_snoozes_and_rate_limits_working_and_re
             (1, "released")]
         assert c.execute("SELECT status FROM pgfence.job(%s)", (job_id,)).fetchone() == ("queued",)
         assert c.execute("SELECT queue, max_running FROM pgfence.queue_limits()").fetchall() == [("capped", 2)]
+
+
+def test_revert_to_v0_7_0_does_not_hold_again_a_key_whose_unique_for_passed(scratch_dsn: str) -> None:
+    """A done job's key whose unique_for has passed is free; `sqitch revert --to @v0.7.0`
+    must leave it free. Before the review the revert only dropped held_keys.held_until, so
+    the @v0.7.0 enqueue (which reads held_keys without it) answered with the old done job
+    again, until its retention passed (by default days later)."""
+    target = sqitch_target(scratch_dsn)
+    _ok(sqitch("deploy", target=target), "deploy")
+    with connect(scratch_dsn) as c:
+        c.execute("SELECT pgfence.pause_sweeper()")
+        old = c.execute("SELECT pgfence.enqueue('k', queue => 'qu', idempotency_key => 'x', unique_for => '1 second')"
+                        ).fetchone()[0]  # type: ignore[index]
+        held = c.execute("SELECT pgfence.enqueue('k', queue => 'qu', idempotency_key => 'y', unique_for => '1 day')"
+                         ).fetchone()[0]  # type: ignore[index]
+        for _ in range(2):
+            [(jid, tok)] = c.execute("SELECT id, attempt_token FROM pgfence.claim('w', ARRAY['qu'])").fetchall()
+            c.execute("SELECT pgfence.complete(%s, %s)", (jid, tok))
+        c.execute("SELECT pg_sleep(1.1)")
+        with c.transaction(force_rollback=True):  # free now (a new job), but leave nothing behind
+            assert c.execute("SELECT pgfence.enqueue('k', queue => 'qu', idempotency_key => 'x')").fetchone() != (old,)
+    _ok(sqitch("revert", "-y", "--to", "@v0.7.0", target=target), "revert --to @v0.7.0")
+    with connect(scratch_dsn) as c:
+        new = c.execute("SELECT pgfence.enqueue('k', queue => 'qu', idempotency_key => 'x')").fetchone()
+        assert new != (old,), "a key whose unique_for had passed is held again after the revert"
+        # a key still held by its unique_for stays held (longer now: until its retention)
+        assert c.execute("SELECT pgfence.enqueue('k', queue => 'qu', idempotency_key => 'y')").fetchone() == (held,)
+        c.execute("SELECT pgfence.resume_sweeper()")
+
+
+@pytest.mark.parametrize("change", ["tables/job_timeouts", "tables/job_unique_for"])
+def test_deploying_a_new_jobs_column_behind_a_long_transaction_does_not_stall_enqueues(
+        scratch_dsn: str, change: str) -> None:
+    """The changes that add a column and a CHECK to pgfence.jobs after @v0.7.0 must not
+    queue an ACCESS EXCLUSIVE request behind a long transaction (every enqueue, claim
+    and complete would wait behind it) nor scan the table under that lock. Before the
+    review they ran a plain ALTER TABLE ... ADD CONSTRAINT (validated): an enqueue waited
+    for as long as the reader's transaction stayed open."""
+    import threading
+    target = sqitch_target(scratch_dsn)
+    _ok(sqitch("deploy", "--to", "@v0.7.0", target=target), "deploy --to @v0.7.0")
+    reader = psycopg.connect(scratch_dsn)  # a long transaction that read pgfence.jobs
+    reader.execute("SELECT count(*) FROM pgfence.jobs")
+    result: dict[str, Any] = {}
+    t = threading.Thread(target=lambda: result.update(
+        r=sqitch("deploy", "--to", change, target=target, timeout=120)))
+    t.start()
+    try:
+        with connect(scratch_dsn) as c:
+            c.execute("SELECT pg_sleep(1)")  # the deploy is waiting for its lock by now
+            c.execute("SET statement_timeout = '3s'")
+            c.execute("SELECT pgfence.enqueue('k', queue => 'q')")  # 57014 when stalled
+    finally:
+        reader.rollback()
+        reader.close()
+        t.join()
+    _ok(result["r"], f"deploy --to {change}")
+    _ok(sqitch("verify", target=target), "verify")
+    with connect(scratch_dsn) as c:
+        assert c.execute("SELECT count(*) FROM pg_constraint WHERE conrelid IN ('pgfence.jobs'::regclass,"
+                         " 'pgfence.attempts'::regclass) AND NOT convalidated").fetchone() == (0,)

@@ -309,3 +309,33 @@ def test_a_complete_begun_before_the_deadline_wins_over_the_reclaim(dsn: str, co
     assert (r["status"], r["result"]) == ("done", {"ok": True})
     assert rows(conn, "SELECT outcome FROM pgfence.all_attempts WHERE job_id = %s", (job_id,)) == [
         {"outcome": "done"}]
+
+
+def test_a_snooze_past_the_deadline_is_refused_and_the_attempt_times_out(
+        conn: Conn, queue: str, sweep_paused: Conn) -> None:
+    """A snooze must not launder a timed-out attempt into an uncounted one: before the
+    review, a snooze that arrived after the deadline (the sweeper not there yet) was
+    accepted, recorded the attempt snoozed, gave the job max_attempts + 1 and sent a
+    manual job back to the queue instead of manual_review."""
+    job_id = enqueue(conn, queue, timeout="200 milliseconds", recovery_policy="manual")
+    token = claim_job(conn, queue, job_id)
+    _wait_deadline(conn, job_id)
+    err = sql_error(conn, "SELECT pgfence.snooze(%s, %s, '1 second')", (job_id, token))
+    assert_error(err, "PF001")
+    assert "timed out after 00:00:00.2" in (err.diag.message_detail or "")
+    [row] = rows(conn, "SELECT * FROM pgfence.snooze_many(ARRAY[%s]::bigint[], ARRAY[%s]::uuid[],"
+                       " ARRAY['1 second']::interval[])", (job_id, token))
+    assert (row["accepted"], row["status"]) == (False, "manual_review")
+    assert "timed out" in row["detail"]
+    r = job(conn, job_id)
+    assert (r["status"], r["max_attempts"], r["last_error"]) == ("manual_review", 3, "timed out after 00:00:00.2")
+    assert rows(conn, "SELECT outcome FROM pgfence.attempts WHERE job_id = %s", (job_id,)) == [
+        {"outcome": "timed_out"}]
+
+
+def test_a_snooze_before_the_deadline_is_accepted(conn: Conn, queue: str) -> None:
+    job_id = enqueue(conn, queue, timeout="1 minute")
+    token = claim_job(conn, queue, job_id)
+    assert one(conn, "SELECT pgfence.snooze(%s, %s, '1 second')", (job_id, token)) == "queued"
+    assert rows(conn, "SELECT outcome FROM pgfence.attempts WHERE job_id = %s", (job_id,)) == [
+        {"outcome": "snoozed"}]

@@ -118,7 +118,7 @@ def test_concurrent_same_key_enqueues_with_unique_for_create_one_job(dsn: str, c
     assert one(conn, "SELECT count(*) FROM pgfence.jobs WHERE queue = %s", (queue,)) == 1
 
 
-@pytest.mark.parametrize("value", ["-1 second", "1 mon -29 days", "36501 days"])
+@pytest.mark.parametrize("value", ["-1 second", "1 mon -29 days", "36526 days"])
 def test_a_bad_unique_for_is_refused_naming_it_and_changes_nothing(conn: Conn, queue: str, value: str) -> None:
     for q in ("SELECT pgfence.enqueue('k', queue => %(q)s, idempotency_key => 'x', unique_for => %(v)s::interval)",
               "SELECT * FROM pgfence.enqueue_many(ARRAY['k'], queue => %(q)s, unique_for => %(v)s::interval)"):
@@ -126,3 +126,25 @@ def test_a_bad_unique_for_is_refused_naming_it_and_changes_nothing(conn: Conn, q
         assert_error(err, "22023", "unique_for")
         assert err.diag.message_hint
     assert one(conn, "SELECT count(*) FROM pgfence.jobs WHERE queue = %s", (queue,)) == 0
+
+
+@pytest.mark.parametrize("value", ["101 years", "100 years 1 mon", "36526 days", "10 years 32900 days"])
+@pytest.mark.parametrize("many", [False, True])
+def test_a_unique_for_over_100_years_in_years_is_refused_as_22023(conn: Conn, queue: str, value: str,
+                                                                    many: bool) -> None:
+    """Years compare as 360 days (12 months of 30) but are stored at 365.25 days: before
+    the review '101 years' passed the argument check and then broke the table's CHECK
+    (23514, naming no argument), and with a key '100 years' itself did."""
+    q = ("SELECT * FROM pgfence.enqueue_many(ARRAY['k'], queue => %s, idempotency_keys => ARRAY['u'],"
+         " unique_for => %s::interval)" if many else
+         "SELECT pgfence.enqueue('k', queue => %s, idempotency_key => 'u', unique_for => %s::interval)")
+    err = sql_error(conn, q, (queue, value))
+    assert_error(err, "22023")
+    assert "unique_for" in (err.diag.message_primary or "") and err.diag.message_hint
+    assert one(conn, "SELECT count(*) FROM pgfence.all_jobs WHERE queue = %s", (queue,)) == 0
+
+
+@pytest.mark.parametrize("value", ["100 years", "36525 days", "99 years 11 mons"])
+def test_unique_for_of_100_years_is_accepted_with_a_key(conn: Conn, queue: str, value: str) -> None:
+    job_id = enqueue(conn, queue, idempotency_key="u", unique_for=value)
+    assert one(conn, "SELECT unique_for FROM pgfence.jobs WHERE id = %s", (job_id,)) <= dt.timedelta(days=36525)

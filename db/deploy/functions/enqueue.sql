@@ -99,26 +99,37 @@ COMMENT ON FUNCTION pgfence._check_enqueue_options(text, integer, text) IS
   'Private: check queue, max_attempts and recovery_policy of an enqueue.';
 
 -- unique_for: NULL (a done job holds its key for its retention), or 0 .. 100 years.
--- Stored as a plain length of time (_timeout_length), like a timeout.
+-- Stored as a plain length of time (_timeout_length), like a timeout, so the bound is
+-- on that length: 36525 days, what '100 years' is stored as (extract(epoch) counts a
+-- year as 365.25 days, where interval comparison counts it as 360: '101 years' compared
+-- below '36500 days' and then broke the table's CHECK with 23514).
 CREATE OR REPLACE FUNCTION pgfence._unique_for_ok(value interval) RETURNS boolean
 LANGUAGE sql IMMUTABLE AS $$
-    SELECT value IS NULL OR (value BETWEEN interval '0' AND interval '36500 days'
+    SELECT value IS NULL OR (extract(epoch FROM value) BETWEEN 0 AND 3155760000  -- (36525 days)
                              AND pgfence._interval_signs_agree(value))
 $$;
 COMMENT ON FUNCTION pgfence._unique_for_ok(interval) IS
-  'Private: true for NULL or a valid unique_for (0 .. 100 years, parts of one sign), never NULL.';
+  'Private: true for NULL or a valid unique_for (0 .. 100 years: a length of at most 36525 days, parts of one sign), never NULL.';
 
 CREATE OR REPLACE FUNCTION pgfence._check_unique_for(arg text, value interval) RETURNS void
 LANGUAGE plpgsql AS $$
+DECLARE
+    v_hint text := 'pass NULL (a done job holds its key for its retention), 0 (only while queued, processing or '
+                   'manual_review) or a period such as ''1 hour'' (held until created_at + that), at most 100 years';
 BEGIN
     IF NOT pgfence._unique_for_ok(value) THEN
-        PERFORM pgfence._check_interval(arg, value, interval '0', interval '36500 days', '0..100 years',
-            'pass NULL (a done job holds its key for its retention), 0 (only while queued, processing or '
-            'manual_review) or a period such as ''1 hour'' (held until created_at + that)');
+        IF pgfence._interval_signs_agree(value) AND extract(epoch FROM value) < 0 THEN
+            PERFORM pgfence._raise_invalid(arg, value::text, 'outside 0..100 years', v_hint);
+        END IF;
+        PERFORM pgfence._check_interval(arg, value, interval '0', interval '36525 days', '0..100 years', v_hint);
+        -- (years compare as 360 days there, but last 365.25: the length decides)
+        PERFORM pgfence._raise_invalid(arg, value::text,
+            format('outside 0..100 years (it lasts %s days; at most 36525)', round(extract(epoch FROM value) / 86400, 2)),
+            v_hint);
     END IF;
 END $$;
 COMMENT ON FUNCTION pgfence._check_unique_for(text, interval) IS
-  'Private: check a unique_for interval (NULL, or 0 .. 100 years), naming arg.';
+  'Private: check a unique_for interval (NULL, or 0 .. 100 years: a length of at most 36525 days), naming arg.';
 
 CREATE OR REPLACE FUNCTION pgfence._key_ok(value text) RETURNS boolean
 LANGUAGE sql IMMUTABLE AS $$

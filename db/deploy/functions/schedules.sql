@@ -25,7 +25,10 @@
 BEGIN;
 
 -- The first slot of a schedule strictly after an instant ('infinity': none within
--- 3700 days, which schedule() refuses up front).
+-- 3700 days; schedule() does not refuse it: _cron_parse refuses the expressions that
+-- can never match, but some match rarely: '0 0 29 2 */6' (Feb 29 on a Saturday or
+-- Sunday) fires in 2032 and then only in 2048, so after its 2032 slot next_fire_at is
+-- infinity, schedules() shows NULL, and it does not fire again unless replaced).
 CREATE OR REPLACE FUNCTION pgfence._schedule_next(s pgfence.schedules, after timestamptz) RETURNS timestamptz
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
@@ -311,13 +314,15 @@ BEGIN
               ORDER BY x.next_fire_at
                 FOR NO KEY UPDATE SKIP LOCKED LOOP
         EXIT WHEN v_fired >= max_slots;
-        v_slots := pgfence._schedule_due(s, v_now, 100);
         v_next := NULL;
         v_mine := 0;
-        -- One schedule whose job cannot be enqueued (a rule newer than the schedule) must
-        -- not stop the others: its slots are rolled back alone, the error kept on its row
-        -- (schedules().last_error), and it is tried again at the next call.
+        -- One schedule whose job cannot be enqueued (a rule newer than the schedule), or
+        -- whose slots cannot be computed (its time zone gone from tzdata after an
+        -- upgrade: _cron_next raises), must not stop the others: its slots are rolled
+        -- back alone, the error kept on its row (schedules().last_error), and it is tried
+        -- again at the next call. So its slots and its next one are computed in here.
         BEGIN
+            v_slots := pgfence._schedule_due(s, v_now, 100);
             FOR i IN 1..coalesce(cardinality(v_slots), 0) LOOP
                 IF v_fired + v_mine >= max_slots THEN
                     v_next := v_slots[i];  -- the rest at the next call
@@ -337,6 +342,7 @@ BEGIN
                 v_last_slot := v_slots[i];
                 v_last_id := v_id;
             END LOOP;
+            v_next := coalesce(v_next, pgfence._schedule_next(s, v_now));
         EXCEPTION WHEN OTHERS THEN
             RAISE WARNING 'pgfence: schedule % could not fire: % (SQLSTATE %)',
                 pgfence._printable(s.name), pgfence._printable(SQLERRM), SQLSTATE;
@@ -348,7 +354,7 @@ BEGIN
         END;
         v_fired := v_fired + v_mine;
         UPDATE pgfence.schedules x
-           SET next_fire_at = greatest(x.next_fire_at, coalesce(v_next, pgfence._schedule_next(s, v_now))),
+           SET next_fire_at = greatest(x.next_fire_at, v_next),
                last_fire_at = CASE WHEN v_mine > 0 THEN clock_timestamp() ELSE x.last_fire_at END,
                last_slot    = CASE WHEN v_mine > 0 THEN v_last_slot ELSE x.last_slot END,
                last_job_id  = CASE WHEN v_mine > 0 THEN v_last_id ELSE x.last_job_id END,
@@ -369,8 +375,9 @@ END $$;
 COMMENT ON FUNCTION pgfence.fire_schedules(integer) IS
 $$Operator: enqueue the due slots of the unpaused schedules, at most max_slots (1..10000, default 100) jobs, each
 slot exactly once (its ledger row in pgfence.schedule_slots is written with its job; schedules another call is
-firing are skipped). A schedule whose job cannot be enqueued is rolled back alone (WARNING, its last_error) and
-tried again at the next call; the others fire. Run by every pass of the background sweeper and by CALL pgfence.sweep(); call it yourself
+firing are skipped). A schedule whose job cannot be enqueued, or whose slots cannot be computed (a time zone
+tzdata no longer has), is rolled back alone (WARNING, its last_error) and tried again at the next call; the
+others fire. Run by every pass of the background sweeper and by CALL pgfence.sweep(); call it yourself
 (e.g. from cron every few seconds) where neither runs. Returns the number of jobs enqueued. Errors: 22004,
 22023, PF004.$$;
 

@@ -21,6 +21,9 @@
 -- past that, a snooze is a fail of the attempt (error "snooze limit reached ...", retried
 -- after the delay while attempts remain, else dead-lettered), so a handler that snoozes
 -- forever ends in the dead letter. delay: more than 0, at most 365 days (snooze_max_s).
+-- A snooze past the attempt's run timeout (reserved_at + timeout, tables/job_timeouts)
+-- is refused (PF001, timed out) and ends the attempt as timed_out, as complete does: a
+-- snooze must not make a timed-out attempt uncounted (nor skip manual_review).
 
 BEGIN;
 
@@ -88,6 +91,7 @@ BEGIN
                  ORDER BY t.id) i
           CROSS JOIN LATERAL (SELECT x.id FROM pgfence.jobs x
                                WHERE x.id = i.id AND x.attempt_token = i.token AND x.status = i.held
+                                 AND (x.timeout IS NULL OR v_now < x.reserved_at + x.timeout)
                                  FOR NO KEY UPDATE) j
     )
     SELECT array_agg(h.ord ORDER BY h.ord) INTO v_over
@@ -119,6 +123,7 @@ BEGIN
           FROM unnest(job_ids, attempt_tokens, delays) WITH ORDINALITY AS i(id, token, delay, ord)
           CROSS JOIN LATERAL (SELECT * FROM pgfence.jobs x WHERE x.id = i.id AND x.attempt_token = i.token OFFSET 0) j
          WHERE j.status = 'processing' AND NOT (i.ord::integer = ANY (coalesce(v_over, '{}')))
+           AND (j.timeout IS NULL OR v_now < j.reserved_at + j.timeout)  -- (past it: refused, timed out)
          ORDER BY j.id
     ), upd AS (
         UPDATE pgfence.jobs j
@@ -148,6 +153,10 @@ BEGIN
     END LOOP;
 
     IF false = ANY (v_acc) THEN
+        -- An attempt refused because its run timeout passed ends now, as timed_out (as
+        -- complete_many does): a snooze never turns a timed-out attempt into an
+        -- uncounted one, nor sends a manual job back to the queue.
+        PERFORM pgfence._end_timed_out(job_ids, attempt_tokens);
         -- Refused, unless this very token's snooze is already recorded (a retry after a
         -- lost reply): snoozed, or failed by the snooze limit. Such a repeat is accepted,
         -- changes nothing, and answers the job's status now.
@@ -174,7 +183,8 @@ $$Snooze 1..10000 attempts in one call, fenced by token: each job back to queued
 100 times (limits(): snoozes_per_job) fails the attempt instead, as fail with retry_in = the delay (detail says
 so; status queued or failed). Returns (id, accepted, status, detail) per input in input order. Idempotent for
 the token: a repeat whose snooze is recorded is accepted and changes nothing. Refused rows change nothing and
-are recorded in pgfence.rejections. Errors: 22004, 22023, PF004.$$;
+are recorded in pgfence.rejections. An attempt past its run timeout (reserved_at + timeout) is refused and
+ends as timed_out. Errors: 22004, 22023, PF004.$$;
 
 CREATE OR REPLACE FUNCTION pgfence.snooze(job_id bigint, attempt_token uuid, delay interval) RETURNS text
 LANGUAGE plpgsql AS $$
@@ -198,8 +208,8 @@ COMMENT ON FUNCTION pgfence.snooze(bigint, uuid, interval) IS
 $$Snooze a job's current attempt (fenced): back to queued, available at clock_timestamp() + delay (more than 0,
 at most 365 days); the attempt is recorded snoozed and not counted toward max_attempts (max_attempts + 1).
 Returns the new status: queued; past 100 snoozes of the job (limits(): snoozes_per_job) the snooze fails the
-attempt instead (retry after delay while attempts remain: queued, else failed). Errors: PF001 lease lost
-(DETAIL), PF002 unknown job, 22004, 22023, PF004.$$;
+attempt instead (retry after delay while attempts remain: queued, else failed). Past the attempt's run
+timeout it is refused (PF001, timed out). Errors: PF001 lease lost (DETAIL), PF002 unknown job, 22004, 22023, PF004.$$;
 
 INSERT INTO pgfence.routine_grants (routine, roles) VALUES
     ('snooze',      '{pgfence_worker}'),

@@ -12,24 +12,39 @@
 -- (Its own change, apart from other changes to attempts_outcome_valid, so that a merge
 -- of another outcome is one line of the constraint.)
 
+\ir ../../include/lock_retry.sql
+
+-- pgfence.jobs and pgfence.attempts are hot: their ACCESS EXCLUSIVE locks are taken by
+-- pg_temp.locked (100 ms tries, so no enqueue, claim or complete queues behind a
+-- request that waits for a long transaction), and the constraints are added NOT VALID
+-- (no scan under that lock), then validated in a transaction of their own (SHARE
+-- UPDATE EXCLUSIVE: reads and writes go on).
+-- jobs.timeout is stored as a length of time only (no months or days parts, see
+-- enqueue), so the deadline does not depend on the session's time zone: 1 ms .. 30
+-- days; jobs_lease_within_timeout: a lease never outlives its attempt's deadline.
 BEGIN;
 
-ALTER TABLE pgfence.jobs ADD COLUMN timeout interval;
--- Stored as a length of time only (no months or days parts, see enqueue), so the
--- deadline does not depend on the session's time zone: 1 ms .. 30 days.
-ALTER TABLE pgfence.jobs ADD CONSTRAINT jobs_timeout_valid CHECK (
-    timeout BETWEEN interval '1 millisecond' AND interval '30 days'
-    AND extract(month FROM timeout) = 0 AND extract(day FROM timeout) = 0);
--- A lease never outlives its attempt's deadline.
-ALTER TABLE pgfence.jobs ADD CONSTRAINT jobs_lease_within_timeout CHECK (
-    timeout IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= reserved_at + timeout);
+SELECT pg_temp.locked(ARRAY[
+    'ALTER TABLE pgfence.jobs ADD COLUMN timeout interval, '
+    'ADD CONSTRAINT jobs_timeout_valid CHECK ('
+    '    timeout BETWEEN interval ''1 millisecond'' AND interval ''30 days'''
+    '    AND extract(month FROM timeout) = 0 AND extract(day FROM timeout) = 0) NOT VALID, '
+    'ADD CONSTRAINT jobs_lease_within_timeout CHECK ('
+    '    timeout IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= reserved_at + timeout) NOT VALID',
+    'ALTER TABLE pgfence.attempts DROP CONSTRAINT attempts_outcome_valid, '
+    'ADD CONSTRAINT attempts_outcome_valid CHECK ('
+    'outcome IN (''done'', ''failed'', ''reclaimed'', ''released'', ''cancelled'', ''timed_out'')) NOT VALID']);
 COMMENT ON COLUMN pgfence.jobs.timeout IS
   'Run timeout of each attempt (NULL: none): its lease ends at reserved_at + timeout at the latest, and the reclaim then ends it as timed_out.';
-
-ALTER TABLE pgfence.attempts DROP CONSTRAINT attempts_outcome_valid;
-ALTER TABLE pgfence.attempts ADD CONSTRAINT attempts_outcome_valid CHECK (
-    outcome IN ('done', 'failed', 'reclaimed', 'released', 'cancelled', 'timed_out'));
 COMMENT ON COLUMN pgfence.attempts.outcome IS
   'done | failed (error kept; the job retried or was dead-lettered) | reclaimed (lease expired) | released (given back) | cancelled | timed_out (its lease ended at the run timeout)';
+
+COMMIT;
+
+BEGIN;
+
+ALTER TABLE pgfence.jobs VALIDATE CONSTRAINT jobs_timeout_valid;
+ALTER TABLE pgfence.jobs VALIDATE CONSTRAINT jobs_lease_within_timeout;
+ALTER TABLE pgfence.attempts VALIDATE CONSTRAINT attempts_outcome_valid;
 
 COMMIT;

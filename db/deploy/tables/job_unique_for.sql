@@ -10,18 +10,29 @@
 -- reads it when it writes pgfence.held_keys, whose held_until says until when the key
 -- is held (NULL: until the purge deletes the row after purge_at, as before).
 
+\ir ../../include/lock_retry.sql
+
+-- (pgfence.jobs and pgfence.held_keys locked by pg_temp.locked, the CHECK added NOT
+-- VALID and validated apart, as in tables/job_timeouts: no claim queues behind the
+-- ALTER. unique_for is a plain length of time, as enqueue stores it: 0 .. 100 years,
+-- no months or days parts; '100 years' is stored as 36525 days.)
 BEGIN;
 
-ALTER TABLE pgfence.jobs ADD COLUMN unique_for interval;
--- (a plain length of time, as enqueue stores it: 0 .. 100 years, no months or days parts)
-ALTER TABLE pgfence.jobs ADD CONSTRAINT jobs_unique_for_valid CHECK (
-    unique_for BETWEEN interval '0' AND interval '36500 days'
-    AND extract(month FROM unique_for) = 0 AND extract(day FROM unique_for) = 0);
+SELECT pg_temp.locked(ARRAY[
+    'ALTER TABLE pgfence.jobs ADD COLUMN unique_for interval, '
+    'ADD CONSTRAINT jobs_unique_for_valid CHECK ('
+    '    unique_for BETWEEN interval ''0'' AND interval ''36525 days'''
+    '    AND extract(month FROM unique_for) = 0 AND extract(day FROM unique_for) = 0) NOT VALID',
+    'ALTER TABLE pgfence.held_keys ADD COLUMN held_until timestamptz']);
 COMMENT ON COLUMN pgfence.jobs.unique_for IS
   'How long the idempotency key stays held once the job is done: NULL its retention, 0 not at all, else until created_at + unique_for (at most its retention).';
-
-ALTER TABLE pgfence.held_keys ADD COLUMN held_until timestamptz;
 COMMENT ON COLUMN pgfence.held_keys.held_until IS
   'The key is free from then on (the job''s created_at + unique_for); NULL: held until the purge deletes the row.';
+
+COMMIT;
+
+BEGIN;
+
+ALTER TABLE pgfence.jobs VALIDATE CONSTRAINT jobs_unique_for_valid;
 
 COMMIT;
