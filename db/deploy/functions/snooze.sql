@@ -3,6 +3,7 @@
 -- requires: functions/fail
 -- requires: functions/_fence
 -- requires: functions/_checks
+-- requires: functions/_rules
 --
 -- snooze and snooze_many: a handler that cannot run its job yet (a resource not ready,
 -- a rate limit outside) hands it back to run again after a delay, and that is not a
