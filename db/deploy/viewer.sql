@@ -14,6 +14,8 @@
 -- cluster-wide), like the four roles of the change roles. Tables added after this
 -- change state their own grant to it. Re-runnable.
 
+\ir ../include/lock_retry.sql
+
 BEGIN;
 
 DO $$
@@ -31,19 +33,17 @@ GRANT SELECT ON pgfence.jobs, pgfence.finished_jobs, pgfence.all_jobs, pgfence.a
     pgfence.history_partitions, pgfence.queue_controls, pgfence.operator_audit, pgfence.operator_audit_settings, pgfence.metric_totals
     TO pgfence_viewer;
 
--- (Created where missing: CREATE POLICY locks the table.)
-DO $$
-BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_policy WHERE polrelid = 'pgfence.jobs'::regclass
-                                                        AND polname = 'jobs_viewer_reads_all') THEN
-        CREATE POLICY jobs_viewer_reads_all ON pgfence.jobs FOR SELECT TO pgfence_viewer USING (true);
-    END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_policy WHERE polrelid = 'pgfence.finished_jobs'::regclass
-                                                        AND polname = 'finished_jobs_viewer_reads_all') THEN
-        CREATE POLICY finished_jobs_viewer_reads_all ON pgfence.finished_jobs FOR SELECT TO pgfence_viewer
-            USING (true);
-    END IF;
-END $$;
+-- (Created where missing. CREATE POLICY takes ACCESS EXCLUSIVE on the table: taken with
+-- lock_timeout 100 ms and retried (pg_temp.locked), so claims and completions queued behind
+-- the request wait at most 100 ms per try, even behind a long transaction.)
+SELECT pg_temp.locked(array_remove(ARRAY[
+    CASE WHEN NOT EXISTS (SELECT 1 FROM pg_catalog.pg_policy WHERE polrelid = 'pgfence.jobs'::regclass
+                                                             AND polname = 'jobs_viewer_reads_all')
+         THEN 'CREATE POLICY jobs_viewer_reads_all ON pgfence.jobs FOR SELECT TO pgfence_viewer USING (true)' END,
+    CASE WHEN NOT EXISTS (SELECT 1 FROM pg_catalog.pg_policy WHERE polrelid = 'pgfence.finished_jobs'::regclass
+                                                             AND polname = 'finished_jobs_viewer_reads_all')
+         THEN 'CREATE POLICY finished_jobs_viewer_reads_all ON pgfence.finished_jobs FOR SELECT TO pgfence_viewer'
+              ' USING (true)' END]::text[], NULL));
 
 SELECT pgfence._apply_privileges();
 

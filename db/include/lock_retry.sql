@@ -1,4 +1,4 @@
--- Included (\ir) by the scripts of data/job_queue_keys: pg_temp.locked(statements)
+-- Included (\ir) by the scripts that change a hot table: pg_temp.locked(statements)
 -- runs the statements in one transaction, taking each lock with lock_timeout 100 ms and
 -- trying again (600 times, 50 ms apart) when one is not granted, so the claims and
 -- completions queued behind a waiting ACCESS EXCLUSIVE request wait at most 100 ms per

@@ -1,9 +1,12 @@
 -- Revert pgfence:viewer from pg
 
+\ir ../include/lock_retry.sql
+
 BEGIN;
 
-DROP POLICY IF EXISTS jobs_viewer_reads_all ON pgfence.jobs;
-DROP POLICY IF EXISTS finished_jobs_viewer_reads_all ON pgfence.finished_jobs;
+-- (ACCESS EXCLUSIVE on each table: lock_timeout 100 ms, retried, as the deploy creates them)
+SELECT pg_temp.locked(ARRAY['DROP POLICY IF EXISTS jobs_viewer_reads_all ON pgfence.jobs',
+                            'DROP POLICY IF EXISTS finished_jobs_viewer_reads_all ON pgfence.finished_jobs']);
 REVOKE ALL ON ALL TABLES IN SCHEMA pgfence FROM pgfence_viewer;
 REVOKE ALL ON ALL ROUTINES IN SCHEMA pgfence FROM pgfence_viewer;
 REVOKE ALL ON SCHEMA pgfence FROM pgfence_viewer;
