@@ -318,3 +318,17 @@ def test_cli_mark_done_bulk_and_audit(dsn: str, conn: Conn, q: str, capsys: pyte
     assert "\x1b" not in out
     assert status(conn, b) == "queued" and one(conn, "SELECT result FROM pgfence.job(%s)", (a,)) == {"x": 1}
     assert main(["mark-done", str(a), "--dsn", dsn]) == 2  # --note is required
+
+
+def test_client_mark_done_stores_a_result_as_complete_does(dsn: str, conn: Conn, q: str) -> None:
+    """The result goes through the same serialization as complete's: RawJson text is
+    stored as the JSON it is, and a value JSON cannot hold is refused before the call."""
+    from pgfence import Client, RawJson
+    raw, plain = manual_review_job(conn, q), manual_review_job(conn, q)
+    with Client.connect(dsn) as client:
+        client.mark_done(raw, "checked", result=RawJson('{"psp": 991}'))
+        with pytest.raises(ValueError):
+            client.mark_done(plain, "checked", result=float("nan"))
+        assert [r.acted for r in client.mark_done_many([plain], "checked", result=[1, "two"])] == [True]
+    assert one(conn, "SELECT result FROM pgfence.job(%s)", (raw,)) == {"psp": 991}
+    assert one(conn, "SELECT result FROM pgfence.job(%s)", (plain,)) == [1, "two"]

@@ -273,13 +273,9 @@ def cancel(job_id: int, note: Optional[str] = None) -> Call[None]:
 
 # -- the operator console ---------------------------------------------------------
 
-def _json_or_null(value: Any) -> Optional[Jsonb]:
-    return None if value is None else Jsonb(value)
-
-
 def mark_done(job_id: int, note: str, result: Any = None) -> Call[None]:
-    return _scalar("SELECT pgfence.mark_done(job_id => %s, note => %s, result => %s)",
-                   (job_id, note, _json_or_null(result)), _none)
+    return _scalar("SELECT pgfence.mark_done(job_id => %s, note => %s, result => %s::jsonb)",
+                   (job_id, note, _dump(result)), _none)
 
 
 def requeue_many(job_ids: Sequence[int], note: Optional[str] = None) -> Call[list[ActionResult]]:
@@ -294,8 +290,8 @@ def cancel_many(job_ids: Sequence[int], note: Optional[str] = None) -> Call[list
 
 def mark_done_many(job_ids: Sequence[int], note: str, result: Any = None) -> Call[list[ActionResult]]:
     return _rows(ActionResult, "SELECT id, acted, job_status, detail FROM pgfence.mark_done_many("
-                 "job_ids => %s::bigint[], note => %s, result => %s)",
-                 (list(job_ids), note, _json_or_null(result)))
+                 "job_ids => %s::bigint[], note => %s, result => %s::jsonb)",
+                 (list(job_ids), note, _dump(result)))
 
 
 def preview_action(action: str, status: Optional[str], queue: Optional[str], kind: Optional[str],
@@ -312,9 +308,9 @@ def act_on_filter(action: str, note: Optional[str], result: Any, status: Optiona
                   updated_before: Optional[datetime], max_jobs: int) -> Call[list[ActionResult]]:
     return _rows(ActionResult,
                  "SELECT id, acted, job_status, detail FROM pgfence.act_on_filter(action => %s, note => %s,"
-                 " result => %s, status => %s, queue => %s, kind => %s, error_contains => %s, updated_after => %s,"
-                 " updated_before => %s, max_jobs => %s)",
-                 (action, note, _json_or_null(result), status, queue, kind, error_contains, updated_after,
+                 " result => %s::jsonb, status => %s, queue => %s, kind => %s, error_contains => %s,"
+                 " updated_after => %s, updated_before => %s, max_jobs => %s)",
+                 (action, note, _dump(result), status, queue, kind, error_contains, updated_after,
                   updated_before, max_jobs))
 
 
