@@ -26,18 +26,25 @@ LANGUAGE sql STABLE AS $$
                count(*) FILTER (WHERE j.status = 'processing' AND j.lease_expires_at < (SELECT t FROM now)) AS expired
           FROM pgfence.jobs j GROUP BY j.queue, j.status
     ),
-    history AS MATERIALIZED (SELECT h.queue, h.earlier_attempts FROM pgfence.finished_jobs h),
-    done_stored AS (SELECT h.queue, count(*) AS n FROM history h GROUP BY h.queue),
+    -- The history is read twice, neither time kept aside: its done jobs per queue (a
+    -- parallel scan of narrow columns), and the earlier attempts of the few jobs that had
+    -- any. (Materializing its rows once for both spilled 900,000 rows to disk: 3.1 s with
+    -- 1,000,000 jobs, against 0.3 s.)
+    done_stored AS (SELECT h.queue, count(*) AS n FROM pgfence.finished_jobs h GROUP BY h.queue),
+    earlier_stored AS (
+        SELECT h.queue, e.a->>'outcome' AS outcome, count(*) AS n
+          FROM pgfence.finished_jobs h CROSS JOIN LATERAL jsonb_array_elements(h.earlier_attempts) e(a)
+         WHERE h.earlier_attempts IS NOT NULL
+         GROUP BY h.queue, e.a->>'outcome'
+    ),
     -- (the gauges per queue: every queue with jobs stored, 0 where none is in that state)
     queues AS (SELECT l.queue FROM live l UNION SELECT d.queue FROM done_stored d),
     attempts_stored AS (
         SELECT a.queue, a.outcome, count(*) AS n FROM pgfence.attempts a GROUP BY a.queue, a.outcome
         UNION ALL
-        SELECT h.queue, 'done', count(*) FROM history h GROUP BY h.queue
+        SELECT d.queue, 'done', d.n FROM done_stored d
         UNION ALL
-        SELECT h.queue, e.a->>'outcome', count(*)
-          FROM history h CROSS JOIN LATERAL jsonb_array_elements(h.earlier_attempts) e(a)
-         GROUP BY h.queue, e.a->>'outcome'
+        SELECT e.queue, e.outcome, e.n FROM earlier_stored e
     ),
     attempts_total AS (
         SELECT c.queue, c.outcome, sum(c.n) AS n FROM (

@@ -1,6 +1,7 @@
 -- Deploy pgfence:functions/sweep to pg (reworked after @v0.7.0)
 -- requires: functions/sweep@v0.7.0
 -- requires: functions/schedules
+-- requires: tables/history
 -- requires: tables/sweeper_pause
 -- requires: functions/_checks
 --
@@ -9,7 +10,10 @@
 --   * every reclaim pass of the background sweeper, and CALL pgfence.sweep() after its
 --     reclaims, fire due schedules (pgfence.fire_schedules), so schedules fire with no
 --     worker alive; a failed fire is logged as a WARNING and in sweeper_status.last_error
---     and never stops the reclaims (the sweeper's pass is recorded either way).
+--     and never stops the reclaims (the sweeper's pass is recorded either way);
+--   * the background sweeper purges (and so maintains the history's partitions) as soon
+--     as a history partition's range has passed, besides every 10 s: a partition is
+--     dropped when its range ends, not up to 10 s later.
 -- Changed after @v0.3.0:
 --   * safe whatever the caller's search_path: pg_cron runs these procedures as a
 --     superuser, and a login able to create public.pg_sleep(numeric) got its function
@@ -236,7 +240,8 @@ NULL (the end of the current minute) or at most 1 hour ahead. Errors: 22004, 220
 -- it: one reclaim batch (1,000 expired leases; when the pass is over it is recorded
 -- and the due schedules are fired, at most 100 slots; a fire that fails is logged as
 -- a WARNING and in sweeper_status.last_error),
--- one purge batch (every 10 s: finished jobs past their retention, 1,000 at a time; a
+-- one purge batch (every 10 s, and as soon as a history partition's range has passed:
+-- finished jobs past their retention, 1,000 at a time; a
 -- purge that fails is logged as a WARNING and in sweeper_status.last_error, and the
 -- passes go on), or at most 10 ms of sleep (short transactions: a procedure's
 -- transaction holds a snapshot, and one long sleep would keep every job claimed
@@ -322,7 +327,13 @@ BEGIN
     IF v_n = 1000 THEN
         RETURN s;  -- more to purge: another batch
     END IF;
-    s.next_purge := clock_timestamp() + interval '10 seconds';
+    -- Again in 10 s, or sooner when a history partition's range ends before then (it is
+    -- dropped at once, not up to 10 s late: the history stays within retention plus one
+    -- partition width). A partition whose drop failed is not waited for again: next
+    -- after the 10 s.
+    s.next_purge := least(clock_timestamp() + interval '10 seconds',
+                          (SELECT min(h.upper_bound) FROM pgfence.history_partitions h
+                            WHERE h.upper_bound > clock_timestamp()));
     RETURN pgfence._sweeper_next(s);
 END $$;
 
@@ -405,7 +416,7 @@ END $$;
 COMMENT ON PROCEDURE pgfence.run_sweeper(interval, timestamptz) IS
 $$Background sweeper: a reclaim pass (every expired lease, then the due schedules' slots) every pass_interval (10 ms..1 minute, default 0.5 s)
 until run_until (default: the end of the current minute; at most 1 hour ahead), each recorded in
-pgfence.sweeper_status, and purge_finished every 10 s (a failing purge is logged as a WARNING and in
+pgfence.sweeper_status, and purge_finished every 10 s and when a history partition's range ends (a failing purge is logged as a WARNING and in
 sweeper_status.last_error, and does not stop the passes); every step its own short transaction. pg_cron
 jobs 'pgfence-reclaim' (every minute) and 'pgfence-reclaim-reboot' (at server start) run it. Paused by
 pause_sweeper(). Safe whatever the caller's search_path. Errors: 22004, 22023, PF004.$$;
