@@ -151,6 +151,27 @@ def test_bulk_requeue_of_dead_letters(operator: tuple[Any, str], conn: Conn, q: 
     assert sorted(acted) == sorted(ids)
 
 
+def test_bulk_delete_of_dead_letters_asks_for_a_note_and_keeps_the_audit(operator: tuple[Any, str], conn: Conn,
+                                                                         q: str) -> None:
+    page, base = operator
+    error = f"invalid address {q}"
+    ids = [failed_job(conn, q, error) for _ in range(3)]
+    page.goto(f"{base}/dead")
+    page.locator("#dead tr", has_text=error).get_by_role("button", name="Delete all…").click()
+    assert "This will touch 3 jobs" in page.locator("#preview-count").inner_text()
+    shot(page, "dead_letter_delete_preview")
+    page.click("#confirm")  # (the note is required: the browser refuses the empty form)
+    assert one(conn, "SELECT count(*) FROM pgfence.jobs WHERE id = ANY(%s)", (ids,)) == 3
+    page.fill("textarea[name=note]", "bounced addresses, customer notified")
+    page.click("#confirm")
+    assert "3 of 3" in page.locator("h1").inner_text()
+    assert one(conn, "SELECT count(*) FROM pgfence.jobs WHERE id = ANY(%s)", (ids,)) == 0
+    row = conn.execute("SELECT action, note, job_ids FROM pgfence.operator_audit WHERE job_ids && %s::bigint[]"
+                       " ORDER BY id DESC LIMIT 1", (ids,)).fetchone()
+    assert row is not None and row[0] == "purge" and row[1] == "bounced addresses, customer notified"
+    assert sorted(row[2]) == sorted(ids)
+
+
 def test_the_timeline_shows_the_overlap_of_a_reclaimed_attempt(operator: tuple[Any, str], conn: Conn, q: str,
                                                                dsn: str) -> None:
     page, base = operator

@@ -214,12 +214,76 @@ def test_mark_done_many_requires_a_note_and_marks_each(conn: Conn, q: str) -> No
     assert [one(conn, "SELECT result FROM pgfence.job(%s)", (j,)) for j in jobs] == [1, 1]
 
 
+def _dead(conn: Conn, q: str, error: str = "boom") -> int:
+    job_id = enqueue(conn, q, max_attempts=1)
+    token = claim_job(conn, q, job_id)
+    conn.execute("SELECT pgfence.fail(%s, %s, %s)", (job_id, token, error))
+    return job_id
+
+
+def test_purge_many_deletes_dead_letters_with_their_attempts_and_keeps_the_counters(conn: Conn, q: str) -> None:
+    dead, dead2 = _dead(conn, q), _dead(conn, q)
+    more = [_dead(conn, q, "smtp 550") for _ in range(3)] + [_dead(conn, q, "other")]
+    cancelled, queued = enqueue(conn, q), enqueue(conn, q)
+    conn.execute("SELECT pgfence.cancel(%s)", (cancelled,))
+    conn.execute("SELECT * FROM pgfence.fail_many(%s, %s, %s)", ([dead], ["00000000-0000-0000-0000-000000000000"],
+                                                                   ["stale"]))  # (a stored rejection)
+
+    def counters() -> dict[tuple[str, str], float]:
+        return {(r["name"], r["labels"].get("outcome", "")): r["value"] for r in rows(
+            conn, "SELECT name, labels, value FROM pgfence.metrics() WHERE type = 'counter' AND labels->>'queue' = %s",
+            (q,))}
+    before = counters()
+    assert before[("pgfence_attempts_ended_total", "failed")] == 6
+    assert_error(sql_error(conn, "SELECT * FROM pgfence.purge_many(%s, NULL)", ([dead],)), "22004", "note")
+    got = rows(conn, "SELECT id, acted, job_status FROM pgfence.purge_many(%s, 'bounced, customer told')",
+               ([queued, dead2, dead, cancelled],))
+    assert [r["id"] for r in got] == sorted([queued, dead2, dead, cancelled])  # (id order)
+    assert sorted((r["id"], r["acted"], r["job_status"]) for r in got) == sorted(
+        [(dead, True, "deleted"), (dead2, True, "deleted"), (cancelled, True, "deleted"), (queued, False, "queued")])
+    assert one(conn, "SELECT count(*) FROM pgfence.all_jobs WHERE id = ANY(%s)", ([dead, dead2, cancelled],)) == 0
+    assert one(conn, "SELECT count(*) FROM pgfence.attempts WHERE job_id = ANY(%s)", ([dead, dead2],)) == 0
+    assert one(conn, "SELECT count(*) FROM pgfence.rejections WHERE job_id = %s", (dead,)) == 0
+    assert status(conn, queued) == "queued"
+    assert counters() == before  # (what went is in metric_totals)
+    [a] = rows(conn, "SELECT * FROM pgfence.operator_audit WHERE action = 'purge' AND job_ids && %s::bigint[]",
+               ([dead],))
+    assert (sorted(a["job_ids"]), a["note"], a["detail"]["refused"]) == (sorted([dead, dead2, cancelled]),
+                                                                        "bounced, customer told", 1)
+    # and by filter, previewed first
+    assert one(conn, "SELECT jobs FROM pgfence.preview_action('purge', queue => %s, error_contains => 'smtp')",
+               (q,)) == 3
+    got = rows(conn, "SELECT id FROM pgfence.act_on_filter('purge', 'smtp gone', queue => %s,"
+                     " error_contains => 'smtp') WHERE acted", (q,))
+    assert sorted(r["id"] for r in got) == sorted(more[:3])
+    assert status(conn, more[3]) == "failed"
+
+
+def test_a_purge_waits_for_a_concurrent_requeue_and_then_refuses(dsn: str, conn: Conn, q: str) -> None:
+    dead, dead2 = _dead(conn, q), _dead(conn, q)
+    with connect(dsn, autocommit=False) as tx:
+        tx.execute("SELECT pgfence.requeue(%s)", (dead,))
+        blocked = start_blocked(dsn, conn, "SELECT acted, job_status FROM pgfence.purge_many(%s, 'gone')", ([dead],))
+        tx.commit()
+    got = blocked.finish()
+    assert got.error is None, got.error
+    assert got.rows == [(False, "queued")]
+    assert status(conn, dead) == "queued"
+    # a requeue after a purge finds no job
+    with connect(dsn, autocommit=False) as tx:
+        tx.execute("SELECT * FROM pgfence.purge_many(%s, 'gone')", ([dead2],))
+        requeue = start_blocked(dsn, conn, "SELECT pgfence.requeue(%s)", (dead2,))
+        tx.commit()
+    assert requeue.finish().error is not None and requeue.error.sqlstate == "PF002", requeue.error
+
+
 @pytest.mark.parametrize(("ids", "state", "names"), [
     (None, "22004", "job_ids"), ([], "22023", "job_ids"), ([1, 1], "22023", "job_ids"),
     ([1, None], "22023", "job_ids[2]"), (list(range(1, 10002)), "22023", "job_ids")])
 def test_bulk_ids_are_checked_first(conn: Conn, ids: Any, state: str, names: str) -> None:
     for fn in ("requeue_many", "cancel_many"):
         assert_error(sql_error(conn, f"SELECT * FROM pgfence.{fn}(%s::bigint[])", (ids,)), state, names)
+    assert_error(sql_error(conn, "SELECT * FROM pgfence.purge_many(%s::bigint[], 'n')", (ids,)), state, names)
 
 
 def test_act_on_filter_previews_caps_and_audits_the_ids(conn: Conn, q: str) -> None:

@@ -131,14 +131,17 @@ def seqscan_off_without_jit_off(conn: Conn) -> list[str]:
 # The routines allowed to lock jobs FOR UPDATE: the purge (it deletes them, SKIP LOCKED)
 # and mark_done's transition (it deletes the job, moving it to the history, as complete
 # does; a concurrent requeue or cancel either wins or waits, then finds it done).
-FOR_UPDATE_ALLOWED = {"pgfence.purge_finished(integer)", "pgfence._mark_done(bigint,jsonb)"}
+# (the two purges delete what they lock: the retention's SKIP LOCKED, the operator's purge_many /
+# act_on_filter('purge') through _act_on, which waits as the DELETE would; mark_done moves its job)
+FOR_UPDATE_ALLOWED = {"pgfence.purge_finished(integer)", "pgfence._mark_done(bigint,jsonb)",
+                      "pgfence._act_on(text,bigint[],text,jsonb,jsonb)"}
 
 
 def locks_stronger_than_no_key_update(conn: Conn) -> list[str]:
     """Routines that lock rows FOR UPDATE (except FOR_UPDATE_ALLOWED): a refusal being
     recorded holds its job FOR KEY SHARE (as a foreign key would), which FOR UPDATE
     waits for or, with SKIP LOCKED, passes over; everything but the purge's delete
-    takes FOR NO KEY UPDATE."""
+    takes FOR NO KEY UPDATE (the purges' and mark_done's)."""
     return [r[0] for r in conn.execute(r"""
         SELECT p.oid::regprocedure::text FROM pg_catalog.pg_proc p
          WHERE p.pronamespace = 'pgfence'::regnamespace
@@ -579,6 +582,7 @@ CALLS: dict[str, str] = {
     "requeue_many": "SELECT count(*) FROM pgfence.requeue_many(ARRAY[%(id)s]::bigint[])",
     "cancel_many": "SELECT count(*) FROM pgfence.cancel_many(ARRAY[%(id)s]::bigint[])",
     "mark_done_many": "SELECT count(*) FROM pgfence.mark_done_many(ARRAY[%(id)s]::bigint[], 'checked')",
+    "purge_many": "SELECT count(*) FROM pgfence.purge_many(ARRAY[%(id)s]::bigint[], 'checked')",
     "preview_action": "SELECT * FROM pgfence.preview_action('requeue', queue => %(q)s)",
     "act_on_filter": "SELECT count(*) FROM pgfence.act_on_filter('requeue', queue => %(q)s)",
     "audit_of": "SELECT count(*) FROM pgfence.audit_of(%(id)s)",
@@ -592,6 +596,7 @@ CALLS: dict[str, str] = {
     "delete_operator_audit": "DELETE FROM pgfence.operator_audit",
     "update_metric_totals": "UPDATE pgfence.metric_totals SET value = 0",
     "_audit": "SELECT pgfence._audit('x', NULL, NULL, NULL)",
+    "_forget_jobs": "SELECT pgfence._forget_jobs(ARRAY[%(id)s]::bigint[])",
     "_act_on": "SELECT count(*) FROM pgfence._act_on('requeue', ARRAY[%(id)s]::bigint[], NULL, NULL, NULL)",
     "_mark_done": "SELECT pgfence._mark_done(%(id)s, NULL)",
     "_requeue": "SELECT pgfence._requeue(%(id)s)",
@@ -683,7 +688,7 @@ GRANTED: dict[str, set[str]] = {
                "select_queue_controls", "set_queue_timeout", "queue_timeouts", "select_queue_timeouts",
                "schedule", "unschedule", "pause_schedule", "resume_schedule", "schedules", "fire_schedules",
                "cron_next", "select_schedules", "select_schedule_slots",
-               "mark_done", "requeue_many", "cancel_many", "mark_done_many", "act_on_filter",
+               "mark_done", "requeue_many", "cancel_many", "mark_done_many", "purge_many", "act_on_filter",
                "set_audit_retention", "purge_audit"} | CONSOLE_READS,
     # Reads everything, changes nothing: every write routine is 42501 for it.
     "t_viewer": {"schema_version", "queue_limits", "select_queue_controls", "queue_timeouts", "schedules",

@@ -135,8 +135,9 @@ export class Client {
   requeue_many(job_ids: JobIdInput[], options?: { note?: string | null }): Promise<ActionResult[]>;
   cancel_many(job_ids: JobIdInput[], options?: { note?: string | null }): Promise<ActionResult[]>;
   mark_done_many(job_ids: JobIdInput[], note: string, options?: { result?: Json }): Promise<ActionResult[]>;
-  preview_action(action: "requeue" | "cancel" | "mark_done", options?: ActionFilter): Promise<ActionPreview>;
-  act_on_filter(action: "requeue" | "cancel" | "mark_done",
+  purge_many(job_ids: JobIdInput[], note: string): Promise<ActionResult[]>;
+  preview_action(action: "requeue" | "cancel" | "mark_done" | "purge", options?: ActionFilter): Promise<ActionPreview>;
+  act_on_filter(action: "requeue" | "cancel" | "mark_done" | "purge",
     options?: ActionFilter & { note?: string | null; result?: Json; max_jobs?: number }): Promise<ActionResult[]>;
   audit_of(job_id: JobIdInput): Promise<AuditEntry[]>;
   set_audit_retention(retain: Duration): Promise<void>;

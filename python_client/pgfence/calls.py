@@ -294,6 +294,11 @@ def mark_done_many(job_ids: Sequence[int], note: str, result: Any = None) -> Cal
                  (list(job_ids), note, _dump(result)))
 
 
+def purge_many(job_ids: Sequence[int], note: str) -> Call[list[ActionResult]]:
+    return _rows(ActionResult, "SELECT id, acted, job_status, detail FROM pgfence.purge_many("
+                 "job_ids => %s::bigint[], note => %s)", (list(job_ids), note))
+
+
 def preview_action(action: str, status: Optional[str], queue: Optional[str], kind: Optional[str],
                    error_contains: Optional[str], updated_after: Optional[datetime],
                    updated_before: Optional[datetime]) -> Call[ActionPreview]:

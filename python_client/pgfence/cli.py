@@ -242,12 +242,13 @@ def build_parser() -> argparse.ArgumentParser:
     md.add_argument("--actor", help=actor_help)
     md.set_defaults(func=cmd_mark_done)
 
-    b = command("bulk", "requeue, cancel or mark done many jobs: by id or by filter",
-                "Bulk operator actions. With IDs: pgfence.requeue_many / cancel_many / mark_done_many. "
+    b = command("bulk", "requeue, cancel, mark done or purge many jobs: by id or by filter",
+                "Bulk operator actions. With IDs: pgfence.requeue_many / cancel_many / mark_done_many / "
+                "purge_many (delete failed or cancelled jobs now, before their retention ends). "
                 "Without: every job matching the filter (pgfence.act_on_filter), at most --max-jobs "
                 "(refused, nothing changed, when more match); --preview only counts them "
                 "(pgfence.preview_action). One audit row per call with the ids acted on.")
-    b.add_argument("action", choices=("requeue", "cancel", "mark-done"), help="what to do")
+    b.add_argument("action", choices=("requeue", "cancel", "mark-done", "purge"), help="what to do")
     b.add_argument("job_ids", metavar="ID", type=_positive_int, nargs="*", help="job ids (else: the filter)")
     b.add_argument("--status", help="filter: jobs in this status")
     b.add_argument("--queue", help="filter: jobs of this queue")
@@ -257,7 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--updated-before", type=_timestamp, metavar="TIMESTAMP", help="filter: updated_at < it")
     b.add_argument("--max-jobs", type=_positive_int, default=10000, help="the cap for a filter (default 10000)")
     b.add_argument("--preview", action="store_true", help="only print how many jobs the filter would touch")
-    b.add_argument("--note", help="why (required for mark-done), kept in the operator audit")
+    b.add_argument("--note", help="why (required for mark-done and purge), kept in the operator audit")
     b.add_argument("--result", metavar="JSON", help="for mark-done: the result of each job")
     b.add_argument("--actor", help=actor_help)
     b.set_defaults(func=cmd_bulk)
@@ -718,6 +719,8 @@ def cmd_bulk(args: argparse.Namespace) -> int:
         if args.job_ids:
             if action == "mark_done":
                 rows = client.mark_done_many(args.job_ids, args.note, result=result)
+            elif action == "purge":
+                rows = client.purge_many(args.job_ids, args.note)
             elif action == "requeue":
                 rows = client.requeue_many(args.job_ids, note=args.note)
             else:

@@ -319,6 +319,11 @@ class Client:
         ``result`` for each); one row per job (id order), one audit row."""
         return self._do(calls.mark_done_many(job_ids, note, result))
 
+    def purge_many(self, job_ids: Sequence[int], note: str) -> list[ActionResult]:
+        """``pgfence.purge_many``: delete 1..10,000 failed or cancelled jobs now, with their
+        attempts (a job requeued meanwhile is refused, not deleted); note required; one audit row."""
+        return self._do(calls.purge_many(job_ids, note))
+
     def preview_action(self, action: str, *, status: Optional[str] = None, queue: Optional[str] = None,
                        kind: Optional[str] = None, error_contains: Optional[str] = None,
                        updated_after: Optional[datetime] = None,

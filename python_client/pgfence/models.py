@@ -237,7 +237,7 @@ class Rejection:
 @dataclass(frozen=True)
 class ActionResult:
     """One row of a bulk operator action (``requeue_many``, ``cancel_many``,
-    ``mark_done_many``, ``act_on_filter``): whether it acted on the job, the job's status
+    ``mark_done_many``, ``purge_many``, ``act_on_filter``): whether it acted on the job, the job's status
     after the call (or the one that refused it; None for an unknown id), and why not."""
 
     id: int

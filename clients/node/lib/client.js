@@ -166,6 +166,7 @@ const API = {
   requeue_many: { args: ["job_ids id[]"], options: ["note text"], returns: ACTED },
   cancel_many: { args: ["job_ids id[]"], options: ["note text"], returns: ACTED },
   mark_done_many: { args: ["job_ids id[]", "note text"], options: ["result jsonb"], returns: ACTED },
+  purge_many: { args: ["job_ids id[]", "note text"], returns: ACTED },
   preview_action: { args: ["action text"], options: FILTER, returns: "jobs, max_jobs",
     map: (r) => ({ jobs: Number(r.jobs), max_jobs: r.max_jobs }), after: (rows) => rows[0] },
   act_on_filter: { args: ["action text"], options: ["note text", "result jsonb", ...FILTER, "max_jobs int"],

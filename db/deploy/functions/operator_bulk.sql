@@ -3,9 +3,12 @@
 -- requires: functions/requeue
 -- requires: functions/cancel
 -- requires: functions/audit
+-- requires: functions/retention
 --
 -- Bulk operator actions, for the console's selections and "everything matching this
--- filter": requeue_many, cancel_many, mark_done_many over a list of ids, and
+-- filter": requeue_many, cancel_many, mark_done_many, purge_many (delete failed or
+-- cancelled jobs before their retention ends; fenced: a job requeued meanwhile is
+-- refused) over a list of ids, and
 -- preview_action / act_on_filter over typed filters (queue, kind, status, a substring
 -- of the last error, a range of updated_at; no SQL is built from any argument). At
 -- most 10,000 jobs per call (act_on_filter refuses a filter matching more than its
@@ -44,21 +47,23 @@ CREATE OR REPLACE FUNCTION pgfence._action_statuses(action text) RETURNS text[]
 LANGUAGE sql IMMUTABLE AS $$
     SELECT CASE action WHEN 'requeue' THEN ARRAY['failed', 'manual_review', 'cancelled']
                        WHEN 'cancel' THEN ARRAY['queued', 'processing', 'manual_review']
-                       WHEN 'mark_done' THEN ARRAY['manual_review'] END
+                       WHEN 'mark_done' THEN ARRAY['manual_review']
+                       WHEN 'purge' THEN ARRAY['failed', 'cancelled'] END
 $$;
 COMMENT ON FUNCTION pgfence._action_statuses(text) IS
-  'Private: the statuses requeue, cancel and mark_done apply to (NULL for another action).';
+  'Private: the statuses requeue, cancel, mark_done and purge apply to (NULL for another action).';
 
--- The inputs of a bulk action: the action's name, its note (required for mark_done) and result.
+-- The inputs of a bulk action: the action's name, its note (required for mark_done and
+-- purge) and result.
 CREATE OR REPLACE FUNCTION pgfence._check_action(action text, note text, result jsonb) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     IF action IS NULL THEN
-        PERFORM pgfence._raise_null('action', 'pass requeue, cancel or mark_done');
+        PERFORM pgfence._raise_null('action', 'pass requeue, cancel, mark_done or purge');
     ELSIF pgfence._action_statuses(action) IS NULL THEN
-        PERFORM pgfence._raise_invalid('action', action, 'is not an operator action', 'pass requeue, cancel or mark_done');
+        PERFORM pgfence._raise_invalid('action', action, 'is not an operator action', 'pass requeue, cancel, mark_done or purge');
     END IF;
-    PERFORM pgfence._check_note(note, action = 'mark_done');
+    PERFORM pgfence._check_note(note, action IN ('mark_done', 'purge'));
     IF result IS NOT NULL AND action <> 'mark_done' THEN
         PERFORM pgfence._raise_invalid('result', left(result::text, 200), format('%s takes no result', action),
             'pass result only with mark_done');
@@ -66,13 +71,15 @@ BEGIN
     PERFORM pgfence._check_result('result', result);
 END $$;
 COMMENT ON FUNCTION pgfence._check_action(text, text, jsonb) IS
-  'Private: check a bulk action''s name, note (required for mark_done) and result (mark_done only).';
+  'Private: check a bulk action''s name, note (required for mark_done and purge) and result (mark_done only).';
 
 -- Act on each job, in id order (a fixed lock order: two bulk calls do not deadlock),
--- each locked FOR NO KEY UPDATE and checked before the action runs, so a job in
--- another status is refused without an exception; only the requeue of a job whose
--- idempotency key another job may hold runs in a subtransaction. One row per job, one
--- audit row for the call (the ids acted on; none written when none was).
+-- each locked (FOR UPDATE to purge it, else FOR NO KEY UPDATE) and checked before the
+-- action runs, so a job in another status (requeued by a concurrent call, say) is
+-- refused without an exception; only the requeue of a job whose idempotency key another
+-- job may hold runs in a subtransaction. The jobs to purge are deleted together once
+-- all are checked (still locked). One row per job, one audit row for the call (the ids
+-- acted on; none written when none was).
 CREATE OR REPLACE FUNCTION pgfence._act_on(action text, job_ids bigint[], note text, result jsonb, audit_detail jsonb)
 RETURNS TABLE(id bigint, acted boolean, job_status text, detail text)
 LANGUAGE plpgsql AS $$
@@ -89,8 +96,13 @@ DECLARE
 BEGIN
     FOR v_id IN SELECT u.id FROM unnest(job_ids) AS u(id) ORDER BY u.id LOOP
         id := v_id;
-        SELECT x.status, x.idempotency_key, x.queue INTO v_status, v_key, v_queue
-          FROM pgfence.jobs x WHERE x.id = v_id FOR NO KEY UPDATE;
+        IF action = 'purge' THEN
+            SELECT x.status, x.idempotency_key, x.queue INTO v_status, v_key, v_queue
+              FROM pgfence.jobs x WHERE x.id = v_id FOR UPDATE;
+        ELSE
+            SELECT x.status, x.idempotency_key, x.queue INTO v_status, v_key, v_queue
+              FROM pgfence.jobs x WHERE x.id = v_id FOR NO KEY UPDATE;
+        END IF;
         IF NOT FOUND THEN
             acted := false;
             IF EXISTS (SELECT FROM pgfence.finished_jobs h WHERE h.id = v_id) THEN
@@ -115,6 +127,7 @@ BEGIN
             CASE action
                 WHEN 'requeue' THEN PERFORM pgfence._requeue(v_id); job_status := 'queued';
                 WHEN 'cancel' THEN PERFORM pgfence._cancel(v_id); job_status := 'cancelled';
+                WHEN 'purge' THEN job_status := 'deleted';  -- (below, with the others)
                 ELSE PERFORM pgfence._mark_done(v_id, result); job_status := 'done';
             END CASE;
             acted := true; detail := NULL;
@@ -129,6 +142,9 @@ BEGIN
         END IF;
         RETURN NEXT;
     END LOOP;
+    IF action = 'purge' AND cardinality(v_done) > 0 THEN
+        PERFORM pgfence._forget_jobs(v_done);
+    END IF;
     IF cardinality(v_done) > 0 THEN
         PERFORM pgfence._audit(action, v_queues, v_done, note,
             coalesce(audit_detail, '{}'::jsonb) || jsonb_build_object('asked', cardinality(job_ids), 'refused', v_refused)
@@ -136,7 +152,7 @@ BEGIN
     END IF;
 END $$;
 COMMENT ON FUNCTION pgfence._act_on(text, bigint[], text, jsonb, jsonb) IS
-  'Private: run requeue, cancel or mark_done on each job (id order), one row per job, one audit row for the ids acted on.';
+  'Private: run requeue, cancel, mark_done or purge on each job (id order), one row per job, one audit row for the ids acted on.';
 
 CREATE OR REPLACE FUNCTION pgfence.requeue_many(job_ids bigint[], note text DEFAULT NULL)
 RETURNS TABLE(id bigint, acted boolean, job_status text, detail text)
@@ -175,6 +191,20 @@ END $$;
 COMMENT ON FUNCTION pgfence.mark_done_many(bigint[], text, jsonb) IS
 $$Operator: mark_done each of 1..10000 manual_review jobs (the same result for all), in id order; note required; as
 requeue_many otherwise. Errors: 22004, 22023.$$;
+
+CREATE OR REPLACE FUNCTION pgfence.purge_many(job_ids bigint[], note text)
+RETURNS TABLE(id bigint, acted boolean, job_status text, detail text)
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pgfence._check_job_ids(job_ids);
+    PERFORM pgfence._check_note(note, true);
+    RETURN QUERY SELECT * FROM pgfence._act_on('purge', job_ids, note, NULL, jsonb_build_object('bulk', 'ids'));
+END $$;
+COMMENT ON FUNCTION pgfence.purge_many(bigint[], text) IS
+$$Operator: delete each of 1..10000 failed or cancelled jobs now, with their attempts and rejections (their counts kept
+in pgfence.metric_totals), instead of waiting for retention; in id order, each locked and checked first, so a job
+requeued meanwhile is refused (job_status: its status), never deleted. note required. Rows as requeue_many (job_status
+'deleted' when acted); one operator_audit row with the ids, kept after the jobs. Errors: 22004, 22023.$$;
 
 -- The filter of preview_action and act_on_filter, checked.
 CREATE OR REPLACE FUNCTION pgfence._check_filter(status text, queue text, kind text, error_contains text,
@@ -233,9 +263,9 @@ RETURNS TABLE(jobs bigint, max_jobs integer)
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     IF action IS NULL THEN
-        PERFORM pgfence._raise_null('action', 'pass requeue, cancel or mark_done');
+        PERFORM pgfence._raise_null('action', 'pass requeue, cancel, mark_done or purge');
     ELSIF pgfence._action_statuses(action) IS NULL THEN
-        PERFORM pgfence._raise_invalid('action', action, 'is not an operator action', 'pass requeue, cancel or mark_done');
+        PERFORM pgfence._raise_invalid('action', action, 'is not an operator action', 'pass requeue, cancel, mark_done or purge');
     END IF;
     PERFORM pgfence._check_filter(status, queue, kind, error_contains, updated_after, updated_before);
     RETURN QUERY SELECT count(*), 10000
@@ -281,14 +311,16 @@ BEGIN
                                                        'updated_before', updated_before))));
 END $$;
 COMMENT ON FUNCTION pgfence.act_on_filter(text, text, jsonb, text, text, text, text, timestamptz, timestamptz, integer) IS
-$$Operator: run action (requeue, cancel or mark_done) on every job the filter matches (as preview_action), in id order,
-when they are at most max_jobs (1..10000, default 10000); more: 22023 and nothing changes. Rows as requeue_many; one
-operator_audit row with the ids acted on, the note (required for mark_done) and the filter. Errors: 22004, 22023.$$;
+$$Operator: run action (requeue, cancel, mark_done or purge) on every job the filter matches (as preview_action), in id
+order, when they are at most max_jobs (1..10000, default 10000); more: 22023 and nothing changes. Rows as requeue_many;
+one operator_audit row with the ids acted on, the note (required for mark_done and purge) and the filter. Errors: 22004,
+22023.$$;
 
 INSERT INTO pgfence.routine_grants (routine, roles) VALUES
     ('requeue_many',   '{pgfence_operator}'),
     ('cancel_many',    '{pgfence_operator}'),
     ('mark_done_many', '{pgfence_operator}'),
+    ('purge_many',     '{pgfence_operator}'),
     ('preview_action', '{pgfence_operator,pgfence_viewer}'),
     ('act_on_filter',  '{pgfence_operator}')
 ON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;

@@ -20,6 +20,36 @@
 
 BEGIN;
 
+-- Delete jobs of pgfence.jobs the caller has locked FOR UPDATE, with their attempts,
+-- rejections and count of rejections not stored, adding what goes to
+-- pgfence.metric_totals (the metrics' counters never go backwards); returns how many.
+-- Used by purge_finished (retention) and purge_many (an operator's fenced delete).
+CREATE OR REPLACE FUNCTION pgfence._forget_jobs(job_ids bigint[]) RETURNS bigint
+LANGUAGE sql AS $$
+    WITH del AS (
+        DELETE FROM pgfence.jobs j WHERE j.id = ANY (_forget_jobs.job_ids) RETURNING j.id, j.queue, j.status
+    ), del_attempts AS (
+        DELETE FROM pgfence.attempts a USING del WHERE a.job_id = del.id RETURNING a.queue, a.outcome
+    ), del_rejections AS (
+        DELETE FROM pgfence.rejections r USING del WHERE r.job_id = del.id RETURNING r.queue
+    ), del_overflow AS (
+        DELETE FROM pgfence.rejection_overflow o USING del WHERE o.job_id = del.id RETURNING o.queue, o.not_stored
+    ), totals AS (
+        INSERT INTO pgfence.metric_totals AS t (metric, queue, label, value)
+        SELECT c.metric, c.queue, c.label, sum(c.n)::bigint FROM (
+            SELECT 'jobs_done'::text AS metric, del.queue, ''::text AS label, 1::bigint AS n
+              FROM del WHERE del.status = 'done'
+            UNION ALL SELECT 'attempts_ended', a.queue, a.outcome, 1 FROM del_attempts a
+            UNION ALL SELECT 'rejections', r.queue, '', 1 FROM del_rejections r
+            UNION ALL SELECT 'rejections', o.queue, '', o.not_stored FROM del_overflow o) c
+         GROUP BY c.metric, c.queue, c.label
+        ON CONFLICT ON CONSTRAINT metric_totals_pkey DO UPDATE SET value = t.value + excluded.value
+    )
+    SELECT count(*) FROM del
+$$;
+COMMENT ON FUNCTION pgfence._forget_jobs(bigint[]) IS
+  'Private: delete jobs the caller holds locked, with their attempts and rejections, their counts added to pgfence.metric_totals; returns how many.';
+
 -- Delete up to max_jobs finished jobs (done, cancelled, failed) whose retention
 -- has passed, oldest first, with their attempts and rejections; returns how many.
 -- The background sweeper calls it every 10 s so the hot table stays small.
@@ -73,7 +103,7 @@ BEGIN
     END IF;
     -- Nothing younger than the shortest retention can go: bound the index scan.
     SELECT clock_timestamp() - min(least(r.retain_done, r.retain_failed)) INTO v_cutoff FROM pgfence.retention r;
-    WITH doomed AS (
+    SELECT pgfence._forget_jobs(ARRAY(
         SELECT j.id
           FROM pgfence.jobs j
           JOIN pgfence.retention d ON d.queue = ''
@@ -85,27 +115,7 @@ BEGIN
                       ELSE coalesce(q.retain_done, d.retain_done) END
          ORDER BY j.finished_at
          LIMIT max_jobs
-           FOR UPDATE OF j SKIP LOCKED
-    ), del AS (
-        DELETE FROM pgfence.jobs j USING doomed d WHERE j.id = d.id RETURNING j.id, j.queue, j.status
-    ), del_attempts AS (
-        DELETE FROM pgfence.attempts a USING del WHERE a.job_id = del.id RETURNING a.queue, a.outcome
-    ), del_rejections AS (
-        DELETE FROM pgfence.rejections r USING del WHERE r.job_id = del.id RETURNING r.queue
-    ), del_overflow AS (
-        DELETE FROM pgfence.rejection_overflow o USING del WHERE o.job_id = del.id RETURNING o.queue, o.not_stored
-    ), totals AS (
-        INSERT INTO pgfence.metric_totals AS t (metric, queue, label, value)
-        SELECT c.metric, c.queue, c.label, sum(c.n)::bigint FROM (
-            SELECT 'jobs_done'::text AS metric, del.queue, ''::text AS label, 1::bigint AS n
-              FROM del WHERE del.status = 'done'
-            UNION ALL SELECT 'attempts_ended', a.queue, a.outcome, 1 FROM del_attempts a
-            UNION ALL SELECT 'rejections', r.queue, '', 1 FROM del_rejections r
-            UNION ALL SELECT 'rejections', o.queue, '', o.not_stored FROM del_overflow o) c
-         GROUP BY c.metric, c.queue, c.label
-        ON CONFLICT ON CONSTRAINT metric_totals_pkey DO UPDATE SET value = t.value + excluded.value
-    )
-    SELECT count(*) INTO v_count FROM del;
+           FOR UPDATE OF j SKIP LOCKED)) INTO v_count;
     -- The operator audit past its own retention (operator_audit_settings).
     PERFORM pgfence.purge_audit(10000);
     -- The history's partitions last: a DROP holds pgfence.finished_jobs ACCESS EXCLUSIVE

@@ -4,3 +4,7 @@
 -- purge that counts nothing into pgfence.metric_totals and leaves the audit alone.
 
 \ir ../../deploy/functions/retention@v0.7.0.sql
+
+BEGIN;
+DROP FUNCTION IF EXISTS pgfence._forget_jobs(bigint[]);
+COMMIT;

@@ -3,7 +3,7 @@
 BEGIN;
 
 SELECT 'pgfence.requeue_many(bigint[], text)'::regprocedure, 'pgfence.cancel_many(bigint[], text)'::regprocedure,
-       'pgfence.mark_done_many(bigint[], text, jsonb)'::regprocedure,
+       'pgfence.mark_done_many(bigint[], text, jsonb)'::regprocedure, 'pgfence.purge_many(bigint[], text)'::regprocedure,
        'pgfence.preview_action(text, text, text, text, text, timestamptz, timestamptz)'::regprocedure,
        'pgfence.act_on_filter(text, text, jsonb, text, text, text, text, timestamptz, timestamptz, integer)'::regprocedure;
 

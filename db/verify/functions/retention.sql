@@ -10,5 +10,6 @@ SELECT 1 / (prosrc LIKE '%DELETE FROM pgfence.rejection_overflow%')::int
 -- The rework after @v0.7.0: what it deletes is counted, and the audit purged.
 SELECT 1 / (prosrc LIKE '%metric_totals%' AND prosrc LIKE '%purge_audit%')::int
   FROM pg_proc WHERE oid = 'pgfence.purge_finished(integer)'::regprocedure;
+SELECT 'pgfence._forget_jobs(bigint[])'::regprocedure;
 
 ROLLBACK;

@@ -42,6 +42,10 @@ HERE = Path(__file__).parent
 STATES = ("queued", "processing", "manual_review", "failed", "cancelled", "done")
 LIVE = STATES[:5]
 ACTIONS = ("requeue", "cancel", "mark_done")
+#: the bulk actions: those, and purge (delete failed or cancelled jobs now: pgfence.purge_many)
+BULK_ACTIONS = (*ACTIONS, "purge")
+#: the actions that need a note
+NOTE_REQUIRED = ("mark_done", "purge")
 
 
 @dataclass
@@ -296,12 +300,13 @@ def create_app(pool: Any, config: Config) -> Starlette:
         action will touch, with ``confirm`` it acts (one audit row with the ids acted on)."""
         form = await form_of(request)
         action = str(form.get("action", ""))
-        if action not in ACTIONS:
+        if action not in BULK_ACTIONS:
             raise _Refused(400, "unknown action")
         note = str(form.get("note") or "").strip() or None
         result = _result(form)
-        if action == "mark_done" and not note:
-            raise _Refused(400, "mark done needs a note")
+        # (mark done's note comes with the selection; a purge's is asked for on its preview)
+        if action in NOTE_REQUIRED and not note and (action == "mark_done" or form.get("confirm")):
+            raise _Refused(400, f"{action.replace('_', ' ')} needs a note")
         actor = request.scope["pgfence.actor"]
         if form.get("mode") == "filter":
             flt = {"status": form.get("status") or None, "queue": form.get("queue") or None,

@@ -41,6 +41,7 @@ REQUIRED = (
     "pgfence.requeue_many(bigint[], text)",
     "pgfence.cancel_many(bigint[], text)",
     "pgfence.mark_done_many(bigint[], text, jsonb)",
+    "pgfence.purge_many(bigint[], text)",
     "pgfence.preview_action(text, text, text, text, text, timestamptz, timestamptz)",
     "pgfence.act_on_filter(text, text, jsonb, text, text, text, text, timestamptz, timestamptz, integer)",
     "pgfence.metrics()",
@@ -405,7 +406,7 @@ class Data:
 
     def act_many(self, actor: str, action: str, job_ids: Sequence[int], note: Optional[str] = None,
                  result: Optional[str] = None) -> list[dict[str, Any]]:
-        """A selection: ``requeue_many``/``cancel_many``/``mark_done_many`` (one audit row with the
+        """A selection: ``requeue_many``/``cancel_many``/``mark_done_many``/``purge_many`` (one audit row with the
         ids acted on); one row per job: acted or not, and why."""
         ids = list(job_ids)
         with self.acting(actor) as c, c.cursor(row_factory=dict_row) as cur:
@@ -417,6 +418,9 @@ class Data:
                             "job_ids => %s, note => %s)", (ids, note))
             elif action == "cancel":
                 cur.execute("SELECT id, acted, job_status, detail FROM pgfence.cancel_many("
+                            "job_ids => %s, note => %s)", (ids, note))
+            elif action == "purge":
+                cur.execute("SELECT id, acted, job_status, detail FROM pgfence.purge_many("
                             "job_ids => %s, note => %s)", (ids, note))
             else:
                 raise ValueError(action)
