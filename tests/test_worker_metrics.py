@@ -22,7 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from support.db import TESTS
-from support.processes import cli_env
+from support.processes import HANDLERS, cli_env, run_cli
 from support.workers import running, start, wait_for, wait_status
 from pgfence import Client, Interrupted, Job, PermanentFailure, RetryAfter, Snooze, Worker
 from pgfence.worker_metrics import OUTCOMES, MetricsError
@@ -298,4 +298,24 @@ def test_without_prometheus_client_a_metrics_port_names_the_extra(dsn: str, queu
     assert result.returncode == 0, result.stderr
     assert result.stdout == ("metrics_port needs the prometheus_client package, which is not installed "
                              "(install pgfence's metrics extra: pip install 'pgfence[metrics]')\n")
+
+
+def test_the_cli_worker_reports_a_metrics_port_in_use_as_one_error(dsn: str, client: Client, queue: str,
+                                                                   flavor: str) -> None:
+    job_id = client.enqueue("echo", {}, queue=queue)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_cli(dsn, "worker", HANDLERS, "--queue", queue, "--metrics-port", str(port),
+                         *(["--asyncio"] if flavor == "asyncio" else []), timeout=60)
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[-2] == (f"pgfence: error: cannot serve the worker's metrics on 127.0.0.1:{port}: the address is "
+                         "already in use (another process listens on that port)"), result.stderr
+    assert lines[-1].startswith("hint: pick another metrics_port / --metrics-port"), result.stderr
+    assert "Traceback" not in result.stderr
+    assert client.get_job(job_id).attempts == 0
+    usage = run_cli(dsn, "worker", HANDLERS, "--metrics-port", "70000")
+    assert usage.returncode == 2 and "must be a TCP port, 0..65535" in usage.stderr
 
