@@ -14,13 +14,16 @@ import asyncio
 import inspect
 import queue
 import threading
-from typing import Any, Awaitable, Callable, Coroutine, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Coroutine, Optional, TypeVar
 
 from .aio_client import AsyncClient
 from .ledger import Entry, Ledger, Result
 from .limits import Limits
 from .models import SweeperHealth
 from .reporter import Reporting, Steps
+
+if TYPE_CHECKING:
+    from .worker_metrics import WorkerMetrics
 
 T = TypeVar("T")
 
@@ -48,8 +51,9 @@ class AsyncReporter(Reporting):
 
     def __init__(self, client: AsyncClient, ledger: Ledger, *, worker_id: str, counters: dict[str, int],
                  hurried: Callable[[], bool], wait: Callable[[float], Awaitable[Any]],
-                 limits: Limits = Limits()) -> None:
-        super().__init__(ledger, worker_id=worker_id, counters=counters, hurried=hurried, limits=limits)
+                 limits: Limits = Limits(), metrics: Optional[WorkerMetrics] = None) -> None:
+        super().__init__(ledger, worker_id=worker_id, counters=counters, hurried=hurried, limits=limits,
+                         metrics=metrics)
         self.client = client
         self.wait = wait
 

@@ -20,7 +20,9 @@ lock: only the loop touches it), deciding as the threaded worker does with the s
   decides when, :func:`pgfence.heartbeats.revoke_refused` reads the answers);
 * the LISTEN wake-up is the threaded :class:`~pgfence.listener.Listener`, on a thread of
   its own with its own connection, and the stand-in sweeper is :func:`pgfence.sweeper.run`
-  on another, calling the AsyncClient through the loop.
+  on another, calling the AsyncClient through the loop;
+* given ``metrics_port``, the ``/metrics`` server of :mod:`pgfence.worker_metrics`, on a
+  thread of its own, recording what the runners and the reporter tell it.
 
 Stopping: :meth:`AsyncWorker.stop` (callable from any thread) or SIGTERM/SIGINT (through
 the loop's ``add_signal_handler`` when run in the main thread) stops claiming, gives
@@ -40,7 +42,7 @@ import threading
 import time
 import uuid
 from datetime import timedelta
-from typing import Any, Awaitable, Callable, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Optional, Sequence, Union
 
 from . import sweeper
 from ._text import escaped_logger
@@ -56,6 +58,9 @@ from .models import Job
 from .reporter import due, take_batch
 from .retries import RETRYABLE
 from .stopping import Stop
+
+if TYPE_CHECKING:
+    from .worker_metrics import WorkerMetrics
 
 log = escaped_logger("pgfence.worker")
 
@@ -75,6 +80,9 @@ class AsyncWorker:
     * ``concurrency`` [8]: handlers running at once (async and sync together).
     * ``limits`` [read from ``pgfence.limits()`` when :meth:`run` starts].
     * ``client``: an :class:`AsyncClient` with its own pool (``await AsyncClient.connect(dsn)``).
+    * ``metrics_port`` [None: no metrics] and ``metrics_bind`` ["127.0.0.1"]: as
+      :class:`pgfence.Worker`'s (the server runs on a thread of its own, from the start of
+      :meth:`run`, before it claims anything, until it returns; ``metrics_address``).
     """
 
     def __init__(self, client: AsyncClient, handlers: Mapping[str, AsyncHandler], *,
@@ -82,7 +90,8 @@ class AsyncWorker:
                  lease: timedelta = timedelta(seconds=30), poll_interval: float = 1.0,
                  shutdown_grace: float = 30.0, run_sweeper: Optional[bool] = None,
                  sweep_interval: float = 1.0, flush_interval: float = 0.005, flush_batch: int = 500,
-                 worker_id: Optional[str] = None, listen: bool = True, limits: Optional[Limits] = None) -> None:
+                 worker_id: Optional[str] = None, listen: bool = True, limits: Optional[Limits] = None,
+                 metrics_port: Optional[int] = None, metrics_bind: str = "127.0.0.1") -> None:
         if client.pool is None:
             raise TypeError("AsyncWorker needs an AsyncClient with its own pool: await AsyncClient.connect(dsn)")
         if concurrency < 1 or prefetch < 0:
@@ -107,11 +116,22 @@ class AsyncWorker:
         self._async_kinds = {kind for kind, h in self.handlers.items() if is_async(h)}
         self._stop = Stop()
         self._ledger = Ledger(self._stop.stopping.is_set)
+        self.metrics_port = metrics_port
+        self.metrics_bind = metrics_bind
+        self._metrics: Optional[WorkerMetrics] = None
+        if metrics_port is not None:  # (else nothing of it is imported)
+            from .worker_metrics import create
+            self._metrics = create(self._ledger, self.handlers, port=metrics_port, bind=metrics_bind)
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._threads: Optional[HandlerThreads] = None
         # The claim whose reply was lost (see pgfence.claimer), and until when to look it up.
         self._unanswered: Optional[uuid.UUID] = None
         self._unanswered_until = 0.0
+
+    @property
+    def metrics_address(self) -> Optional[tuple[str, int]]:
+        """``(host, port)`` of the metrics server while :meth:`run` serves it, else None."""
+        return None if self._metrics is None else self._metrics.address
 
     # -- public -----------------------------------------------------------
 
@@ -128,6 +148,18 @@ class AsyncWorker:
     async def run(self, *, handle_signals: bool = True) -> None:
         """Run until :meth:`stop` (or SIGTERM/SIGINT when ``handle_signals`` and run from the
         main thread; pass False where the application owns the signals, as uvicorn does)."""
+        metrics = self._metrics
+        if metrics is None:
+            await self._run(handle_signals)
+            return
+        metrics.start()  # before anything is claimed: a port in use fails here, with nothing to undo
+        try:
+            await self._run(handle_signals)
+        finally:
+            # (its shutdown waits up to the server's poll interval: not on the loop)
+            await asyncio.get_running_loop().run_in_executor(None, metrics.stop)
+
+    async def _run(self, handle_signals: bool) -> None:
         # (asyncio events are made here, on the running loop, before stop() may use them)
         self._wake, self._work, self._outcome = asyncio.Event(), asyncio.Event(), asyncio.Event()
         self._stopping, self._hurry, self._done = asyncio.Event(), asyncio.Event(), asyncio.Event()
@@ -139,7 +171,8 @@ class AsyncWorker:
         hurry = self._hurry
         self._reporter = AsyncReporter(self.client, self._ledger, worker_id=self.worker_id, counters=self.counters,
                                        hurried=self._stop.hurry.is_set,
-                                       wait=lambda seconds: wait_event(hurry, seconds), limits=self.limits)
+                                       wait=lambda seconds: wait_event(hurry, seconds), limits=self.limits,
+                                       metrics=self._metrics)
         if set(self.handlers) - self._async_kinds:
             self._threads = HandlerThreads(self.concurrency, loop)
         signals = self._install_signals(loop) if handle_signals else []
@@ -270,6 +303,7 @@ class AsyncWorker:
 
     async def _runner(self) -> None:
         ledger, work, stopping, done = self._ledger, self._work, self._stop.stopping, self._stop.done
+        metrics = self._metrics
         while not done.is_set():
             entry = ledger.take()
             if entry is None:
@@ -278,7 +312,13 @@ class AsyncWorker:
                 work.clear()
                 await work.wait()
                 continue
-            ledger.finish(await self._run_one(entry))
+            if metrics is None:
+                ledger.finish(await self._run_one(entry))
+            else:
+                started = metrics.starting(entry)
+                result = await self._run_one(entry)
+                metrics.ran(entry, started)
+                ledger.finish(result)
             self._outcome.set()
             if len(ledger.ready) < self.concurrency:
                 self._wake.set()

@@ -40,6 +40,7 @@ from .errors import PgfenceError
 from .metrics_text import prometheus_text
 from .models import Attempt, JobRecord, Rejection
 from .worker import Handler, Worker
+from .worker_metrics import MetricsError
 
 PROG = "pgfence"
 log = escaped_logger("pgfence.cli")
@@ -85,6 +86,13 @@ def _nonnegative_int(text: str) -> int:
     value = _int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {text!r}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = _int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port, 0..65535 (0: any free port), got {text!r}")
     return value
 
 
@@ -177,6 +185,11 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--asyncio", action="store_true",
                    help="run a pgfence.aio.AsyncWorker: async def handlers are awaited on an event loop, "
                         "the others run on --concurrency threads")
+    w.add_argument("--metrics-port", type=_port, metavar="PORT",
+                   help="serve this worker's Prometheus metrics at http://BIND:PORT/metrics (needs "
+                        "prometheus_client: pip install 'pgfence[metrics]'; 0: any free port; default: off)")
+    w.add_argument("--metrics-bind", default="127.0.0.1", metavar="ADDRESS",
+                   help="the address of --metrics-port (default 127.0.0.1; no authentication)")
     w.set_defaults(func=cmd_worker)
 
     e = command("enqueue", "enqueue one job and print its id",
@@ -428,21 +441,25 @@ def load_handlers(spec: str) -> dict[str, Handler]:
 def cmd_worker(args: argparse.Namespace) -> int:
     handlers = load_handlers(args.handlers)
     _open(args.dsn).close()  # fail fast, before the pool retries for its whole timeout
-    if args.asyncio:
-        asyncio.run(_async_worker(args, handlers))
-        return 0
     try:
-        client = Client.connect(args.dsn)
-    except (psycopg.OperationalError, PoolTimeout) as exc:
-        raise _connect_error(exc) from exc
-    try:
-        worker = Worker(client, handlers, queues=args.queues, concurrency=args.concurrency,
-                        prefetch=args.prefetch, lease=timedelta(seconds=args.lease),
-                        poll_interval=args.poll_interval, shutdown_grace=args.shutdown_grace,
-                        run_sweeper=args.sweep, worker_id=args.worker_id)
-        worker.run()
-    finally:
-        client.close()
+        if args.asyncio:
+            asyncio.run(_async_worker(args, handlers))
+            return 0
+        try:
+            client = Client.connect(args.dsn)
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            raise _connect_error(exc) from exc
+        try:
+            worker = Worker(client, handlers, queues=args.queues, concurrency=args.concurrency,
+                            prefetch=args.prefetch, lease=timedelta(seconds=args.lease),
+                            poll_interval=args.poll_interval, shutdown_grace=args.shutdown_grace,
+                            run_sweeper=args.sweep, worker_id=args.worker_id, metrics_port=args.metrics_port,
+                            metrics_bind=args.metrics_bind)
+            worker.run()
+        finally:
+            client.close()
+    except MetricsError as exc:  # (prometheus_client missing, or the port in use: nothing was claimed)
+        raise CliError(exc.message, hint=exc.hint) from exc
     return 0
 
 
@@ -459,7 +476,8 @@ async def _async_worker(args: argparse.Namespace, handlers: dict[str, Any]) -> N
         worker = AsyncWorker(client, handlers, queues=args.queues, concurrency=args.concurrency,
                              prefetch=args.prefetch, lease=timedelta(seconds=args.lease),
                              poll_interval=args.poll_interval, shutdown_grace=args.shutdown_grace,
-                             run_sweeper=args.sweep, worker_id=args.worker_id)
+                             run_sweeper=args.sweep, worker_id=args.worker_id, metrics_port=args.metrics_port,
+                             metrics_bind=args.metrics_bind)
         await worker.run()
     finally:
         await client.close()

@@ -50,15 +50,18 @@ class Entry:
     * ``expires``: the lease's end as the database last said it (the claim, then each
       accepted heartbeat); a run timeout caps it at the attempt's deadline, and the
       heartbeats then ask again just after it (see :mod:`pgfence.heartbeats`).
+    * ``claimed_at``: when the worker took the attempt in, on the ledger's ``clock``
+      (0.0 without one): the start of its wait for a handler, for the worker's metrics.
     """
 
-    __slots__ = ("job", "lost", "given_back", "expires", "_stopping")
+    __slots__ = ("job", "lost", "given_back", "expires", "claimed_at", "_stopping")
 
-    def __init__(self, job: Job, stopping: Callable[[], bool] = _never) -> None:
+    def __init__(self, job: Job, stopping: Callable[[], bool] = _never, claimed_at: float = 0.0) -> None:
         self.job = job
         self.lost = False
         self.given_back = False
         self.expires = job.lease_expires_at
+        self.claimed_at = claimed_at
         self._stopping = stopping
 
     @property
@@ -99,7 +102,8 @@ class Ledger:
     """The attempts a worker holds, by stage (see the module's docstring).
 
     ``stopping``: true once the worker is shutting down (read by ``job.should_stop()``
-    and by :meth:`take`)."""
+    and by :meth:`take`). ``clock``: when set (a worker with metrics sets it), read once
+    per :meth:`admit` to stamp the new entries' ``claimed_at``."""
 
     def __init__(self, stopping: Callable[[], bool] = _never) -> None:
         self.held: dict[int, Entry] = {}
@@ -107,6 +111,7 @@ class Ledger:
         self.finishing: set[int] = set()
         self.ready: deque[Entry] = deque()
         self.results: deque[Result] = deque()
+        self.clock: Optional[Callable[[], float]] = None
         self._stopping = stopping
 
     # -- claimed -----------------------------------------------------------
@@ -124,8 +129,9 @@ class Ledger:
         entries: list[Entry] = []
         displaced: list[tuple[Entry, Entry]] = []
         held, finishing = self.held, self.finishing
+        claimed_at = 0.0 if self.clock is None else self.clock()
         for job in jobs:
-            entry = Entry(job, self._stopping)
+            entry = Entry(job, self._stopping, claimed_at)
             object.__setattr__(job, "_attempt", entry)
             old = held.get(job.id)
             if old is not None:

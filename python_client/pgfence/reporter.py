@@ -32,7 +32,7 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Callable, Generator, Optional, Protocol, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generator, Optional, Protocol, Sequence, TypeVar
 
 from ._text import escaped_logger
 from .client import RawJson
@@ -41,6 +41,9 @@ from .ledger import Entry, Ledger, Result
 from .limits import Limits
 from .models import Outcome
 from .retries import is_data_error, retryable
+
+if TYPE_CHECKING:  # (imported only by a worker given a metrics port)
+    from .worker_metrics import WorkerMetrics
 
 log = escaped_logger("pgfence.worker")
 
@@ -156,15 +159,19 @@ class Reporting:
     * ``counters``: the worker's counters (completed, failed, snoozed, lease_lost, released).
     * ``hurried``: true after a second signal (stop retrying).
     * ``limits``: the database's limits (``max_batch`` is at most ``limits.batch``).
+    * ``metrics`` [None]: the worker's metrics (:mod:`pgfence.worker_metrics`), told how
+      each attempt that ran ended, as the database answered.
     """
 
     def __init__(self, ledger: Ledger, *, worker_id: str, counters: dict[str, int],
-                 hurried: Callable[[], bool], limits: Limits = Limits()) -> None:
+                 hurried: Callable[[], bool], limits: Limits = Limits(),
+                 metrics: Optional[WorkerMetrics] = None) -> None:
         self.ledger = ledger
         self.worker_id = worker_id
         self.counters = counters
         self.hurried = hurried
         self.max_batch = min(MAX_REPORT_BATCH, limits.batch)
+        self.metrics = metrics
 
     def retry_wait(self, exc: Exception, backoff: float) -> float:
         """A call failed with ``exc`` after waiting ``backoff`` last time: how long to
@@ -187,6 +194,7 @@ class Reporting:
         """Reporting ``batch`` raised what nothing above handles: drop it from the ledger."""
         log.exception("worker %s: reporting %s outcomes failed; their jobs are dropped from this "
                       "worker and their leases will expire", self.worker_id, len(batch))
+        self._ended(batch, "unreported")
         self.ledger.settle([r.entry for r in batch])
 
     def report_steps(self, batch: list[Result]) -> Steps[None]:
@@ -200,9 +208,15 @@ class Reporting:
             else:
                 log.warning("job %s kind=%s attempt=%s: lease lost, result discarded", r.job.id, r.job.kind,
                             r.job.attempts)
+        metrics = self.metrics
+        if metrics is not None:
+            # (an attempt the shutdown gave back while it ran is counted here, once its
+            # handler has returned: released, unless the database refused the release)
+            for r in s.void:
+                metrics.ended(r.job.kind, "released" if r.entry.given_back else "rejected")
         self.ledger.settle([r.entry for r in s.void])
         if s.interrupted:
-            yield from self.release_steps([r.entry for r in s.interrupted], started=True)
+            yield from self.release_steps([r.entry for r in s.interrupted], started=True, ran=True)
         if s.done:
             yield from self.complete_steps(s.done)
         if s.failed:
@@ -210,16 +224,18 @@ class Reporting:
         if s.snoozed:
             yield from self.snooze_steps(s.snoozed)
 
-    def release_steps(self, entries: list[Entry], *, started: bool) -> Steps[None]:
+    def release_steps(self, entries: list[Entry], *, started: bool, ran: bool = False) -> Steps[None]:
         """Give these attempts back with fenced ``release_many`` calls of at most
         ``max_batch`` each (``started``: the attempt counts; else the job returns as if
-        never claimed), and settle them."""
+        never claimed), and settle them. ``ran``: their handlers have returned (an
+        ``Interrupted``), so the metrics count how each ended."""
         if not entries:
             return
         if len(entries) > self.max_batch:  # (a shutdown with more unstarted jobs than one call takes)
             for start in range(0, len(entries), self.max_batch):
-                yield from self.release_steps(entries[start:start + self.max_batch], started=started)
+                yield from self.release_steps(entries[start:start + self.max_batch], started=started, ran=ran)
             return
+        metrics = self.metrics if ran else None
         jobs = [e.job for e in entries]
         try:
             outcomes = yield Request("release_many", ([j.id for j in jobs], [j.attempt_token for j in jobs]),
@@ -227,6 +243,9 @@ class Reporting:
         except GiveUp:
             log.error("worker %s: gave up releasing %s jobs (%s) after a second signal; their leases will expire",
                       self.worker_id, len(jobs), [j.id for j in jobs][:20])
+            if metrics is not None:
+                for job in jobs:
+                    metrics.ended(job.kind, "unreported")
             self.ledger.settle(entries)
             return
         for entry, o in zip(entries, outcomes):
@@ -238,6 +257,8 @@ class Reporting:
             else:
                 log.warning("job %s: release refused: %s", job.id, o.detail)
                 entry.given_back = False  # not given back: its lease was lost
+            if metrics is not None:
+                metrics.ended(job.kind, "released" if o.accepted else "rejected")
         self.ledger.settle(entries)
 
     def complete_steps(self, done: list[Result]) -> Steps[None]:
@@ -301,6 +322,7 @@ class Reporting:
             log.error("job %s kind=%s attempt=%s: the database refused its failure (%s); its lease will "
                       "expire and the reclaim rule applies", r.job.id, r.job.kind, r.job.attempts,
                       str(exc).strip())
+            self._ended([r], "unreported")
             self.ledger.settle([r.entry])
             return
         yield from self.fail_steps([Result(r.entry, False, storable_text(
@@ -320,14 +342,24 @@ class Reporting:
         expire and the reclaim rule applies, as after a crash)."""
         log.error("worker %s: gave up reporting %s outcomes (jobs %s) after a second signal; their leases will "
                   "expire", self.worker_id, len(results), [r.job.id for r in results][:20])
+        self._ended(results, "unreported")
         self.ledger.settle([r.entry for r in results])
+
+    def _ended(self, results: list[Result], outcome: str) -> None:
+        """Tell the metrics (if any) that these attempts ended with ``outcome``."""
+        metrics = self.metrics
+        if metrics is not None:
+            for r in results:
+                metrics.ended(r.job.kind, outcome)
 
     def _answers(self, results: list[Result], outcomes: list[Outcome], verb: str) -> None:
         """Log and count each outcome; ``outcomes`` may hold only the refused rows
         (an input without an outcome row was accepted)."""
         by_id = {o.id: o for o in outcomes}
+        metrics = self.metrics
         if not by_id and verb == "completed" and not log.isEnabledFor(logging.INFO):
             self.counters[verb] += len(results)  # all accepted, nothing to log: the busy path
+            self._ended(results, "done")
             self.ledger.settle([r.entry for r in results])
             return
         for r in results:
@@ -335,6 +367,8 @@ class Reporting:
             o = by_id.get(job.id)
             if o is None or o.accepted:
                 self.counters[verb] += 1
+                if metrics is not None:
+                    metrics.ended(job.kind, _outcome(verb, o))
                 if verb == "completed":
                     log.info("completed job %s kind=%s attempt=%s", job.id, job.kind, job.attempts)
                 elif verb == "snoozed":
@@ -346,10 +380,22 @@ class Reporting:
             else:
                 r.entry.lost = True
                 self.counters["lease_lost"] += 1
+                if metrics is not None:
+                    metrics.ended(job.kind, "rejected")
                 log.warning("job %s kind=%s attempt=%s: lease lost, %s refused: %s", job.id, job.kind,
                             job.attempts, {"completed": "complete", "snoozed": "snooze"}.get(verb, "fail"),
                             o.detail)
         self.ledger.settle([r.entry for r in results])
+
+
+def _outcome(verb: str, o: Optional[Outcome]) -> str:
+    """The metrics' outcome of an accepted ``verb`` (completed, failed, snoozed) whose
+    answer is ``o`` (None: accepted without a row): as the database's status says."""
+    if verb == "completed":
+        return "done"
+    if o is not None and o.status == "failed":
+        return "failed"  # dead-lettered (a snooze past the snooze limit on the last attempt too)
+    return "retried" if verb == "failed" else "snoozed"
 
 
 # -- the I/O of the threaded worker --------------------------------------------------
@@ -363,8 +409,10 @@ class Reporter(Reporting):
     """
 
     def __init__(self, calls: Calls, ledger: Ledger, *, worker_id: str, counters: dict[str, int],
-                 hurried: Callable[[], bool], wait: Callable[[float], Any], limits: Limits = Limits()) -> None:
-        super().__init__(ledger, worker_id=worker_id, counters=counters, hurried=hurried, limits=limits)
+                 hurried: Callable[[], bool], wait: Callable[[float], Any], limits: Limits = Limits(),
+                 metrics: Optional[WorkerMetrics] = None) -> None:
+        super().__init__(ledger, worker_id=worker_id, counters=counters, hurried=hurried, limits=limits,
+                         metrics=metrics)
         self.calls = calls
         self.wait = wait
 

@@ -14,7 +14,8 @@ be reported), and runs each on a thread with its own pooled connection:
   ``lease / 3``;
 * the listener (:mod:`pgfence.listener`) wakes the claimer on ``NOTIFY pgfence_enqueue``;
 * optionally a sweeper (:mod:`pgfence.sweeper`) calls ``CALL pgfence.sweep()`` when
-  pg_cron does not.
+  pg_cron does not;
+* optionally, given ``metrics_port``, a ``/metrics`` server (:mod:`pgfence.worker_metrics`).
 
 Stopping (:mod:`pgfence.stopping`): :meth:`Worker.stop` or SIGTERM/SIGINT stops
 claiming, gives unstarted jobs back, waits ``shutdown_grace`` for running handlers and
@@ -32,7 +33,7 @@ import socket
 import threading
 import time
 from datetime import timedelta
-from typing import Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence
 
 from . import sweeper
 from ._text import escaped_logger
@@ -45,6 +46,9 @@ from .limits import Limits
 from .listener import Listener
 from .reporter import Reporter
 from .stopping import Stop, install_signals
+
+if TYPE_CHECKING:
+    from .worker_metrics import WorkerMetrics
 
 log = escaped_logger("pgfence.worker")
 
@@ -73,6 +77,15 @@ class Worker:
     * ``worker_id`` [host:pid:random]: recorded as ``reserved_by``.
     * ``limits`` [what ``pgfence.limits()`` says, read at start]: the database's limits
       (claim size, batch size).
+    * ``metrics_port`` [None: no metrics]: serve this worker's own Prometheus metrics
+      (handler duration and claim-to-start histograms by kind, attempts by kind and
+      outcome, attempts in flight; :mod:`pgfence.worker_metrics`) at
+      ``http://metrics_bind:metrics_port/metrics``, from :meth:`run`'s start (before it
+      claims anything; :class:`~pgfence.worker_metrics.MetricsError` when the port is in
+      use) until it returns. 0 picks a free port: ``metrics_address`` is ``(host, port)``
+      while it serves, else None. Needs ``prometheus_client`` (``pgfence[metrics]``).
+    * ``metrics_bind`` ["127.0.0.1"]: the address to serve the metrics on (no
+      authentication: bind beyond loopback only where the network is trusted).
     """
 
     def __init__(self, client: Client, handlers: Mapping[str, Handler], *,
@@ -80,7 +93,8 @@ class Worker:
                  lease: timedelta = timedelta(seconds=30), poll_interval: float = 1.0,
                  shutdown_grace: float = 30.0, run_sweeper: Optional[bool] = None,
                  sweep_interval: float = 1.0, flush_interval: float = 0.005, flush_batch: int = 500,
-                 worker_id: Optional[str] = None, listen: bool = True, limits: Optional[Limits] = None) -> None:
+                 worker_id: Optional[str] = None, listen: bool = True, limits: Optional[Limits] = None,
+                 metrics_port: Optional[int] = None, metrics_bind: str = "127.0.0.1") -> None:
         if client.pool is None:
             raise TypeError("Worker needs a Client with its own pool: Client.connect(dsn)")
         if concurrency < 1 or prefetch < 0:
@@ -106,6 +120,12 @@ class Worker:
 
         self._stop = Stop()
         self._ledger = LockedLedger(threading.Lock(), self._stop.stopping.is_set)
+        self.metrics_port = metrics_port
+        self.metrics_bind = metrics_bind
+        self._metrics: Optional[WorkerMetrics] = None
+        if metrics_port is not None:  # (else nothing of it is imported)
+            from .worker_metrics import create
+            self._metrics = create(self._ledger, self.handlers, port=metrics_port, bind=metrics_bind)
         # Wake-ups, one event per batch rather than one per job:
         self._wake = threading.Event()     # the claimer: a slot freed, a NOTIFY, a stop
         self._work = threading.Event()     # the handler threads: jobs are ready
@@ -115,9 +135,15 @@ class Worker:
                                 lease=lease, capacity=self.capacity, poll_interval=poll_interval,
                                 counters=self.counters, wake=self._wake, work=self._work, limits=limits)
         self._reporter = Reporter(client, self._ledger, worker_id=self.worker_id, counters=self.counters,
-                                  hurried=self._stop.hurry.is_set, wait=self._stop.hurry.wait, limits=limits)
+                                  hurried=self._stop.hurry.is_set, wait=self._stop.hurry.wait, limits=limits,
+                                  metrics=self._metrics)
         self._heartbeats = Heartbeats(client, self._ledger, worker_id=self.worker_id, lease=lease,
                                       counters=self.counters, limits=limits)
+
+    @property
+    def metrics_address(self) -> Optional[tuple[str, int]]:
+        """``(host, port)`` of the metrics server while :meth:`run` serves it, else None."""
+        return None if self._metrics is None else self._metrics.address
 
     # -- public -----------------------------------------------------------
 
@@ -130,6 +156,8 @@ class Worker:
 
     def run(self) -> None:
         """Run until :meth:`stop` (or SIGTERM/SIGINT when called from the main thread)."""
+        if self._metrics is not None:
+            self._metrics.start()  # before anything is claimed: a port in use fails here, with nothing to undo
         restore = install_signals(self._on_signal)
         try:
             self._start_threads()
@@ -152,6 +180,8 @@ class Worker:
                 if t.name.startswith("pgfence-flusher") or t.name.startswith("pgfence-heartbeat"):
                     t.join(timeout=5)
             restore()
+            if self._metrics is not None:
+                self._metrics.stop()
             log.info("worker %s stopped: %s", self.worker_id, self.counters)
 
     # -- threads ----------------------------------------------------------
@@ -174,7 +204,7 @@ class Worker:
     def _handler_loop(self) -> None:
         ledger, work, outcome, done = self._ledger, self._work, self._outcome, self._stop.done
         stopping, handlers, worker_id, limits = self._stop.stopping, self.handlers, self.worker_id, self.limits
-        ready = ledger.ready
+        ready, metrics = ledger.ready, self._metrics
         while not done.is_set():
             # Taking a job and marking it running is one step under the ledger's lock, so
             # the shutdown sees every job as either running or still waiting (to release).
@@ -186,7 +216,13 @@ class Worker:
                 if not ready:
                     work.wait(0.2)
                 continue
-            ledger.finish(run_handler(entry, handlers, worker_id, limits))
+            if metrics is None:
+                ledger.finish(run_handler(entry, handlers, worker_id, limits))
+            else:
+                started = metrics.starting(entry)
+                result = run_handler(entry, handlers, worker_id, limits)
+                metrics.ran(entry, started)
+                ledger.finish(result)
             if not outcome.is_set():  # the flusher clears it, then re-checks the results
                 outcome.set()
             if len(ready) < self.concurrency:
