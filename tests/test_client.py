@@ -190,7 +190,7 @@ def test_claim_decodes_the_payload_with_a_jsonb_loader_set_on_the_connection(dsn
 
 
 def test_claim_of_many_gives_each_job_its_own_payload_in_claim_order(client: Client, queue: str) -> None:
-    # claim fetches a batch as one row of arrays and one JSON array of payloads.
+    # claim decodes a batch's payloads as one JSON array.
     ids = [client.enqueue("k", {"n": n, "s": "x" * n}, queue=queue, priority=n % 3) for n in range(7)]
     jobs = client.claim(W, [queue], max_jobs=7)
     expected = sorted(range(7), key=lambda n: (-(n % 3), n))
@@ -211,26 +211,24 @@ def test_claim_gives_any_other_jsonb_loader_each_payload(dsn: str, queue: str) -
 
 
 @pytest.mark.parametrize("custom_loader", [False, True])
-def test_claim_of_payloads_larger_than_a_part_comes_back_whole_and_in_order(
-        client: Client, dsn: str, queue: str, monkeypatch: pytest.MonkeyPatch, custom_loader: bool) -> None:
-    # A claim's payload text travels in parts (a value is limited to 1 GB); here a part
-    # is 100 bytes. U+0001 is 1 byte in jsonb and 6 (\u0001) in JSON text.
+def test_claim_of_many_escaped_payloads_comes_back_whole_and_in_order(
+        client: Client, dsn: str, queue: str, custom_loader: bool) -> None:
+    # A batch's payload texts are joined into one JSON array and decoded with one call
+    # (the default loader), or given one by one to another loader. U+0001 is 1 byte in
+    # jsonb and 6 (\u0001) in JSON text; the commas and brackets inside strings must not
+    # split an element.
     from psycopg.types.json import set_json_loads
-    from pgfence import calls as client_module
-    monkeypatch.setattr(client_module, "_CLAIM_PART_BYTES", 100)
-    payloads = [{"n": n, "s": "\u0001" * (n * 7)} for n in range(12)]
+    payloads = [{"n": n, "s": "\u0001" * (n * 7), "t": "],[" * n, "a": [n, {"b": "},{"}]} for n in range(12)]
     ids = [client.enqueue("k", p, queue=queue) for p in payloads]
+    first = client.claim(W, [queue], max_jobs=4)
+    assert [j.id for j in first] == ids[:4] and [j.payload for j in first] == payloads[:4]
     with connect(dsn) as conn:
-        rows = conn.execute(client_module._CLAIM[0], {
-            "worker_id": W, "queues": [queue], "lease": timedelta(seconds=30), "max_jobs": 4, "request_id": None,
-            "part_bytes": 100}).fetchall()
-        assert len(rows) > 1  # the parts are rows
-        assert [i for r in rows for i in r[0]] == ids[:4]
         if custom_loader:
             set_json_loads(lambda data: {"loaded": json.loads(data)}, conn)
-        jobs = Client(conn).claim(W, [queue], max_jobs=8)
+        jobs = Client(conn).claim(W, [queue], max_jobs=9)
     assert [j.id for j in jobs] == ids[4:]
     assert [j.payload for j in jobs] == [{"loaded": p} if custom_loader else p for p in payloads[4:]]
+    assert all(j.payload_error is None for j in first + jobs)
 
 
 def test_claimed_returns_the_jobs_of_a_claim_as_claim_did(client: Client, queue: str) -> None:
@@ -257,6 +255,8 @@ def test_claim_decodes_the_payload_on_a_sql_ascii_connection(dsn: str, queue: st
         own.enqueue("k", {"a": [1, "b"]}, queue=queue)
         [job] = own.claim(W, [queue])
         assert job.payload == {"a": [1, "b"]}
+        own.enqueue_many(["k", "k"], [{"n": 1}, {"x": [{"y": None}, "é"]}], queue=queue)  # a batch: bytes joined
+        assert [j.payload for j in own.claim(W, [queue], max_jobs=3)] == [{"n": 1}, {"x": [{"y": None}, "é"]}]
 
 
 def test_batch_calls_take_large_ids_and_tokens_given_as_strings(client: Client, queue: str) -> None:

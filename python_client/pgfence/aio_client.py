@@ -107,7 +107,7 @@ class AsyncClient:
         try:
             async with self._connection() as conn:
                 async with conn.cursor(row_factory=call.row_factory) as cur:
-                    await cur.execute(call.sql(conn), call.params)
+                    await cur.execute(call.query, call.params)
                     return call.read(await cur.fetchall(), conn)
         except psycopg.Error as exc:
             mapped = translate(exc)

@@ -111,7 +111,7 @@ class Client:
         try:
             with self._connection() as conn:
                 with conn.cursor(row_factory=call.row_factory) as cur:
-                    cur.execute(call.sql(conn), call.params)
+                    cur.execute(call.query, call.params)
                     return call.read(cur.fetchall(), conn)
         except psycopg.Error as exc:
             mapped = translate(exc)
