@@ -79,6 +79,23 @@ def test_future_run_at_is_not_claimable_until_due(conn: Conn, queue: str) -> Non
     assert _ids(claim(conn, [queue], max_jobs=10)) == [job_id]
 
 
+def test_claim_says_how_long_each_job_had_been_runnable(conn: Conn, queue: str) -> None:
+    """waited_s: the claim time minus available_at, on the database's clock (a worker's
+    enqueue-to-start without comparing two hosts' clocks); claim_results says the same."""
+    late = one(conn, "SELECT pgfence.enqueue('late', queue => %s, run_at => clock_timestamp() - interval '30 seconds')",
+               (queue,))
+    fresh = enqueue(conn, queue, "fresh", priority=-1)
+    request_id = uuid.uuid4()
+    got = {r["id"]: r["waited_s"] for r in rows(
+        conn, "SELECT id, waited_s FROM pgfence.claim('w', ARRAY[%s], max_jobs => 2, request_id => %s)",
+        (queue, request_id))}
+    assert 30 <= got[late] < 40
+    assert 0 <= got[fresh] < 10
+    again = {r["id"]: r["waited_s"] for r in rows(
+        conn, "SELECT id, waited_s FROM pgfence.claim_results('w', ARRAY[%s]::uuid[])", (request_id,))}
+    assert again == got
+
+
 # ------------------------------------------------------------------- queues --
 def test_claim_takes_only_from_the_given_queues(conn: Conn, queue: str) -> None:
     qa, qb, qc = f"{queue}_a", f"{queue}_b", f"{queue}_c"

@@ -144,6 +144,11 @@ def test_worker_metrics_count_each_attempt_as_the_database_recorded_it(
         ran[kind] += n
     assert by_kind(text, "pgfence_worker_handler_duration_seconds_count") == dict(ran)
     assert by_kind(text, "pgfence_worker_claim_to_start_seconds_count") == dict(ran)
+    assert by_kind(text, "pgfence_worker_enqueue_to_start_seconds_count") == dict(ran)
+    # (enqueue-to-start = the database's waited_s + claim-to-start: never less, kind by kind)
+    queued, waited = by_kind(text, "pgfence_worker_enqueue_to_start_seconds_sum"), by_kind(
+        text, "pgfence_worker_claim_to_start_seconds_sum")
+    assert all(queued[k] >= waited[k] for k in waited)
     found = samples(text)
     # every series of a handler's kind exists from the start, at 0 where nothing happened
     assert found["pgfence_worker_jobs_total"][(("kind", "ok"), ("outcome", "rejected"))] == 0

@@ -160,17 +160,18 @@ def _jobs(rows: list[Any], conn: Any) -> list[Job]:
         return []
     load = _custom_jsonb_load(conn)
     if len(rows) == 1:  # (the idle worker's claim)
-        job_id, queue_name, kind, text, attempts, max_attempts, token, lease_expires_at = rows[0]
+        job_id, queue_name, kind, text, attempts, max_attempts, token, lease_expires_at, waited = rows[0]
         payload, error = _decode_one(load or _decode_json_text, text)
-        return [Job(job_id, queue_name, kind, payload, attempts, max_attempts, token, lease_expires_at, error)]
-    ids, queue_names, kinds, texts, attempts, max_attempts, tokens, leases = zip(*rows)
+        return [Job(job_id, queue_name, kind, payload, attempts, max_attempts, token, lease_expires_at, error,
+                    waited)]
+    ids, queue_names, kinds, texts, attempts, max_attempts, tokens, leases, waited = zip(*rows)
     try:
         payloads = list(map(load, texts)) if load else _decode_json_texts(texts)
+        errors: Sequence[Optional[str]] = (None,) * len(rows)
     except Exception:  # RecursionError, ValueError ...: some payload no decoder here can read
         decoded = [_decode_one(load or _decode_json_text, text) for text in texts]
-        return list(map(Job, ids, queue_names, kinds, [d[0] for d in decoded], attempts, max_attempts, tokens,
-                        leases, [d[1] for d in decoded]))
-    return list(map(Job, ids, queue_names, kinds, payloads, attempts, max_attempts, tokens, leases))
+        payloads, errors = [d[0] for d in decoded], [d[1] for d in decoded]
+    return list(map(Job, ids, queue_names, kinds, payloads, attempts, max_attempts, tokens, leases, errors, waited))
 
 
 def heartbeat(job_id: int, attempt_token: uuid.UUID, *, lease: timedelta = timedelta(seconds=30)) -> Call[datetime]:
@@ -508,7 +509,8 @@ _PAYLOADS_FROM_JSON_ARRAY = ("ARRAY(SELECT p.value FROM jsonb_array_elements(%s:
 # than the client saved (one-job claim, raw query: -60 us of server time; a
 # 500-job claim +0.4 us of client CPU per job, less wall time).
 # (claim_results() returns the same rows, and is read the same way.)
-_CLAIM_COLUMNS = "SELECT id, queue, kind, payload::text, attempts, max_attempts, attempt_token, lease_expires_at FROM "
+_CLAIM_COLUMNS = ("SELECT id, queue, kind, payload::text, attempts, max_attempts, attempt_token, lease_expires_at,"
+                  " waited_s FROM ")
 _CLAIM = _CLAIM_COLUMNS + ("pgfence.claim(worker_id => %s, queues => %s, lease => %s, max_jobs => %s,"
                            " request_id => %s)")
 _CLAIM_RESULTS = _CLAIM_COLUMNS + "pgfence.claim_results(worker_id => %s, request_ids => %s::uuid[], lease => %s)"

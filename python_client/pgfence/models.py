@@ -39,6 +39,9 @@ class Job:
     #: limit, say, stored before the 64-level limit existed). A :class:`~pgfence.Worker`
     #: fails such a job permanently without running a handler; the rest of its batch runs.
     payload_error: Optional[str] = None
+    #: Seconds the job had been runnable when it was claimed (claim time - available_at, on
+    #: the database's clock: ``claim``'s ``waited_s``); None from a database that does not say.
+    waited_s: Optional[float] = None
     # Set by a worker's ledger when it takes the job in: the entry that holds this
     # attempt's stop flags (a job no worker holds never stops).
     _attempt: Optional[AttemptState] = field(default=None, repr=False, compare=False)

@@ -10,11 +10,13 @@ and :class:`pgfence.aio.AsyncWorker`) record through the same object:
 
 * ``pgfence_worker_handler_duration_seconds{kind}`` (histogram): from taking an attempt
   to its handler's outcome;
+* ``pgfence_worker_enqueue_to_start_seconds{kind}`` (histogram): from the job becoming
+  runnable (enqueued, its ``run_at``, or its retry's backoff ended: ``available_at``) to
+  its handler's start: ``claim``'s ``waited_s`` (the database's clock, up to the claim)
+  plus the worker's own monotonic clock from the claim's answer to the start (no
+  comparison of the two hosts' clocks);
 * ``pgfence_worker_claim_to_start_seconds{kind}`` (histogram): from the claim's answer
-  reaching the worker to the handler's start (the wait for a free handler; prefetch).
-  Not the time since the job became runnable: ``claim`` returns no enqueue or
-  ``available_at`` time (the queue's wait is ``pgfence_oldest_runnable_age_seconds`` of
-  ``pgfence.metrics()``);
+  reaching the worker to the handler's start (the wait for a free handler; prefetch);
 * ``pgfence_worker_jobs_total{kind, outcome}`` (counter): each attempt this worker took,
   once, when the database has answered for it (see :data:`OUTCOMES`);
 * ``pgfence_worker_in_flight{state}`` (gauge): the attempts it holds now, ``waiting`` for a
@@ -114,10 +116,12 @@ def create(ledger: Ledger, kinds: Iterable[str], *, port: int, bind: str) -> "Wo
 class _Kind:
     """The children of one kind's series, bound once (no ``labels()`` per job)."""
 
-    __slots__ = ("duration", "wait", "jobs")
+    __slots__ = ("duration", "queued", "wait", "jobs")
 
-    def __init__(self, label: str, duration: "Histogram", wait: "Histogram", jobs: "Counter") -> None:
+    def __init__(self, label: str, duration: "Histogram", queued: "Histogram", wait: "Histogram",
+                 jobs: "Counter") -> None:
         self.duration = duration.labels(kind=label)
+        self.queued = queued.labels(kind=label)
         self.wait = wait.labels(kind=label)
         self.jobs = {outcome: jobs.labels(kind=label, outcome=outcome) for outcome in OUTCOMES}
 
@@ -139,6 +143,9 @@ class WorkerMetrics:
         duration = Histogram("pgfence_worker_handler_duration_seconds",
                              "Seconds from taking an attempt to its handler's outcome, by kind.",
                              ["kind"], registry=self.registry, buckets=BUCKETS)
+        queued = Histogram("pgfence_worker_enqueue_to_start_seconds",
+                           "Seconds from the job becoming runnable (available_at) to its handler's start, by kind.",
+                           ["kind"], registry=self.registry, buckets=BUCKETS)
         wait = Histogram("pgfence_worker_claim_to_start_seconds",
                          "Seconds from the claim's answer reaching this worker to the handler's start, by kind.",
                          ["kind"], registry=self.registry, buckets=BUCKETS)
@@ -147,8 +154,8 @@ class WorkerMetrics:
                        ["kind", "outcome"], registry=self.registry)
         self.registry.register(_InFlight(ledger))
         ledger.clock = _clock  # each claimed attempt is stamped (Entry.claimed_at): its wait begins
-        self._kinds = {kind: _Kind(printable(kind), duration, wait, jobs) for kind in kinds}
-        self._unknown = _Kind("", duration, wait, jobs)
+        self._kinds = {kind: _Kind(printable(kind), duration, queued, wait, jobs) for kind in kinds}
+        self._unknown = _Kind("", duration, queued, wait, jobs)
         self._server: Optional[WSGIServer] = None
         self._thread: Optional[threading.Thread] = None
 
@@ -157,7 +164,11 @@ class WorkerMetrics:
     def starting(self, entry: Entry) -> float:
         """A handler takes ``entry`` now: observe its wait; returns the start time."""
         now = _clock()
-        self._kinds.get(entry.job.kind, self._unknown).wait.observe(max(0.0, now - entry.claimed_at))
+        of_kind = self._kinds.get(entry.job.kind, self._unknown)
+        wait = max(0.0, now - entry.claimed_at)
+        of_kind.wait.observe(wait)
+        if entry.job.waited_s is not None:
+            of_kind.queued.observe(entry.job.waited_s + wait)
         return now
 
     def ran(self, entry: Entry, started: float) -> None:

@@ -18,11 +18,19 @@
 -- (tables/job_timeouts, stored on the job at enqueue, so nothing more is read per row)
 -- caps the lease: lease_expires_at = least(claim time + lease, claim time + timeout),
 -- so the attempt's deadline is reserved_at + timeout; claim_results renews a lease no
--- further than that and returns no attempt past it. Same signature and rows.
+-- further than that and returns no attempt past it. Same arguments; the rows gain
+-- waited_s: how long the job had been runnable when it was claimed (the claim time
+-- minus available_at, in seconds, on the database's clock), so a worker can measure
+-- enqueue-to-start without trusting its own clock against the server's. The three
+-- functions are dropped and made again (a new result column), in this transaction:
+-- no moment without claim. Clients that name the columns they read are unaffected.
 
 BEGIN;
 
 DROP FUNCTION IF EXISTS pgfence._queued_queues();  -- (gone since @v0.4.0)
+DROP FUNCTION IF EXISTS pgfence.claimed(text, uuid[], interval);
+DROP FUNCTION IF EXISTS pgfence.claim_results(text, uuid[], interval);
+DROP FUNCTION IF EXISTS pgfence.claim(text, text[], interval, integer, uuid);
 
 -- The attempt token of a claim made with a request_id: a digest of the request id,
 -- the claim time (to the microsecond), the job and its attempt number, so claim_results()
@@ -260,7 +268,8 @@ CREATE OR REPLACE FUNCTION pgfence.claim(
     max_jobs   integer  DEFAULT 1,
     request_id uuid     DEFAULT NULL
 ) RETURNS TABLE(id bigint, queue text, kind text, payload jsonb, attempts integer,
-                max_attempts integer, attempt_token uuid, lease_expires_at timestamptz)
+                max_attempts integer, attempt_token uuid, lease_expires_at timestamptz,
+                waited_s double precision)
 LANGUAGE plpgsql
 -- Generic plans: every input row is looked up by primary key (LATERAL ... OFFSET 0),
 -- so the plan never depends on the values, and replanning on every call (the
@@ -376,7 +385,8 @@ BEGIN
         RETURNING j.id, j.queue, j.kind, j.payload, j.attempts, j.max_attempts, j.attempt_token,
                   j.lease_expires_at, j.priority, j.available_at
     )
-    SELECT c.id, c.queue, c.kind, c.payload, c.attempts, c.max_attempts, c.attempt_token, c.lease_expires_at
+    SELECT c.id, c.queue, c.kind, c.payload, c.attempts, c.max_attempts, c.attempt_token, c.lease_expires_at,
+           greatest(0, extract(epoch FROM v_now - c.available_at))::double precision
       FROM claimed c
      ORDER BY c.priority DESC, c.available_at, c.id;
 END $$;
@@ -387,7 +397,8 @@ priority DESC, available_at, id order, each with a fresh attempt_token and a lea
 clock_timestamp(), capped at the job's run timeout (its deadline: reserved_at + timeout). Reclaims a batch of expired leases first (same rule as the sweep). Never hands one job to
 two callers, and locks only the jobs it returns. Takes nothing from a paused queue (pause_queue) and never more
 than a capped queue's free slots (set_queue_limit; a capped queue's jobs come after the others' in a claim over
-several queues). request_id (optional, fresh per call):
+several queues). Each row's waited_s: seconds the job had been runnable when claimed (claim time - available_at,
+the database's clock). request_id (optional, fresh per call):
 pgfence.claim_results(worker_id, ARRAY[request_id]) finds what this call took if its reply is lost. Needs READ
 COMMITTED (PF004 otherwise). Errors: 22004, 22023.$$;
 
@@ -405,7 +416,8 @@ CREATE OR REPLACE FUNCTION pgfence.claim_results(
     request_ids uuid[],
     lease       interval DEFAULT '30 seconds'
 ) RETURNS TABLE(id bigint, queue text, kind text, payload jsonb, attempts integer,
-                max_attempts integer, attempt_token uuid, lease_expires_at timestamptz)
+                max_attempts integer, attempt_token uuid, lease_expires_at timestamptz,
+                waited_s double precision)
 LANGUAGE plpgsql
 -- Through jobs_reclaim_idx (the processing jobs), never by reading the table.
 SET enable_seqscan = off
@@ -451,9 +463,10 @@ BEGIN
           FROM held h
          WHERE j.id = h.id
         RETURNING j.id, j.queue, j.kind, j.payload, j.attempts, j.max_attempts, j.attempt_token,
-                  j.lease_expires_at, j.priority, j.available_at
+                  j.lease_expires_at, j.priority, j.available_at, j.reserved_at
     )
-    SELECT r.id, r.queue, r.kind, r.payload, r.attempts, r.max_attempts, r.attempt_token, r.lease_expires_at
+    SELECT r.id, r.queue, r.kind, r.payload, r.attempts, r.max_attempts, r.attempt_token, r.lease_expires_at,
+           greatest(0, extract(epoch FROM r.reserved_at - r.available_at))::double precision
       FROM renewed r
      ORDER BY r.priority DESC, r.available_at, r.id;
 END $$;
@@ -461,7 +474,7 @@ END $$;
 COMMENT ON FUNCTION pgfence.claim_results(text, uuid[], interval) IS
 $$The jobs that claim calls made with these request_ids (1..1000) took and still hold for worker_id (status
 processing, same attempt, run timeout not passed), in claim order, as claim returned them, each lease renewed
-to clock_timestamp() + lease (like a heartbeat, never past the run timeout): for a caller whose claim reply was lost. Waits (up to 10 s, then 55P03) for such a
+to clock_timestamp() + lease (like a heartbeat, never past the run timeout), waited_s as that claim saw it: for a caller whose claim reply was lost. Waits (up to 10 s, then 55P03) for such a
 claim that is still running. Needs READ COMMITTED. Errors: 22004, 22023, PF004, 55P03.$$;
 
 -- The old name of claim_results, kept so that callers of schema_version 3 keep working.
@@ -470,7 +483,8 @@ CREATE OR REPLACE FUNCTION pgfence.claimed(
     request_ids uuid[],
     lease       interval DEFAULT '30 seconds'
 ) RETURNS TABLE(id bigint, queue text, kind text, payload jsonb, attempts integer,
-                max_attempts integer, attempt_token uuid, lease_expires_at timestamptz)
+                max_attempts integer, attempt_token uuid, lease_expires_at timestamptz,
+                waited_s double precision)
 LANGUAGE sql AS $$
     SELECT * FROM pgfence.claim_results(worker_id, request_ids, lease)
 $$;

@@ -32,8 +32,11 @@ SELECT 1 / (prosrc LIKE '%pgfence.secret_key%')::int
 SELECT 1 / (prosrc LIKE '%pgfence._claim_controlled(%')::int
   FROM pg_proc WHERE oid = 'pgfence.claim(text, text[], interval, integer, uuid)'::regprocedure;
 
--- (the rework after @v0.7.0: the lease capped at the run timeout)
-SELECT 1 / (prosrc LIKE '%least(v_now + lease, v_now + j.timeout)%')::int
+-- (the rework after @v0.7.0: the lease capped at the run timeout; waited_s in the rows)
+SELECT 1 / (prosrc LIKE '%least(v_now + lease, v_now + j.timeout)%' AND 'waited_s' = ANY (proargnames))::int
   FROM pg_proc WHERE oid = 'pgfence.claim(text, text[], interval, integer, uuid)'::regprocedure;
+SELECT 1 / ('waited_s' = ANY (proargnames))::int
+  FROM pg_proc WHERE oid IN ('pgfence.claim_results(text, uuid[], interval)'::regprocedure,
+                             'pgfence.claimed(text, uuid[], interval)'::regprocedure);
 
 ROLLBACK;
