@@ -72,7 +72,8 @@ def test_claim_moves_job_to_processing_with_token_and_lease_from_clock(conn: Con
     assert r["updated_at"] == r["reserved_at"]
     assert c == {"id": job_id, "queue": queue, "kind": "k", "payload": {"n": 1}, "attempts": 1,
                  "max_attempts": 5, "attempt_token": r["attempt_token"],
-                 "lease_expires_at": r["lease_expires_at"]}
+                 "lease_expires_at": r["lease_expires_at"],
+                 "waited_s": (r["reserved_at"] - r["available_at"]).total_seconds()}
 
 
 def test_every_claim_issues_a_fresh_token_and_counts_the_attempt(conn: Conn, queue: str) -> None:
