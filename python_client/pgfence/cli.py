@@ -450,17 +450,21 @@ def cmd_worker(args: argparse.Namespace) -> int:
         except (psycopg.OperationalError, PoolTimeout) as exc:
             raise _connect_error(exc) from exc
         try:
-            worker = Worker(client, handlers, queues=args.queues, concurrency=args.concurrency,
-                            prefetch=args.prefetch, lease=timedelta(seconds=args.lease),
-                            poll_interval=args.poll_interval, shutdown_grace=args.shutdown_grace,
-                            run_sweeper=args.sweep, worker_id=args.worker_id, metrics_port=args.metrics_port,
-                            metrics_bind=args.metrics_bind)
+            worker = Worker(client, handlers, **_worker_options(args))
             worker.run()
         finally:
             client.close()
     except MetricsError as exc:  # (prometheus_client missing, or the port in use: nothing was claimed)
         raise CliError(exc.message, hint=exc.hint) from exc
     return 0
+
+
+def _worker_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The options of ``pgfence worker`` as Worker's and AsyncWorker's keywords (the same for both)."""
+    return {"queues": args.queues, "concurrency": args.concurrency, "prefetch": args.prefetch,
+            "lease": timedelta(seconds=args.lease), "poll_interval": args.poll_interval,
+            "shutdown_grace": args.shutdown_grace, "run_sweeper": args.sweep, "worker_id": args.worker_id,
+            "metrics_port": args.metrics_port, "metrics_bind": args.metrics_bind}
 
 
 async def _async_worker(args: argparse.Namespace, handlers: dict[str, Any]) -> None:
@@ -473,11 +477,7 @@ async def _async_worker(args: argparse.Namespace, handlers: dict[str, Any]) -> N
     except (psycopg.OperationalError, PoolTimeout) as exc:
         raise _connect_error(exc) from exc
     try:
-        worker = AsyncWorker(client, handlers, queues=args.queues, concurrency=args.concurrency,
-                             prefetch=args.prefetch, lease=timedelta(seconds=args.lease),
-                             poll_interval=args.poll_interval, shutdown_grace=args.shutdown_grace,
-                             run_sweeper=args.sweep, worker_id=args.worker_id, metrics_port=args.metrics_port,
-                             metrics_bind=args.metrics_bind)
+        worker = AsyncWorker(client, handlers, **_worker_options(args))
         await worker.run()
     finally:
         await client.close()
