@@ -78,8 +78,8 @@ class Worker:
     * ``limits`` [what ``pgfence.limits()`` says, read at start]: the database's limits
       (claim size, batch size).
     * ``metrics_port`` [None: no metrics]: serve this worker's own Prometheus metrics
-      (handler duration and claim-to-start histograms by kind, attempts by kind and
-      outcome, attempts in flight; :mod:`pgfence.worker_metrics`) at
+      (handler duration, enqueue-to-start and claim-to-start histograms by kind, attempts
+      by kind and outcome, attempts in flight; :mod:`pgfence.worker_metrics`) at
       ``http://metrics_bind:metrics_port/metrics``, from :meth:`run`'s start (before it
       claims anything; :class:`~pgfence.worker_metrics.MetricsError` when the port is in
       use) until it returns. 0 picks a free port: ``metrics_address`` is ``(host, port)``
