@@ -1,15 +1,20 @@
 """Drain and latency of pgfence versions side by side, taking turns (make db first).
 
-    .venv/bin/python bench/ab_versions.py [--rounds 5] [--steps drain,latency,ceiling] NAME=TAG@COMMIT ... [head]
+    .venv/bin/python bench/ab_versions.py [--rounds 5] [--steps drain,latency,ceiling,single] NAME=TAG@COMMIT ... [head]
 
 Each NAME=TAG@COMMIT is a version: its SQL deployed `sqitch deploy --to @TAG` into a
 database of its own (ab_<NAME>, recreated), its Python client from COMMIT (a git
-worktree under a temporary directory, removed after); `head` is this checkout's plan
-and client. Every round runs, per version (the order rotates each round): a drain of
+worktree under a temporary directory, removed after); NAME=@COMMIT (no tag) deploys
+the whole plan of COMMIT (from its worktree: changes made after the last tag); `head`
+is this checkout's plan and client. Every round runs, per version (the order rotates each round): a drain of
 100,000 jobs (2 worker processes x 8, prefetch 500) and the latency step (idle
 workers, 100 jobs at 20/s), and with --steps ...,ceiling the database-only ceiling
 (pgbench, 2 clients looping over claim 500 + complete_many in SQL, 600,000 queued, 5 s;
-no worker process, so no client either). Jobs are enqueued with SQL (enqueue_many), the same for
+no worker process, so no client either), and with --steps ...,single 5,000 single
+enqueues, each committed (pf.single_enqueue: this checkout's Client, the version's
+SQL), and with --steps ...,enqueue_sql the server's time per single enqueue: 5,000
+`pgfence.enqueue` calls in one DO block, each committed, synchronous_commit off (no
+round trip, no client, no WAL flush: the steadiest of these numbers). Jobs are enqueued with SQL (enqueue_many), the same for
 every version; each version's workers run its own client (PYTHONPATH). Prints the
 medians with min-max and every ratio to the first version, round by round. Example
 (the security and structure issues):
@@ -52,20 +57,39 @@ def sql_batch_enqueue(dsn: str, queue: str, n: int, batch: int = 1000, kind: str
         return time.perf_counter() - t0, ids
 
 
+def enqueue_server_us(dsn: str, n: int) -> float:
+    """Server time per single enqueue, each in a transaction of its own (a DO block that
+    commits after every call; synchronous_commit off), in microseconds; the jobs are
+    deleted after."""
+    queue = f"ab-enqueue-sql-{os.getpid()}"
+    with connect(dsn) as c:
+        c.execute("SET synchronous_commit = off")
+        t0 = c.execute("SELECT clock_timestamp()").fetchone()
+        c.execute(f"DO $$ BEGIN FOR i IN 1..{int(n)} LOOP"
+                  f" PERFORM pgfence.enqueue('noop', jsonb_build_object('i', i), '{queue}'); COMMIT;"
+                  f" END LOOP; END $$")
+        t1 = c.execute("SELECT clock_timestamp()").fetchone()
+        c.execute("DELETE FROM pgfence.jobs WHERE queue = %s", (queue,))
+    assert t0 is not None and t1 is not None
+    return (t1[0] - t0[0]).total_seconds() / n * 1e6
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--jobs", type=int, default=100_000)
-    ap.add_argument("--steps", default="drain,latency", help="comma-separated: drain, latency, ceiling")
+    ap.add_argument("--steps", default="drain,latency",
+                    help="comma-separated: drain, latency, ceiling, single, enqueue_sql")
     ap.add_argument("versions", nargs="+", help="NAME=TAG@COMMIT, or head")
     a = ap.parse_args()
     steps = set(a.steps.split(","))
-    if not steps or steps - {"drain", "latency", "ceiling"}:
-        ap.error(f"--steps {a.steps!r}: expected drain, latency and/or ceiling")
+    if not steps or steps - {"drain", "latency", "ceiling", "single", "enqueue_sql"}:
+        ap.error(f"--steps {a.steps!r}: expected drain, latency, ceiling, single and/or enqueue_sql")
     pf.batch_enqueue = sql_batch_enqueue  # type: ignore[assignment]
     admin = dsn_for_db(default_dsn(), "postgres")
     tmp = Path(tempfile.mkdtemp(prefix="pgfence-ab-"))
     variants: dict[str, tuple[Optional[str], Path]] = {}
+    plans: dict[str, Path] = {}  # a version deployed from its own worktree (NAME=@COMMIT)
     worktrees: list[Path] = []
     try:
         for spec in a.versions:
@@ -74,20 +98,28 @@ def main() -> int:
                 continue
             name, _, rest = spec.partition("=")
             tag, _, commit = rest.partition("@")
-            if not (name and tag and commit):
-                ap.error(f"{spec!r}: expected NAME=TAG@COMMIT or head")
+            if not (name and commit):
+                ap.error(f"{spec!r}: expected NAME=TAG@COMMIT, NAME=@COMMIT or head")
             wt = tmp / name
             subprocess.run(["git", "-C", str(REPO), "worktree", "add", "-q", "--detach", str(wt), commit], check=True)
             worktrees.append(wt)
-            variants[name] = (f"@{tag}", wt / "python_client")
+            variants[name] = (f"@{tag}" if tag else None, wt / "python_client")
+            if not tag:
+                plans[name] = wt
         dsns = {}
         for name, (to, _) in variants.items():
             recreate_database(admin, f"ab_{name}")
             dsns[name] = dsn_for_db(admin, f"ab_{name}")
-            pf._deploy(dsns[name], to)
+            if name in plans:
+                deployed = pf.sqitch_run(dsns[name], "deploy", cwd=plans[name])
+                if deployed.returncode != 0:
+                    raise pf.BenchError(f"sqitch deploy of {name} failed:\n{deployed.stdout}{deployed.stderr}")
+            else:
+                pf._deploy(dsns[name], to)
         names = list(variants)
         keys = [k for k, step in (("drain", "drain"), ("p50", "latency"), ("p95", "latency"),
-                                  ("ceiling", "ceiling")) if step in steps]
+                                  ("ceiling", "ceiling"), ("single", "single"),
+                                  ("enqueue_us", "enqueue_sql")) if step in steps]
         res: dict[str, dict[str, list[float]]] = {n: {k: [] for k in keys} for n in names}
         for r in range(a.rounds):
             for name in names[r % len(names):] + names[:r % len(names)]:
@@ -109,6 +141,14 @@ def main() -> int:
                     ce = pf.sql_ceiling(dsns[name], 600_000, 2, 5)
                     res[name]["ceiling"].append(ce["rate"])
                     said.append(f"ceiling {ce['rate']:,.0f} jobs/s")
+                if "single" in steps:
+                    one = pf.single_enqueue(dsns[name], 5000)
+                    res[name]["single"].append(one["rate"])
+                    said.append(f"single enqueue {one['rate']:,.0f}/s")
+                if "enqueue_sql" in steps:
+                    us = enqueue_server_us(dsns[name], 5000)
+                    res[name]["enqueue_us"].append(us)
+                    said.append(f"enqueue {us:.1f} us in the server")
                 log(f"round {r} {name}: " + ", ".join(said))
         for name in names:
             for k, v in res[name].items():

@@ -804,14 +804,15 @@ def soak(dsn: str, seconds: float, depth: int, shape: WorkerShape, window: float
 
 
 # ---------------------------------------------------- claims over many queues --
-def sqitch_run(dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """sqitch <args> --target <dsn>, from the repository's top (its plan)."""
+def sqitch_run(dsn: str, *args: str, cwd: Optional[Path] = None) -> subprocess.CompletedProcess[str]:
+    """sqitch <args> --target <dsn>, from the repository's top (its plan), or from cwd
+    (another checkout's plan)."""
     env = dict(os.environ)
     env.setdefault("SQITCH_FULLNAME", "pgfence bench")
     env.setdefault("SQITCH_EMAIL", "pgfence-bench@localhost")
     env.pop("SQITCH_TARGET", None)
     target = "db:" + dsn if dsn.startswith("postgresql://") else dsn
-    return subprocess.run(["sqitch", *args, "--target", target], cwd=BENCH_DIR.parent, env=env,
+    return subprocess.run(["sqitch", *args, "--target", target], cwd=cwd or BENCH_DIR.parent, env=env,
                           capture_output=True, text=True, timeout=3600)
 
 

@@ -17,6 +17,7 @@ SELECT pg_temp.locked(ARRAY[
     'ADD CONSTRAINT attempts_outcome_valid CHECK ('
     'outcome IN (''done'', ''failed'', ''reclaimed'', ''released'', ''cancelled'')) NOT VALID',
     'ALTER TABLE pgfence.jobs DROP COLUMN timeout']);
+DROP DOMAIN pgfence.run_timeout;
 COMMENT ON COLUMN pgfence.attempts.outcome IS
   'done | failed (error kept; the job retried or was dead-lettered) | reclaimed (lease expired) | released (given back) | cancelled';
 

@@ -15,5 +15,6 @@ DELETE FROM pgfence.held_keys k WHERE k.held_until <= clock_timestamp();
 SELECT pg_temp.locked(ARRAY[
     'ALTER TABLE pgfence.held_keys DROP COLUMN held_until',
     'ALTER TABLE pgfence.jobs DROP COLUMN unique_for']);
+DROP DOMAIN pgfence.unique_for_period;
 
 COMMIT;
