@@ -14,7 +14,8 @@ no worker process, so no client either), and with --steps ...,single 5,000 singl
 enqueues, each committed (pf.single_enqueue: this checkout's Client, the version's
 SQL), and with --steps ...,enqueue_sql the server's time per single enqueue: 5,000
 `pgfence.enqueue` calls in one DO block, each committed, synchronous_commit off (no
-round trip, no client, no WAL flush: the steadiest of these numbers). Jobs are enqueued with SQL (enqueue_many), the same for
+round trip, no client, no WAL flush: the steadiest of these numbers), and with
+claim_sql the same for 5,000 one-job claims (of 5,000 jobs queued for it). Jobs are enqueued with SQL (enqueue_many), the same for
 every version; each version's workers run its own client (PYTHONPATH). Prints the
 medians with min-max and every ratio to the first version, round by round. Example
 (the security and structure issues):
@@ -57,21 +58,34 @@ def sql_batch_enqueue(dsn: str, queue: str, n: int, batch: int = 1000, kind: str
         return time.perf_counter() - t0, ids
 
 
-def enqueue_server_us(dsn: str, n: int) -> float:
-    """Server time per single enqueue, each in a transaction of its own (a DO block that
-    commits after every call; synchronous_commit off), in microseconds; the jobs are
-    deleted after."""
-    queue = f"ab-enqueue-sql-{os.getpid()}"
+def _server_us(dsn: str, queue: str, n: int, call: str) -> float:
+    """Server time per call, in microseconds: `call` (a PERFORM; `i` counts 1..n) n times
+    in a DO block that commits after each (synchronous_commit off); then the queue's jobs
+    are deleted."""
     with connect(dsn) as c:
         c.execute("SET synchronous_commit = off")
         t0 = c.execute("SELECT clock_timestamp()").fetchone()
-        c.execute(f"DO $$ BEGIN FOR i IN 1..{int(n)} LOOP"
-                  f" PERFORM pgfence.enqueue('noop', jsonb_build_object('i', i), '{queue}'); COMMIT;"
-                  f" END LOOP; END $$")
+        c.execute(f"DO $$ BEGIN FOR i IN 1..{int(n)} LOOP {call}; COMMIT; END LOOP; END $$")
         t1 = c.execute("SELECT clock_timestamp()").fetchone()
         c.execute("DELETE FROM pgfence.jobs WHERE queue = %s", (queue,))
     assert t0 is not None and t1 is not None
     return (t1[0] - t0[0]).total_seconds() / n * 1e6
+
+
+def enqueue_server_us(dsn: str, n: int) -> float:
+    """Server time per single enqueue, each in a transaction of its own."""
+    queue = f"ab-enqueue-sql-{os.getpid()}"
+    return _server_us(dsn, queue, n, f"PERFORM pgfence.enqueue('noop', jsonb_build_object('i', i), '{queue}')")
+
+
+def claim_server_us(dsn: str, n: int) -> float:
+    """Server time per one-job claim, each in a transaction of its own, from a queue of n
+    jobs (enqueued and vacuumed first)."""
+    queue = f"ab-claim-sql-{os.getpid()}"
+    sql_batch_enqueue(dsn, queue, n)
+    with connect(dsn) as c:
+        c.execute("VACUUM (ANALYZE) pgfence.jobs")
+    return _server_us(dsn, queue, n, f"PERFORM pgfence.claim('ab', ARRAY['{queue}'], '10 minutes', 1)")
 
 
 def main() -> int:
@@ -79,12 +93,12 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--jobs", type=int, default=100_000)
     ap.add_argument("--steps", default="drain,latency",
-                    help="comma-separated: drain, latency, ceiling, single, enqueue_sql")
+                    help="comma-separated: drain, latency, ceiling, single, enqueue_sql, claim_sql")
     ap.add_argument("versions", nargs="+", help="NAME=TAG@COMMIT, or head")
     a = ap.parse_args()
     steps = set(a.steps.split(","))
-    if not steps or steps - {"drain", "latency", "ceiling", "single", "enqueue_sql"}:
-        ap.error(f"--steps {a.steps!r}: expected drain, latency, ceiling, single and/or enqueue_sql")
+    if not steps or steps - {"drain", "latency", "ceiling", "single", "enqueue_sql", "claim_sql"}:
+        ap.error(f"--steps {a.steps!r}: expected drain, latency, ceiling, single, enqueue_sql and/or claim_sql")
     pf.batch_enqueue = sql_batch_enqueue  # type: ignore[assignment]
     admin = dsn_for_db(default_dsn(), "postgres")
     tmp = Path(tempfile.mkdtemp(prefix="pgfence-ab-"))
@@ -119,7 +133,7 @@ def main() -> int:
         names = list(variants)
         keys = [k for k, step in (("drain", "drain"), ("p50", "latency"), ("p95", "latency"),
                                   ("ceiling", "ceiling"), ("single", "single"),
-                                  ("enqueue_us", "enqueue_sql")) if step in steps]
+                                  ("enqueue_us", "enqueue_sql"), ("claim_us", "claim_sql")) if step in steps]
         res: dict[str, dict[str, list[float]]] = {n: {k: [] for k in keys} for n in names}
         for r in range(a.rounds):
             for name in names[r % len(names):] + names[:r % len(names)]:
@@ -149,6 +163,10 @@ def main() -> int:
                     us = enqueue_server_us(dsns[name], 5000)
                     res[name]["enqueue_us"].append(us)
                     said.append(f"enqueue {us:.1f} us in the server")
+                if "claim_sql" in steps:
+                    us = claim_server_us(dsns[name], 5000)
+                    res[name]["claim_us"].append(us)
+                    said.append(f"claim {us:.1f} us in the server")
                 log(f"round {r} {name}: " + ", ".join(said))
         for name in names:
             for k, v in res[name].items():

@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from support.api import claim_job, complete, enqueue, reclaim_expired
+from support.api import claim, claim_job, complete, enqueue, reclaim_expired
 from support.db import assert_error, connect, expire_history, one, rows, sql_error
 
 Conn = psycopg.Connection[Any]
@@ -40,7 +40,17 @@ def stale_token(conn: Conn, queue: str) -> tuple[int, uuid.UUID, uuid.UUID]:
     # (A reclaim of every expired lease first: the claim's own recovery takes the oldest
     # max_jobs expired leases, which may be other tests' leftovers rather than this job.)
     reclaim_expired(conn)
-    return job_id, stale, claim_job(conn, queue, job_id, lease="1 hour")
+    # (The background sweeper may hold the row for an instant: a pass that found the
+    # expired lease in its snapshot locks the row, sees that our reclaim came first, and
+    # keeps the lock until its transaction ends, so the claim, SKIP LOCKED, skips the
+    # job. It failed so in a full run: try again for up to 2 s.)
+    for _ in range(100):
+        got = claim(conn, [queue], "worker-A", lease="1 hour", max_jobs=1)
+        if got:
+            assert got[0]["id"] == job_id, f"claimed {got[0]['id']}, expected {job_id}"
+            return job_id, stale, got[0]["attempt_token"]
+        conn.execute("SELECT pg_sleep(0.02)")
+    raise AssertionError(f"job {job_id} never became claimable again after its reclaim")
 
 
 def test_report_rejection_refuses_a_token_never_issued_and_records_nothing(conn: Conn, queue: str) -> None:

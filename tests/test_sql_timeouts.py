@@ -294,26 +294,6 @@ def test_the_timeout_bounds_are_inclusive(conn: Conn, queue: str) -> None:
     assert (_timeout_of(conn, lo), _timeout_of(conn, hi)) == (dt.timedelta(milliseconds=1), dt.timedelta(days=30))
 
 
-@pytest.mark.parametrize("column, value", [
-    ("timeout", "0"), ("timeout", "-1 second"), ("timeout", "30 days 00:00:00.001"), ("timeout", "1 day"),
-    ("timeout", "1 mon"), ("timeout", "1 mon -30 days 1 hour"),
-    ("unique_for", "-1 second"), ("unique_for", "36525 days 00:00:01"), ("unique_for", "1 day"),
-    ("unique_for", "1 mon -30 days"),
-])
-def test_the_table_itself_refuses_a_bad_length_of_time(conn: Conn, queue: str, column: str, value: str) -> None:
-    """The rules on timeout and unique_for are their domains' (pgfence.run_timeout,
-    pgfence.unique_for_period), which a write that bypasses enqueue meets too: 23514,
-    and the row keeps what it had. Lengths of time at the bounds go in."""
-    job_id = enqueue(conn, queue, timeout="1 minute", idempotency_key="k", unique_for="1 hour")
-    before = rows(conn, "SELECT timeout, unique_for FROM pgfence.jobs WHERE id = %s", (job_id,))
-    err = sql_error(conn, f"UPDATE pgfence.jobs SET {column} = %s::interval WHERE id = %s", (value, job_id))
-    assert_error(err, "23514", "pgfence.run_timeout" if column == "timeout" else "pgfence.unique_for_period",
-                 hint=False)  # (a write around the API: the backstop names its domain)
-    assert rows(conn, "SELECT timeout, unique_for FROM pgfence.jobs WHERE id = %s", (job_id,)) == before
-    for ok in (("1 millisecond", "0"), ("720:00:00", "876600:00:00")):
-        conn.execute("UPDATE pgfence.jobs SET timeout = %s::interval, unique_for = %s::interval WHERE id = %s",
-                     (*ok, job_id))
-
 def test_a_complete_begun_before_the_deadline_wins_over_the_reclaim(dsn: str, conn: Conn, queue: str) -> None:
     """complete decides by the time it began: one that took the row before the deadline and
     commits after it wins; the reclaim meanwhile passes over the locked row (SKIP LOCKED)."""

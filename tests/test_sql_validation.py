@@ -368,3 +368,58 @@ def test_names_that_merely_start_or_end_with_letters_are_accepted(conn: Conn, qu
     got = rows(conn, "SELECT * FROM pgfence.claim('vm:123:fv', ARRAY[%s])", (q,))
     assert [g["id"] for g in got] == [jid]
     conn.execute("DELETE FROM pgfence.jobs WHERE id = %s", (jid,))
+
+
+# ------------------------------------------------- the table's own rules --
+# A write that goes around the API (only pgfence_owner and superusers can) still meets
+# every rule of pgfence.jobs: the one-column rules are the columns' domains
+# (tables/job_domains, tables/job_timeouts, tables/job_unique_for), the rest CHECKs.
+@pytest.mark.parametrize("column, value, domain", [
+    ("status", "'running'", "job_status"), ("status", "''", "job_status"),
+    ("recovery_policy", "'maybe'", "recovery_policy"),
+    ("queue", "''", "job_name"), ("queue", f"'{NAME_129}'", "job_name"),
+    ("kind", "''", "job_name"), ("kind", f"'{NAME_129}'", "job_name"),
+    ("idempotency_key", "''", "idempotency_key"), ("idempotency_key", "repeat('k', 256)", "idempotency_key"),
+    ("payload", "'[1]'::jsonb", "job_payload"), ("payload", "to_jsonb('x'::text)", "job_payload"),
+    ("payload", "'null'::jsonb", "job_payload"),
+    ("attempts", "-1", "job_count"), ("reclaim_count", "-1", "job_count"),
+    ("max_attempts", "0", "max_attempts"), ("max_attempts", "-5", "max_attempts"),
+    ("timeout", "'0'::interval", "run_timeout"), ("timeout", "'-1 second'::interval", "run_timeout"),
+    ("timeout", "'30 days 00:00:00.001'::interval", "run_timeout"), ("timeout", "'1 day'::interval", "run_timeout"),
+    ("timeout", "'1 mon'::interval", "run_timeout"), ("timeout", "'1 mon -30 days 1 hour'::interval", "run_timeout"),
+    ("unique_for", "'-1 second'::interval", "unique_for_period"),
+    ("unique_for", "'36525 days 00:00:01'::interval", "unique_for_period"),
+    ("unique_for", "'1 day'::interval", "unique_for_period"),
+    ("unique_for", "'1 mon -30 days'::interval", "unique_for_period"),
+])
+def test_the_table_itself_refuses_a_bad_value(conn: Conn, world: World, column: str, value: str,
+                                              domain: str) -> None:
+    """23514 naming the column's domain, and the queue's rows as they were."""
+    before = queue_jobs(conn, world.queue)
+    err = sql_error(conn, f"UPDATE pgfence.jobs SET {column} = {value} WHERE id = %s", (world.queued_id,))
+    assert_error(err, "23514", f"pgfence.{domain}", hint=False)  # (around the API: no hint to give)
+    assert queue_jobs(conn, world.queue) == before
+
+
+def test_values_at_the_bounds_go_in(conn: Conn, world: World) -> None:
+    """The domains' bounds are inclusive, as the checks of enqueue are."""
+    conn.execute("UPDATE pgfence.jobs SET queue = %s, kind = %s, idempotency_key = repeat('k', 255),"
+                 " payload = '{}', attempts = 0, reclaim_count = 0, max_attempts = 1, recovery_policy = 'manual',"
+                 " timeout = '720:00:00', unique_for = '876600:00:00' WHERE id = %s",
+                 ("q" * 128, "k" * 128, world.queued_id))
+    conn.execute("UPDATE pgfence.jobs SET timeout = '1 millisecond', unique_for = '0' WHERE id = %s",
+                 (world.queued_id,))
+    assert one(conn, "SELECT char_length(queue) + char_length(kind) FROM pgfence.jobs WHERE id = %s",
+               (world.queued_id,)) == 256
+
+
+def test_the_rules_that_read_several_columns_stay_checks(conn: Conn, world: World) -> None:
+    """A queued row with a lease, a processing row without its token: 23514 from the
+    table's CHECKs."""
+    before = queue_jobs(conn, world.queue)
+    for q in ("UPDATE pgfence.jobs SET lease_expires_at = now() WHERE id = %s",
+              "UPDATE pgfence.jobs SET attempt_token = NULL WHERE id = %s"):
+        job_id = world.queued_id if "lease_expires_at" in q else world.processing_id
+        err = sql_error(conn, q, (job_id,))
+        assert_error(err, "23514", '"jobs"', hint=False)  # (new row for relation "jobs" violates ...)
+    assert queue_jobs(conn, world.queue) == before

@@ -139,7 +139,7 @@ BEGIN
                CASE WHEN u.timed_out THEN 'timed_out' WHEN reclaimed THEN 'reclaimed' ELSE 'released' END, u.why
           FROM upd u
     )
-    SELECT u.id, u.status, u.reclaim_count, u.ord FROM upd u;
+    SELECT u.id, u.status::text, u.reclaim_count::integer, u.ord FROM upd u;  -- (the columns' domains: RETURN QUERY wants the declared types)
 END $$;
 COMMENT ON FUNCTION pgfence._recover(bigint[], uuid[], text, boolean) IS
   'Private: end the given (job, token) attempts by the reclaim rule, recording them (reclaimed, timed_out at the run timeout, or released); fenced by the token. ord = input position.';

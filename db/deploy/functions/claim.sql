@@ -385,7 +385,10 @@ BEGIN
         RETURNING j.id, j.queue, j.kind, j.payload, j.attempts, j.max_attempts, j.attempt_token,
                   j.lease_expires_at, j.priority, j.available_at
     )
-    SELECT c.id, c.queue, c.kind, c.payload, c.attempts, c.max_attempts, c.attempt_token, c.lease_expires_at,
+    -- (::text and the rest: RETURN QUERY wants the declared types exactly, and the
+    -- columns are domains over them, tables/job_domains)
+    SELECT c.id, c.queue::text, c.kind::text, c.payload::jsonb, c.attempts::integer, c.max_attempts::integer,
+           c.attempt_token, c.lease_expires_at,
            greatest(0, extract(epoch FROM v_now - c.available_at))::double precision
       FROM claimed c
      ORDER BY c.priority DESC, c.available_at, c.id;
@@ -465,7 +468,8 @@ BEGIN
         RETURNING j.id, j.queue, j.kind, j.payload, j.attempts, j.max_attempts, j.attempt_token,
                   j.lease_expires_at, j.priority, j.available_at, j.reserved_at
     )
-    SELECT r.id, r.queue, r.kind, r.payload, r.attempts, r.max_attempts, r.attempt_token, r.lease_expires_at,
+    SELECT r.id, r.queue::text, r.kind::text, r.payload::jsonb, r.attempts::integer, r.max_attempts::integer,
+           r.attempt_token, r.lease_expires_at,
            greatest(0, extract(epoch FROM r.reserved_at - r.available_at))::double precision
       FROM renewed r
      ORDER BY r.priority DESC, r.available_at, r.id;
