@@ -7,13 +7,20 @@
 
 CREATE TABLE pg_temp.kept_views (name text PRIMARY KEY, def text, options text[], note text, owner name, acl aclitem[]);
 
+-- Column grants and column comments are not kept: keep_view refuses a view that has
+-- any, rather than lose them.
 CREATE FUNCTION pg_temp.keep_view(name text) RETURNS void
-LANGUAGE sql AS $f$
+LANGUAGE plpgsql AS $f$
+BEGIN
+    IF EXISTS (SELECT FROM pg_attribute a WHERE a.attrelid = name::regclass AND a.attnum > 0
+                  AND (a.attacl IS NOT NULL OR col_description(a.attrelid, a.attnum) IS NOT NULL)) THEN
+        RAISE EXCEPTION 'view % has column grants or column comments, which keep_view does not keep', name;
+    END IF;
     INSERT INTO pg_temp.kept_views
     SELECT name, pg_get_viewdef(c.oid), c.reloptions, obj_description(c.oid, 'pg_class'),
            (SELECT r.rolname FROM pg_roles r WHERE r.oid = c.relowner), c.relacl
-      FROM pg_class c WHERE c.oid = name::regclass AND c.relkind = 'v'
-$f$;
+      FROM pg_class c WHERE c.oid = name::regclass AND c.relkind = 'v';
+END $f$;
 
 CREATE FUNCTION pg_temp.restore_view(name text) RETURNS void
 LANGUAGE plpgsql AS $f$
@@ -31,7 +38,7 @@ BEGIN
     FOR g IN SELECT a.grantee, a.privilege_type, a.is_grantable FROM aclexplode(v.acl) a
               WHERE a.grantee <> (SELECT r.oid FROM pg_roles r WHERE r.rolname = v.owner) LOOP
         EXECUTE format('GRANT %s ON TABLE %s TO %s%s', g.privilege_type, v.name,
-                       CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(g.grantee::regrole::text) END,
+                       CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE g.grantee::regrole::text END,  -- (quoted as needed)
                        CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
     END LOOP;
 END $f$;
