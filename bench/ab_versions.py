@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -88,6 +88,14 @@ def claim_server_us(dsn: str, n: int) -> float:
     return _server_us(dsn, queue, n, f"PERFORM pgfence.claim('ab', ARRAY['{queue}'], '10 minutes', 1)")
 
 
+# The steps that measure one number per round: (step, result key, measure(dsn), how it is said).
+ONE_NUMBER_STEPS: tuple[tuple[str, str, Callable[[str], float], str], ...] = (
+    ("single", "single", lambda dsn: pf.single_enqueue(dsn, 5000)["rate"], "single enqueue {:,.0f}/s"),
+    ("enqueue_sql", "enqueue_us", lambda dsn: enqueue_server_us(dsn, 5000), "enqueue {:.1f} us in the server"),
+    ("claim_sql", "claim_us", lambda dsn: claim_server_us(dsn, 5000), "claim {:.1f} us in the server"),
+)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5)
@@ -97,7 +105,7 @@ def main() -> int:
     ap.add_argument("versions", nargs="+", help="NAME=TAG@COMMIT, or head")
     a = ap.parse_args()
     steps = set(a.steps.split(","))
-    if not steps or steps - {"drain", "latency", "ceiling", "single", "enqueue_sql", "claim_sql"}:
+    if not steps or steps - {"drain", "latency", "ceiling", *(s for s, _, _, _ in ONE_NUMBER_STEPS)}:
         ap.error(f"--steps {a.steps!r}: expected drain, latency, ceiling, single, enqueue_sql and/or claim_sql")
     pf.batch_enqueue = sql_batch_enqueue  # type: ignore[assignment]
     admin = dsn_for_db(default_dsn(), "postgres")
@@ -124,16 +132,11 @@ def main() -> int:
         for name, (to, _) in variants.items():
             recreate_database(admin, f"ab_{name}")
             dsns[name] = dsn_for_db(admin, f"ab_{name}")
-            if name in plans:
-                deployed = pf.sqitch_run(dsns[name], "deploy", cwd=plans[name])
-                if deployed.returncode != 0:
-                    raise pf.BenchError(f"sqitch deploy of {name} failed:\n{deployed.stdout}{deployed.stderr}")
-            else:
-                pf._deploy(dsns[name], to)
+            pf._deploy(dsns[name], to, cwd=plans.get(name))
         names = list(variants)
         keys = [k for k, step in (("drain", "drain"), ("p50", "latency"), ("p95", "latency"),
-                                  ("ceiling", "ceiling"), ("single", "single"),
-                                  ("enqueue_us", "enqueue_sql"), ("claim_us", "claim_sql")) if step in steps]
+                                  ("ceiling", "ceiling"),
+                                  *((k, s) for s, k, _, _ in ONE_NUMBER_STEPS)) if step in steps]
         res: dict[str, dict[str, list[float]]] = {n: {k: [] for k in keys} for n in names}
         for r in range(a.rounds):
             for name in names[r % len(names):] + names[:r % len(names)]:
@@ -155,18 +158,11 @@ def main() -> int:
                     ce = pf.sql_ceiling(dsns[name], 600_000, 2, 5)
                     res[name]["ceiling"].append(ce["rate"])
                     said.append(f"ceiling {ce['rate']:,.0f} jobs/s")
-                if "single" in steps:
-                    one = pf.single_enqueue(dsns[name], 5000)
-                    res[name]["single"].append(one["rate"])
-                    said.append(f"single enqueue {one['rate']:,.0f}/s")
-                if "enqueue_sql" in steps:
-                    us = enqueue_server_us(dsns[name], 5000)
-                    res[name]["enqueue_us"].append(us)
-                    said.append(f"enqueue {us:.1f} us in the server")
-                if "claim_sql" in steps:
-                    us = claim_server_us(dsns[name], 5000)
-                    res[name]["claim_us"].append(us)
-                    said.append(f"claim {us:.1f} us in the server")
+                for step, key, measure, say in ONE_NUMBER_STEPS:
+                    if step in steps:
+                        value = measure(dsns[name])
+                        res[name][key].append(value)
+                        said.append(say.format(value))
                 log(f"round {r} {name}: " + ", ".join(said))
         for name in names:
             for k, v in res[name].items():

@@ -816,9 +816,10 @@ def sqitch_run(dsn: str, *args: str, cwd: Optional[Path] = None) -> subprocess.C
                           capture_output=True, text=True, timeout=3600)
 
 
-def _deploy(dsn: str, to: Optional[str] = None) -> None:
-    """sqitch deploy (up to a tag) into a scratch database of the bench's own."""
-    r = sqitch_run(dsn, "deploy", *(["--to", to] if to else []))
+def _deploy(dsn: str, to: Optional[str] = None, cwd: Optional[Path] = None) -> None:
+    """sqitch deploy (up to a tag) into a scratch database of the bench's own, from this
+    checkout's plan or from cwd's."""
+    r = sqitch_run(dsn, "deploy", *(["--to", to] if to else []), cwd=cwd)
     if r.returncode != 0:
         raise BenchError(f"sqitch deploy{' --to ' + to if to else ''} failed:\n{r.stdout}{r.stderr}")
 

@@ -18,6 +18,7 @@ import pytest
 
 from support.api import claim, claim_job, complete, enqueue, reclaim_expired
 from support.db import assert_error, connect, expire_history, one, rows, sql_error
+from support.workers import wait_for
 
 Conn = psycopg.Connection[Any]
 
@@ -44,13 +45,10 @@ def stale_token(conn: Conn, queue: str) -> tuple[int, uuid.UUID, uuid.UUID]:
     # expired lease in its snapshot locks the row, sees that our reclaim came first, and
     # keeps the lock until its transaction ends, so the claim, SKIP LOCKED, skips the
     # job. It failed so in a full run: try again for up to 2 s.)
-    for _ in range(100):
-        got = claim(conn, [queue], "worker-A", lease="1 hour", max_jobs=1)
-        if got:
-            assert got[0]["id"] == job_id, f"claimed {got[0]['id']}, expected {job_id}"
-            return job_id, stale, got[0]["attempt_token"]
-        conn.execute("SELECT pg_sleep(0.02)")
-    raise AssertionError(f"job {job_id} never became claimable again after its reclaim")
+    [got] = wait_for(lambda: claim(conn, [queue], "worker-A", lease="1 hour", max_jobs=1), 2,
+                     f"job {job_id} to be claimable again after its reclaim")
+    assert got["id"] == job_id, f"claimed {got['id']}, expected {job_id}"
+    return job_id, stale, got["attempt_token"]
 
 
 def test_report_rejection_refuses_a_token_never_issued_and_records_nothing(conn: Conn, queue: str) -> None:

@@ -417,9 +417,8 @@ def test_the_rules_that_read_several_columns_stay_checks(conn: Conn, world: Worl
     """A queued row with a lease, a processing row without its token: 23514 from the
     table's CHECKs."""
     before = queue_jobs(conn, world.queue)
-    for q in ("UPDATE pgfence.jobs SET lease_expires_at = now() WHERE id = %s",
-              "UPDATE pgfence.jobs SET attempt_token = NULL WHERE id = %s"):
-        job_id = world.queued_id if "lease_expires_at" in q else world.processing_id
+    for q, job_id in (("UPDATE pgfence.jobs SET lease_expires_at = now() WHERE id = %s", world.queued_id),
+                      ("UPDATE pgfence.jobs SET attempt_token = NULL WHERE id = %s", world.processing_id)):
         err = sql_error(conn, q, (job_id,))
         assert_error(err, "23514", '"jobs"', hint=False)  # (new row for relation "jobs" violates ...)
     assert queue_jobs(conn, world.queue) == before
