@@ -269,6 +269,17 @@ ensure_db() {
   fi
 }
 
+# pg_cron's scheduler (a background worker) is connected to $DB. It may take a second
+# to come back after a failed start, so this waits up to 5 s.
+cron_scheduler_running() {
+  local deadline=$(( SECONDS + 5 ))
+  while :; do
+    [[ "$(psql_q postgres "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_cron launcher'" 2>/dev/null)" == "1" ]] && return 0
+    (( SECONDS >= deadline )) && return 1
+    sleep 0.5
+  done
+}
+
 # Something (another checkout's cluster, a system PostgreSQL, any program) already
 # accepts connections on 127.0.0.1:$PORT.
 port_taken() { (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; }
@@ -302,6 +313,15 @@ cmd_start() {
   flock -w 120 9 || die "could not lock $LOCK_FILE"
   if is_running; then
     ensure_db
+    if have_pg_cron && ! cron_scheduler_running; then
+      # pg_cron's scheduler exits for good when its database is dropped (DROP DATABASE
+      # ... WITH (FORCE) ends it cleanly, and a clean exit is never restarted): no
+      # sweeper pass, no schedule fires until the server starts again.
+      warn "pg_cron's scheduler is not running (was database $DB dropped and made again?); restarting the cluster to start it"
+      as_pg "$BINDIR/pg_ctl" restart -D "$PGDATA" -l "$LOGFILE" -m fast -w -t "$START_TIMEOUT" -s
+      wait_ready
+      cron_scheduler_running || warn "pg_cron's scheduler did not start: see $LOGFILE"
+    fi
     log "running: $(dsn) (data dir $PGDATA)"
     return 0
   fi
