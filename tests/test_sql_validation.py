@@ -10,6 +10,8 @@ from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from support.api import claim_job, enqueue
 from support.db import assert_error, one, queue_jobs, rows, sql_error
@@ -373,7 +375,8 @@ def test_names_that_merely_start_or_end_with_letters_are_accepted(conn: Conn, qu
 # ------------------------------------------------- the table's own rules --
 # A write that goes around the API (only pgfence_owner and superusers can) still meets
 # every rule of pgfence.jobs: the one-column rules are the columns' domains
-# (tables/job_domains, tables/job_timeouts, tables/job_unique_for), the rest CHECKs.
+# (tables/job_domains, tables/job_timeouts, tables/job_unique_for), the rest one CHECK
+# calling pgfence._job_row_rules (tables/job_row_rules).
 @pytest.mark.parametrize("column, value, domain", [
     ("status", "'running'", "job_status"), ("status", "''", "job_status"),
     ("recovery_policy", "'maybe'", "recovery_policy"),
@@ -413,12 +416,65 @@ def test_values_at_the_bounds_go_in(conn: Conn, world: World) -> None:
                (world.queued_id,)) == 256
 
 
-def test_the_rules_that_read_several_columns_stay_checks(conn: Conn, world: World) -> None:
-    """A queued row with a lease, a processing row without its token: 23514 from the
-    table's CHECKs."""
+@pytest.mark.parametrize("q, job, rule", [
+    ("UPDATE pgfence.jobs SET lease_expires_at = now() WHERE id = %s", "queued", "jobs_queued_has_no_lease"),
+    ("UPDATE pgfence.jobs SET attempt_token = NULL WHERE id = %s", "processing", "jobs_processing_has_lease"),
+    ("UPDATE pgfence.jobs SET attempts = 0 WHERE id = %s", "processing", "jobs_processing_has_lease"),
+    ("UPDATE pgfence.jobs SET status = 'manual_review' WHERE id = %s", "processing",
+     "jobs_lease_only_when_processing"),
+    ("UPDATE pgfence.jobs SET finished_at = now() WHERE id = %s", "queued", "jobs_finished_at_terminal"),
+    ("UPDATE pgfence.jobs SET timeout = '1 millisecond' WHERE id = %s", "processing", "jobs_lease_within_timeout"),
+])
+def test_the_rules_that_read_several_columns_name_the_rule_broken(conn: Conn, world: World, q: str, job: str,
+                                                                   rule: str) -> None:
+    """Each rule of the table's CHECK jobs_row_rules (pgfence._job_row_rules): 23514
+    naming the rule, and the queue's rows as they were."""
     before = queue_jobs(conn, world.queue)
-    for q, job_id in (("UPDATE pgfence.jobs SET lease_expires_at = now() WHERE id = %s", world.queued_id),
-                      ("UPDATE pgfence.jobs SET attempt_token = NULL WHERE id = %s", world.processing_id)):
-        err = sql_error(conn, q, (job_id,))
-        assert_error(err, "23514", '"jobs"', hint=False)  # (new row for relation "jobs" violates ...)
+    err = sql_error(conn, q, (world.queued_id if job == "queued" else world.processing_id,))
+    assert_error(err, "23514", f'violates check constraint "{rule}"', hint=False)
+    assert err.diag.constraint_name == rule and err.diag.table_name == "jobs"
     assert queue_jobs(conn, world.queue) == before
+
+
+# The five CHECKs that tables/job_row_rules replaced, as they were written: the reference
+# pgfence._job_row_rules must agree with on every row.
+OLD_ROW_CHECKS = {
+    "jobs_processing_has_lease": "status <> 'processing' OR (attempt_token IS NOT NULL AND lease_expires_at IS NOT NULL"
+                                 " AND reserved_by IS NOT NULL AND reserved_at IS NOT NULL AND attempts >= 1)",
+    "jobs_queued_has_no_lease": "status <> 'queued' OR (attempt_token IS NULL AND lease_expires_at IS NULL"
+                                " AND reserved_by IS NULL AND reserved_at IS NULL AND heartbeat_at IS NULL)",
+    "jobs_lease_only_when_processing": "(status = 'processing') = (lease_expires_at IS NOT NULL)",
+    "jobs_finished_at_terminal": "(status IN ('done', 'failed', 'cancelled')) = (finished_at IS NOT NULL)",
+    "jobs_lease_within_timeout": "timeout IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= reserved_at + timeout",
+}
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+maybe_time = st.one_of(st.none(), st.sampled_from([T0, T0 + dt.timedelta(seconds=1), T0 + dt.timedelta(seconds=30)]))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(status=st.sampled_from(["queued", "processing", "done", "failed", "manual_review", "cancelled"]),
+       attempts=st.integers(0, 2), token=st.booleans(), worker=st.booleans(), reserved_at=maybe_time,
+       heartbeat_at=maybe_time, lease=maybe_time, finished_at=maybe_time,
+       timeout=st.one_of(st.none(), st.sampled_from([dt.timedelta(milliseconds=1), dt.timedelta(seconds=30)])))
+def test_the_row_rules_agree_with_the_checks_they_replaced(conn: Conn, status: str, attempts: int, token: bool,
+                                                            worker: bool, reserved_at: Any, heartbeat_at: Any,
+                                                            lease: Any, finished_at: Any, timeout: Any) -> None:
+    """For any row: pgfence._job_row_rules passes it exactly when the five old CHECKs
+    did (a CHECK passes on NULL), and refuses it naming the first old CHECK it breaks."""
+    params = {"status": status, "attempts": attempts, "attempt_token": uuid.uuid4() if token else None,
+              "reserved_by": "w" if worker else None, "reserved_at": reserved_at, "heartbeat_at": heartbeat_at,
+              "lease_expires_at": lease, "finished_at": finished_at, "timeout": timeout}
+    values = ("(SELECT %(status)s::text AS status, %(attempts)s::int AS attempts, %(attempt_token)s::uuid AS attempt_token,"
+              " %(reserved_by)s::text AS reserved_by, %(reserved_at)s::timestamptz AS reserved_at,"
+              " %(heartbeat_at)s::timestamptz AS heartbeat_at, %(lease_expires_at)s::timestamptz AS lease_expires_at,"
+              " %(finished_at)s::timestamptz AS finished_at, %(timeout)s::interval AS timeout) r")
+    verdicts = one(conn, "SELECT ARRAY[" + ", ".join(f"({rule}) IS NOT FALSE" for rule in OLD_ROW_CHECKS.values())
+                   + "] FROM " + values, params)
+    broken = [name for name, ok in zip(OLD_ROW_CHECKS, verdicts) if not ok]
+    call = ("SELECT pgfence._job_row_rules(r.status, r.attempts, r.attempt_token, r.reserved_by, r.reserved_at,"
+            " r.heartbeat_at, r.lease_expires_at, r.finished_at, r.timeout) FROM " + values)
+    if not broken:
+        assert one(conn, call, params) is True
+    else:
+        err = sql_error(conn, call, params)
+        assert err.sqlstate == "23514" and err.diag.constraint_name == broken[0], (broken, err)
