@@ -52,6 +52,8 @@ export interface ClaimedJob {
   max_attempts: number;
   attempt_token: Uuid;
   lease_expires_at: Date;
+  /** Seconds the job had been runnable (since its available_at) when it was claimed, on the database's clock. */
+  waited_s: number;
 }
 /** A job as a worker's handler sees it. */
 export interface Job extends ClaimedJob {

@@ -114,7 +114,7 @@ const asInt = (v) => (v === null ? null : Number(v));
 
 // Column lists: id columns are cast to text, so ids arrive as exact decimal strings
 // whatever int8 parser the application installed in pg.
-const JOB_ROW = "id::text AS id, queue, kind, payload, attempts, max_attempts, attempt_token, lease_expires_at";
+const JOB_ROW = "id::text AS id, queue, kind, payload, attempts, max_attempts, attempt_token, lease_expires_at, waited_s";
 const OUTCOME = "id::text AS id, accepted, status, detail";
 const ACTED = "id::text AS id, acted, job_status, detail";
 const FILTER = ["status text", "queue text", "kind text", "error_contains text", "updated_after timestamptz",

@@ -46,6 +46,20 @@ test("enqueue, claim and complete: ids are strings, payloads and results JSON", 
   await client.complete(job.id, job.attempt_token, ["sent", 1]);
 });
 
+test("claim and claim_results say how long the job waited, on the database's clock (waited_s)", async () => {
+  const queue = queueName("waited");
+  const id = await client.enqueue("k", {}, { queue });
+  await client.query("UPDATE pgfence.jobs SET available_at = clock_timestamp() - interval '60 seconds' WHERE id = $1",
+    [id]);
+  const requestId = crypto.randomUUID();
+  const [job] = await client.claim("w", [queue], { request_id: requestId });
+  assert.equal(typeof job.waited_s, "number");
+  assert.ok(job.waited_s >= 60 && job.waited_s < 90, `waited_s ${job.waited_s}`);
+  const [again] = await client.claim_results("w", [requestId]);
+  assert.equal(again.waited_s, job.waited_s);
+  await client.release(job.id, job.attempt_token, { started: false });
+});
+
 test("a number is milliseconds, never seconds; a string is interval text", async () => {
   const queue = queueName("durations");
   await client.enqueue("k", {}, { queue });
