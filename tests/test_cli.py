@@ -110,6 +110,16 @@ def test_show_prints_every_field(dsn: str, client: Client, queue: str) -> None:
     assert lines[payload_at + 1:payload_at + 7] == [pad + '  "rows": [', pad + "    1,", pad + "    2",
                                                     pad + "  ],", pad + '  "title": "Q3"', pad + "}"]
     assert pad + '  "pages": 12' in lines
+    assert (values["timeout"], values["unique_for"]) == ("-", "-")  # (done: the history keeps neither)
+
+
+def test_show_prints_a_live_jobs_run_timeout_and_unique_for(dsn: str, client: Client, queue: str) -> None:
+    job_id = client.enqueue("report", queue=queue, timeout=timedelta(seconds=90), unique_for=timedelta(hours=2),
+                            idempotency_key="show-2")
+    out = ok(run_cli(dsn, "show", str(job_id)))
+    values = dict(line.split(None, 1) for line in out.partition("\n\nattempts:\n")[0].splitlines()
+                  if line and not line[0].isspace() and len(line.split(None, 1)) == 2)
+    assert (values["timeout"], values["unique_for"]) == ("0:01:30", "2:00:00")
 
 
 def test_stats_shows_the_queue_per_status_and_the_sweeper(dsn: str, client: Client, queue: str) -> None:

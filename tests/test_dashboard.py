@@ -63,6 +63,14 @@ def test_every_page_renders_for_an_operator(op_pool: Any, conn: Conn, q: str) ->
     assert f"#{job_id}" in c.get("/inbox").text
 
 
+def test_the_job_page_shows_a_live_jobs_run_timeout_and_unique_for(op_pool: Any, conn: Conn, q: str) -> None:
+    job_id = conn.execute("SELECT pgfence.enqueue('k', '{}', %s, timeout => '90 seconds', unique_for => '2 hours',"
+                          " idempotency_key => 'page')", (q,)).fetchone()[0]  # type: ignore[index]
+    html = client_for(op_pool).get(f"/jobs/{job_id}").text
+    assert "<tr><th>timeout</th><td>0:01:30</td></tr>" in html
+    assert "<tr><th>unique_for</th><td>2:00:00</td></tr>" in html
+
+
 def test_unauthenticated_requests_are_refused_on_a_non_loopback_bind(op_pool: Any) -> None:
     app = create_app(op_pool, Config(token=TOKEN, bind_host="0.0.0.0", allowed_hosts=["dash.example"]))
     c = TestClient(app, base_url="http://dash.example")

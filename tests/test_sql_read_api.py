@@ -6,6 +6,7 @@ tells the limits the functions enforce, each held against the behaviour at the l
 and one past it."""
 from __future__ import annotations
 
+import datetime as dt
 import secrets
 from collections.abc import Iterator
 from typing import Any
@@ -66,7 +67,7 @@ def test_job_and_its_history_read_back_what_the_tables_hold(conn: Conn, history:
     mine = history["mine"]
     [row] = conn.execute("SELECT * FROM pgfence.job(%s)", (mine,)).fetchall()
     table = conn.execute("SELECT * FROM pgfence.all_jobs WHERE id = %s", (mine,)).fetchone()
-    assert row == table
+    assert row == (*table, None, None)  # (a done job: its history row keeps no timeout nor unique_for)
     attempts = conn.execute("SELECT attempt, attempt_token, outcome, error FROM pgfence.attempts_of(%s)",
                             (mine,)).fetchall()
     assert attempts == [(1, history["tokens"][0], "failed", "boom"), (2, history["tokens"][1], "done", None)]
@@ -195,3 +196,19 @@ def test_a_bypassrls_producer_reads_through_the_functions_what_it_reads_in_the_t
         with connect_as(dsn, name) as c:
             assert _visible(c, history["mine"]) == (1, 2, 1, 1)
             assert _visible(c, history["theirs"]) == (1, 0, 0, 1)
+
+
+def test_job_returns_the_run_timeout_and_unique_for_of_a_job_in_the_table(conn: Conn, queue: str) -> None:
+    """job() gives a live job's timeout and unique_for (pgfence.jobs' columns), NULL where
+    it has none; the rest of its row is the table's."""
+    floor = id_floor(conn)
+    timed = conn.execute("SELECT pgfence.enqueue('k', '{}', %s, timeout => '5 seconds',"
+                         " unique_for => '1 hour', idempotency_key => 'tk')", (queue,)).fetchone()[0]
+    plain = conn.execute("SELECT pgfence.enqueue('k', '{}', %s)", (queue,)).fetchone()[0]
+    try:
+        for job_id, expected in ((timed, (dt.timedelta(seconds=5), dt.timedelta(hours=1))), (plain, (None, None))):
+            [row] = conn.execute("SELECT * FROM pgfence.job(%s)", (job_id,)).fetchall()
+            assert row[-2:] == expected
+            assert row[:-2] == conn.execute("SELECT * FROM pgfence.all_jobs WHERE id = %s", (job_id,)).fetchone()
+    finally:
+        delete_queues(conn, [queue], floor)

@@ -75,7 +75,7 @@ export interface Schedule { name: string; cron: string | null; every: IntervalVa
 export interface ScheduleOptions { cron?: string | null; kind?: string; payload?: Json | null; queue?: string; priority?: number; max_attempts?: number; recovery_policy?: "auto" | "manual"; time_zone?: string; catch_up?: "all" | "latest" | "none"; every?: Duration | null; replace?: boolean; slot_key?: string | null }
 export interface HistoryMaintenance { created: number; dropped: number; truncated: number; moved: number; deleted: number }
 export interface SweeperHealth { state: "running" | "paused" | "stopped" | "never_ran"; last_pass_at: Date | null; last_pass_age: unknown; paused_at: Date | null; paused_by: string | null; last_error: string | null; last_error_at: Date | null }
-export interface JobRecord { id: JobId; queue: string; kind: string; status: string; payload: any; result: any; attempts: number; max_attempts: number; [column: string]: any }
+export interface JobRecord { id: JobId; queue: string; kind: string; status: string; payload: any; result: any; attempts: number; max_attempts: number; timeout: IntervalValue | null; unique_for: IntervalValue | null; [column: string]: any }
 export interface AttemptRecord { attempt: number; attempt_token: Uuid; worker: string | null; claimed_at: Date; heartbeat_at: Date | null; lease_expires_at: Date | null; ended_at: Date | null; outcome: string; error: string | null }
 export interface RejectionRecord { attempt_token: Uuid; operation: string; caller: string; detail: string | null; rejected_at: Date }
 export interface WakeupTag { queue: string; tag: string }

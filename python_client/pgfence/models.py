@@ -204,6 +204,10 @@ class JobRecord:
     updated_at: datetime
     finished_at: Optional[datetime]
     enqueued_by: str
+    #: The run timeout of each attempt, and how long a done job holds its idempotency key
+    #: (None: none, or a done job, whose history row keeps neither).
+    timeout: Optional[timedelta] = None
+    unique_for: Optional[timedelta] = None
     #: Why ``payload`` or ``result`` could not be decoded here (that one is then ``None``):
     #: a row stored before the 64-level limit may nest deeper than Python decodes.
     decode_error: Optional[str] = None

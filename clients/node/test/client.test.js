@@ -60,6 +60,16 @@ test("claim and claim_results say how long the job waited, on the database's clo
   await client.release(job.id, job.attempt_token, { started: false });
 });
 
+test("job() gives a live job's run timeout and unique_for", async () => {
+  const queue = queueName("jobtimeout");
+  const id = await client.enqueue("k", {}, { queue, timeout: 5000, unique_for: "2 hours", idempotency_key: "t" });
+  const row = await client.job(id);
+  assert.equal(row.timeout.seconds, 5);
+  assert.equal(row.unique_for.hours, 2);
+  const plain = await client.job(await client.enqueue("k", {}, { queue }));
+  assert.deepEqual([plain.timeout, plain.unique_for], [null, null]);
+});
+
 test("a number is milliseconds, never seconds; a string is interval text", async () => {
   const queue = queueName("durations");
   await client.enqueue("k", {}, { queue });

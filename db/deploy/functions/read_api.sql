@@ -11,7 +11,10 @@
 -- (pgfence.finished_jobs, through pgfence.all_jobs and pgfence.all_attempts), with the
 -- same columns and rows as when it stayed in pgfence.jobs.
 -- Changed after @v0.7.0: pgfence_viewer (read-only) reads every job, as operators do,
--- and may call these functions.
+-- and may call these functions; job() also returns the job's run timeout and unique_for
+-- (pgfence.jobs' columns since tables/job_timeouts and tables/job_unique_for, earlier in
+-- the plan; NULL for a done job, whose history row keeps neither): a DROP and CREATE, as
+-- its result changed.
 
 BEGIN;
 
@@ -47,13 +50,14 @@ COMMENT ON FUNCTION pgfence._may_read_job(bigint) IS
 
 -- One job, whole: zero rows when there is no such job or the caller may not see it
 -- (the two are not told apart, as in the table under row-level security).
-CREATE OR REPLACE FUNCTION pgfence.job(job_id bigint)
+DROP FUNCTION IF EXISTS pgfence.job(bigint);  -- (@v0.7.0's, without timeout and unique_for)
+CREATE FUNCTION pgfence.job(job_id bigint)
 RETURNS TABLE(id bigint, queue text, kind text, payload jsonb, status text, priority integer,
               attempts integer, max_attempts integer, available_at timestamptz, recovery_policy text,
               idempotency_key text, attempt_token uuid, reserved_by text, reserved_at timestamptz,
               heartbeat_at timestamptz, lease_expires_at timestamptz, reclaim_count integer,
               last_error text, result jsonb, created_at timestamptz, updated_at timestamptz,
-              finished_at timestamptz, enqueued_by text)
+              finished_at timestamptz, enqueued_by text, timeout interval, unique_for interval)
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     IF job_id IS NULL THEN
@@ -63,13 +67,15 @@ BEGIN
     SELECT j.id, j.queue, j.kind, j.payload, j.status, j.priority, j.attempts, j.max_attempts,
            j.available_at, j.recovery_policy, j.idempotency_key, j.attempt_token, j.reserved_by,
            j.reserved_at, j.heartbeat_at, j.lease_expires_at, j.reclaim_count, j.last_error, j.result,
-           j.created_at, j.updated_at, j.finished_at, j.enqueued_by
+           j.created_at, j.updated_at, j.finished_at, j.enqueued_by, l.timeout::interval, l.unique_for::interval
       FROM pgfence.all_jobs j
+      LEFT JOIN pgfence.jobs l ON l.id = j.id AND l.queue = j.queue
      WHERE j.id = job.job_id AND pgfence._may_read(j.enqueued_by);
 END $$;
 COMMENT ON FUNCTION pgfence.job(bigint) IS
 $$One job, every column: zero rows when it does not exist or the caller may not see it (operators see
-every job, producers the jobs they enqueued, as in the table). Errors: 22004.$$;
+every job, producers the jobs they enqueued, as in the table). timeout (the run timeout of each attempt) and
+unique_for are NULL when the job has none, and for a done job (its history row keeps neither). Errors: 22004.$$;
 
 -- The ended attempts of a job the caller may see, oldest first.
 CREATE OR REPLACE FUNCTION pgfence.attempts_of(job_id bigint)

@@ -349,7 +349,7 @@ class Data:
         r = self.rows("SELECT id, queue, kind, payload::text AS payload, status, priority, attempts, max_attempts,"
                       " available_at, recovery_policy, idempotency_key, attempt_token, reserved_by, reserved_at,"
                       " heartbeat_at, lease_expires_at, reclaim_count, last_error, result::text AS result,"
-                      " created_at, updated_at, finished_at, enqueued_by FROM pgfence.job(job_id => %s)", (job_id,))
+                      " created_at, updated_at, finished_at, enqueued_by, timeout, unique_for FROM pgfence.job(job_id => %s)", (job_id,))
         return r[0] if r else None
 
     def attempts(self, job_id: int) -> list[dict[str, Any]]:
