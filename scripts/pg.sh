@@ -2,7 +2,10 @@
 # pgfence: throwaway local PostgreSQL cluster for development and tests.
 #
 #   scripts/pg.sh start    initdb if needed, start, create the database, wait until
-#                          `SELECT 1` works in it, CREATE EXTENSION pg_cron (idempotent)
+#                          `SELECT 1` works in it, CREATE EXTENSION pg_cron (idempotent);
+#                          on a running cluster whose pg_cron scheduler is gone (its
+#                          database was dropped), restart it (every make target that
+#                          starts the cluster: db, deploy, demo, bench, psql, ...)
 #   scripts/pg.sh stop     pg_ctl stop -m fast (if running)
 #   scripts/pg.sh status   exit 0 when running, 3 when not
 #   scripts/pg.sh dsn      print postgresql://postgres@127.0.0.1:<port>/<db>
@@ -269,13 +272,14 @@ ensure_db() {
   fi
 }
 
-# pg_cron's scheduler (a background worker) is connected to $DB. It may take a second
-# to come back after a failed start, so this waits up to 5 s.
-cron_scheduler_running() {
-  local deadline=$(( SECONDS + 5 ))
+# How many pg_cron schedulers (a background worker) run: waits up to 5 s while the
+# answer is 0 (after a failed start it comes back a second later); prints nothing when
+# the query fails.
+cron_schedulers() {
+  local deadline=$(( SECONDS + 5 )) n
   while :; do
-    [[ "$(psql_q postgres "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_cron launcher'" 2>/dev/null)" == "1" ]] && return 0
-    (( SECONDS >= deadline )) && return 1
+    n="$(psql_q postgres "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_cron launcher'" 2>/dev/null)" || return 0
+    if [[ "$n" != "0" ]] || (( SECONDS >= deadline )); then printf '%s\n' "$n"; return 0; fi
     sleep 0.5
   done
 }
@@ -313,17 +317,18 @@ cmd_start() {
   flock -w 120 9 || die "could not lock $LOCK_FILE"
   if is_running; then
     ensure_db
-    if have_pg_cron && ! cron_scheduler_running; then
-      # pg_cron's scheduler exits for good when its database is dropped (DROP DATABASE
-      # ... WITH (FORCE) ends it cleanly, and a clean exit is never restarted): no
-      # sweeper pass, no schedule fires until the server starts again.
-      warn "pg_cron's scheduler is not running (was database $DB dropped and made again?); restarting the cluster to start it"
-      as_pg "$BINDIR/pg_ctl" restart -D "$PGDATA" -l "$LOGFILE" -m fast -w -t "$START_TIMEOUT" -s
-      wait_ready
-      cron_scheduler_running || warn "pg_cron's scheduler did not start: see $LOGFILE"
+    # pg_cron's scheduler exits for good when its database is dropped (DROP DATABASE ...
+    # WITH (FORCE) ends it cleanly, and a clean exit is never restarted): no sweeper pass,
+    # no schedule fires until the server starts again. Only when the server says so (a
+    # failed query is no answer) and the scheduler's database is this one, which exists.
+    if have_pg_cron && [[ "$(cron_schedulers)" == "0" ]] \
+         && [[ "$(psql_q postgres "SHOW cron.database_name" 2>/dev/null)" == "$DB" ]]; then
+      warn "pg_cron's scheduler is not running (was database $DB dropped and made again?); restarting the cluster to start it (its sessions end)"
+      as_pg "$BINDIR/pg_ctl" stop -D "$PGDATA" -m fast -w -t 60 -s
+    else
+      log "running: $(dsn) (data dir $PGDATA)"
+      return 0
     fi
-    log "running: $(dsn) (data dir $PGDATA)"
-    return 0
   fi
   if port_taken; then
     die_port_taken "another checkout's cluster, a system PostgreSQL, or another program accepts connections on it"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from support.clusters import Cluster, SHARED_PORT
+from support.clusters import Cluster, SHARED_PORT, free_port
 from support.db import REPO, connect
 from support.workers import wait_for
 
@@ -120,10 +120,10 @@ def test_pg_sh_starts_pg_crons_scheduler_again_after_its_database_was_dropped(
     # dropped and remade dev database had no sweeper until the cluster was restarted.
     if test_db_cluster is None:
         pytest.skip("no cluster of the tests' own")
-    probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()
+    with connect(f"postgresql://postgres@127.0.0.1:{test_db_cluster.port}/postgres") as c:
+        if not c.execute("SELECT count(*) FROM pg_available_extensions WHERE name = 'pg_cron'").fetchone()[0]:
+            pytest.skip("pg_cron is not installed")
+    port = free_port(54369)
     with tempfile.TemporaryDirectory(prefix="pgfence-cron-") as tmp:
         os.chmod(tmp, 0o755)
         env = dict(os.environ, PGFENCE_PGDATA=str(Path(tmp) / "data"), PGFENCE_PGPORT=str(port),

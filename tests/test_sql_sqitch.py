@@ -660,7 +660,7 @@ def test_revert_to_v0_7_0_does_not_hold_again_a_key_whose_unique_for_passed(scra
         c.execute("SELECT pgfence.resume_sweeper()")
 
 
-@pytest.mark.parametrize("change", ["tables/job_timeouts", "tables/job_unique_for"])
+@pytest.mark.parametrize("change", ["tables/job_timeouts", "tables/job_unique_for", "tables/job_row_rules"])
 def test_deploying_a_new_jobs_column_behind_a_long_transaction_does_not_stall_enqueues(
         scratch_dsn: str, change: str) -> None:
     """The changes that add a column and a CHECK to pgfence.jobs after @v0.7.0 must not

@@ -417,7 +417,8 @@ def test_values_at_the_bounds_go_in(conn: Conn, world: World) -> None:
 
 
 @pytest.mark.parametrize("q, job, rule", [
-    ("UPDATE pgfence.jobs SET lease_expires_at = now() WHERE id = %s", "queued", "jobs_queued_has_no_lease"),
+    ("UPDATE pgfence.jobs SET lease_expires_at = now() WHERE id = %s", "queued", "jobs_lease_only_when_processing"),
+    ("UPDATE pgfence.jobs SET reserved_by = 'w' WHERE id = %s", "queued", "jobs_queued_has_no_lease"),
     ("UPDATE pgfence.jobs SET attempt_token = NULL WHERE id = %s", "processing", "jobs_processing_has_lease"),
     ("UPDATE pgfence.jobs SET attempts = 0 WHERE id = %s", "processing", "jobs_processing_has_lease"),
     ("UPDATE pgfence.jobs SET status = 'manual_review' WHERE id = %s", "processing",
@@ -428,7 +429,9 @@ def test_values_at_the_bounds_go_in(conn: Conn, world: World) -> None:
 def test_the_rules_that_read_several_columns_name_the_rule_broken(conn: Conn, world: World, q: str, job: str,
                                                                    rule: str) -> None:
     """Each rule of the table's CHECK jobs_row_rules (pgfence._job_row_rules): 23514
-    naming the rule, and the queue's rows as they were."""
+    naming the rule (the first by name when a row breaks several, as PostgreSQL tried
+    the five CHECKs: a queued row with a lease breaks two), and the queue's rows as they
+    were."""
     before = queue_jobs(conn, world.queue)
     err = sql_error(conn, q, (world.queued_id if job == "queued" else world.processing_id,))
     assert_error(err, "23514", f'violates check constraint "{rule}"', hint=False)
@@ -460,7 +463,8 @@ def test_the_row_rules_agree_with_the_checks_they_replaced(conn: Conn, status: s
                                                             worker: bool, reserved_at: Any, heartbeat_at: Any,
                                                             lease: Any, finished_at: Any, timeout: Any) -> None:
     """For any row: pgfence._job_row_rules passes it exactly when the five old CHECKs
-    did (a CHECK passes on NULL), and refuses it naming the first old CHECK it breaks."""
+    did (a CHECK passes on NULL), and refuses it naming the old CHECK that PostgreSQL
+    reported: the first, by name, that the row breaks."""
     params = {"status": status, "attempts": attempts, "attempt_token": uuid.uuid4() if token else None,
               "reserved_by": "w" if worker else None, "reserved_at": reserved_at, "heartbeat_at": heartbeat_at,
               "lease_expires_at": lease, "finished_at": finished_at, "timeout": timeout}
@@ -470,8 +474,8 @@ def test_the_row_rules_agree_with_the_checks_they_replaced(conn: Conn, status: s
               " %(finished_at)s::timestamptz AS finished_at, %(timeout)s::interval AS timeout) r")
     verdicts = one(conn, "SELECT ARRAY[" + ", ".join(f"({rule}) IS NOT FALSE" for rule in OLD_ROW_CHECKS.values())
                    + "] FROM " + values, params)
-    broken = [name for name, ok in zip(OLD_ROW_CHECKS, verdicts) if not ok]
-    call = ("SELECT pgfence._job_row_rules(r.status, r.attempts, r.attempt_token, r.reserved_by, r.reserved_at,"
+    broken = sorted(name for name, ok in zip(OLD_ROW_CHECKS, verdicts) if not ok)
+    call = ("SELECT pgfence._job_row_rules(1, r.status, r.attempts, r.attempt_token, r.reserved_by, r.reserved_at,"
             " r.heartbeat_at, r.lease_expires_at, r.finished_at, r.timeout) FROM " + values)
     if not broken:
         assert one(conn, call, params) is True

@@ -61,6 +61,8 @@ PLANTED_OPERATORS = [
     ("<", "timestamptz", "timestamptz"), (">=", "timestamptz", "timestamptz"), ("<", "bigint", "integer"),
     ("=", "bigint", "integer"), ("+", "timestamptz", "interval"), ("-", "timestamptz", "interval"),
     ("+", "bigint", "bigint"), ("=", "text", "text"), ("<>", "text", "text"), ("||", "text", "text"),
+    # (what the CHECK of pgfence.jobs, pgfence._job_row_rules, compares)
+    ("=", "boolean", "boolean"), (">=", "integer", "integer"), ("<=", "timestamptz", "timestamptz"),
 ]
 
 
@@ -167,6 +169,34 @@ def test_sweeper_procedures_run_no_function_of_the_callers_search_path(attacked:
         su.execute(sql.SQL("SET search_path = {}").format(sql.SQL(path)))
         su.execute("CALL pgfence.sweep()")
         assert su.execute("SHOW search_path").fetchone() == (path,)
+
+
+@pytest.mark.parametrize("path", ["public, pg_catalog", "public, pg_catalog, pgfence"])
+def test_a_write_to_the_jobs_table_runs_no_operator_of_the_writers_search_path(attacked: tuple[str, str],
+                                                                                 path: str) -> None:
+    """The table's CHECK (pgfence._job_row_rules) runs in whatever session writes
+    pgfence.jobs: a superuser writing it directly with public first, the function's
+    first call in that session, neither lets nor refuses a row through a look-alike."""
+    scratch, _ = attacked
+    with connect(scratch) as setup:
+        running, queued = [r[0] for r in setup.execute(
+            "SELECT id FROM pgfence.enqueue_many(ARRAY['k', 'k'], queue => 'direct') ORDER BY ordinal")]
+        assert setup.execute("SELECT id FROM pgfence.claim('w', ARRAY['direct'], '1 hour', 1)").fetchall() == [
+            (running,)]
+    with connect(scratch) as su:
+        su.execute(sql.SQL("SET search_path = {}").format(sql.SQL(path)))
+        su.execute("UPDATE pgfence.jobs SET priority = 5 WHERE id OPERATOR(pg_catalog.=) %s::bigint", (queued,))
+        with pytest.raises(psycopg.errors.CheckViolation) as refused:
+            su.execute("UPDATE pgfence.jobs SET reserved_by = 'x' WHERE id OPERATOR(pg_catalog.=) %s::bigint"
+                       " AND status OPERATOR(pg_catalog.=) 'queued'::text", (queued,))
+        assert refused.value.diag.constraint_name == "jobs_queued_has_no_lease"
+        su.execute("UPDATE pgfence.jobs SET heartbeat_at = pg_catalog.clock_timestamp()"
+                   " WHERE status OPERATOR(pg_catalog.=) 'processing'::text AND queue OPERATOR(pg_catalog.=) 'direct'::text")
+        su.execute("RESET search_path")
+        assert pwned(su) == []
+        assert su.execute("SELECT priority FROM pgfence.jobs WHERE id = %s", (queued,)).fetchone() == (5,)
+        assert su.execute("SELECT heartbeat_at IS NOT NULL FROM pgfence.jobs WHERE id = %s", (running,)).fetchone() == (
+            True,)
 
 
 def test_the_planted_functions_would_run_for_an_unqualified_call(attacked: tuple[str, str]) -> None:

@@ -23,8 +23,8 @@ SELECT pg_temp.locked(ARRAY[
     '        (status IN (''done'', ''failed'', ''cancelled'')) = (finished_at IS NOT NULL)) NOT VALID,'
     '    ADD CONSTRAINT jobs_lease_within_timeout CHECK ('
     '        timeout IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= reserved_at + timeout) NOT VALID']);
-DROP FUNCTION pgfence._job_row_rules(text, integer, uuid, text, timestamptz, timestamptz, timestamptz, timestamptz,
-                                     interval);
+DROP FUNCTION pgfence._job_row_rules(bigint, text, integer, uuid, text, timestamptz, timestamptz, timestamptz,
+                                     timestamptz, interval);
 
 COMMIT;
 
