@@ -62,6 +62,22 @@ def test_a_done_job_leaves_the_hot_table_for_one_history_row_with_its_attempts(c
     assert one(conn, "SELECT status FROM pgfence.job(%s)", (job_id,)) == "done"
 
 
+def test_a_condition_on_all_jobs_reaches_both_tables(conn: Conn) -> None:
+    """pgfence.all_jobs is a UNION ALL that PostgreSQL flattens, so a condition on it is
+    tested in each table (by its indexes), and a status other than done never reads the
+    history. When the jobs branch gave its domain columns' types instead of the union's
+    (text), the condition stayed above the union: the dashboard's inbox read all
+    1,000,000 jobs of its benchmark (46 ms -> 3.9 s)."""
+    def plan(where: str) -> str:
+        return "\n".join(r[0] for r in conn.execute(f"EXPLAIN SELECT id FROM pgfence.all_jobs WHERE {where}"))
+    for where in ("status = 'manual_review'", "status = 'queued' AND queue = 'q'", "kind = 'k'",
+                  "recovery_policy = 'manual'", "attempts > 2", "idempotency_key = 'x'"):
+        text = plan(where)
+        assert "Subquery Scan" not in text, (where, text)
+    assert "finished_jobs" not in plan("status = 'manual_review'")
+    assert "finished_jobs" in plan("status = 'done'")
+
+
 def test_failed_and_cancelled_jobs_stay_in_the_hot_table(conn: Conn, queue: str) -> None:
     dead = enqueue(conn, queue, max_attempts=1)
     fail(conn, dead, claim_job(conn, queue, dead), "fatal")

@@ -21,7 +21,7 @@
 -- (100 ms tries). A column a view reads cannot change type, so pgfence.all_jobs is
 -- dropped and made again as it was (its definition, options, comment and grants read
 -- from the catalog first); its columns stay text, jsonb and integer (a UNION with the
--- history's columns has the base types).
+-- history's columns has the base types), and its jobs branch casts to them (below).
 
 \ir ../../include/lock_retry.sql
 \ir ../../include/keep_view.sql
@@ -76,6 +76,23 @@ ALTER DOMAIN pgfence.job_payload ADD CONSTRAINT job_payload_object CHECK (jsonb_
 ALTER DOMAIN pgfence.job_count ADD CONSTRAINT job_count_nonnegative CHECK (VALUE >= 0) NOT VALID;
 ALTER DOMAIN pgfence.max_attempts ADD CONSTRAINT max_attempts_positive CHECK (VALUE >= 1) NOT VALID;
 SELECT pg_temp.restore_view('pgfence.all_jobs');
+-- Its jobs branch casts the domain columns to their base types. A UNION ALL branch whose
+-- column has another type than the union's keeps PostgreSQL from pushing a condition on
+-- that column into the branches: the dashboard's inbox (status = 'manual_review' over
+-- 1,000,000 jobs) read every job of both tables, 46 ms -> 3.9 s, until this. (CREATE OR
+-- REPLACE: the grants, owner and comment just restored stay.)
+CREATE OR REPLACE VIEW pgfence.all_jobs WITH (security_invoker = true) AS
+SELECT j.id, j.queue::text, j.kind::text, j.payload::jsonb, j.status::text, j.priority, j.attempts::integer,
+       j.max_attempts::integer, j.available_at, j.recovery_policy::text, j.idempotency_key::text, j.attempt_token,
+       j.reserved_by, j.reserved_at, j.heartbeat_at, j.lease_expires_at, j.reclaim_count::integer, j.last_error,
+       j.result, j.created_at, j.updated_at, j.finished_at, j.enqueued_by
+  FROM pgfence.jobs j
+UNION ALL
+SELECT h.id, h.queue, h.kind, h.payload, 'done'::text, h.priority, h.attempts, h.max_attempts, h.available_at,
+       h.recovery_policy, h.idempotency_key, h.attempt_token, h.reserved_by, h.reserved_at, h.heartbeat_at,
+       NULL::timestamptz, h.reclaim_count, h.last_error, h.result, h.created_at, h.finished_at, h.finished_at,
+       h.enqueued_by
+  FROM pgfence.finished_jobs h;
 
 COMMIT;
 
