@@ -12,6 +12,7 @@ import secrets
 import threading
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -377,6 +378,48 @@ def test_the_sweeper_purges_again_when_the_next_partition_range_ends(history_db:
             assert got["next_purge"] <= got["boundary"]
         finally:
             c.rollback()
+
+
+def _first_purge(c: Conn) -> dict[str, Any]:
+    """Step a new sweeper run (autocommit: each step its own transaction, as run_sweeper
+    commits) to its first purge: its next_purge and the time then."""
+    state = one(c, "SELECT pgfence.sweeper_begin('10 milliseconds', NULL)::text")
+    for _ in range(50):  # (a reclaim pass, then the first purge)
+        state = one(c, "SELECT pgfence.sweeper_step(%s::pgfence.sweeper_state)::text", (state,))
+        if one(c, "SELECT (%s::pgfence.sweeper_state).next_purge IS NOT NULL", (state,)):
+            break
+    return rows(c, "SELECT (%s::pgfence.sweeper_state).next_purge AS next_purge, clock_timestamp() AS now",
+                (state,))[0]
+
+
+def test_the_sweeper_tries_again_in_a_second_when_the_partitions_ahead_fall_short(history_db: str) -> None:
+    """A purge whose maintenance could not make the partitions ahead (its lock not had in
+    100 ms: completions in flight under load) is tried again in 1 s, not 10 s: a
+    completion past the partitions made would land in the default partition. Once they
+    are made, the sweeper is back to every 10 s."""
+    with connection(history_db) as c, connection(history_db, autocommit=False) as blocker:
+        short = one(c, "SELECT max(upper_bound) FROM pgfence.history_partitions")
+        c.execute("SELECT pgfence.set_retention('longer', interval '2 days', interval '2 days')")
+        try:
+            blocker.execute("LOCK TABLE pgfence.finished_jobs IN ROW EXCLUSIVE MODE")  # (a completion in flight)
+            got = _first_purge(c)
+            assert one(c, "SELECT max(upper_bound) FROM pgfence.history_partitions") == short  # none made
+            assert short < got["now"] + timedelta(days=2)
+            assert got["next_purge"] is not None
+            assert timedelta(0) < got["next_purge"] - got["now"] <= timedelta(seconds=1)
+            blocker.rollback()
+            got = _first_purge(c)
+            assert one(c, "SELECT max(upper_bound) FROM pgfence.history_partitions") >= got["now"] + timedelta(
+                days=2, hours=1)
+            assert got["next_purge"] - got["now"] > timedelta(seconds=5)
+        finally:
+            blocker.rollback()
+            c.execute("DELETE FROM pgfence.retention WHERE queue = 'longer'")
+            # (the partitions made for it, past the other tests' horizon, go: empty)
+            for name in [r["name"] for r in rows(c, "SELECT name FROM pgfence.history_partitions"
+                                                    " WHERE lower_bound >= %s", (short,))]:
+                c.execute(f'DROP TABLE pgfence."{name}"')
+            c.execute("DELETE FROM pgfence.history_partitions WHERE lower_bound >= %s", (short,))
 
 
 def test_retention_and_width_are_refused_beyond_900_partitions(history_db: str) -> None:

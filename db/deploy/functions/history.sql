@@ -47,7 +47,9 @@ COMMENT ON FUNCTION pgfence._utc_literal(timestamptz) IS
 --    TRUNCATE it (which locks only the partition) so that its space is freed now, and
 --    drop it on a later pass; any other error is a WARNING, and the purge goes on;
 -- 2. create the partitions from now to the longest retention of done jobs plus two
---    widths ahead that do not exist yet (a slot no partition covers gets one), aligned
+--    widths (at least a minute: under load a pass can miss its lock, and a 10 s width
+--    would then leave completions only seconds before they land in the default
+--    partition) ahead that do not exist yet (a slot no partition covers gets one), aligned
 --    to multiples of the width since the epoch, at most 50 per call and 1,000 in all (a
 --    completion beyond them lands in the default partition). Each is created as a
 --    table of its own, filled with the rows the default partition holds for its range,
@@ -83,7 +85,8 @@ BEGIN
     -- that have not ended are dropped and made again below (checked empty with the
     -- parent locked, so that no completion lands in one meanwhile), as many as the
     -- creation below can make again in this call.
-    v_horizon := v_now + coalesce((SELECT max(r.retain_done) FROM pgfence.retention r), interval '0') + 2 * v_width;
+    v_horizon := v_now + coalesce((SELECT max(r.retain_done) FROM pgfence.retention r), interval '0')
+                 + greatest(2 * v_width, interval '1 minute');
     FOR p IN SELECT h.lower_bound, h.upper_bound FROM pgfence.history_partitions h
               WHERE h.upper_bound > v_now AND h.upper_bound - h.lower_bound <> v_width
               ORDER BY h.lower_bound LOOP
@@ -250,7 +253,7 @@ END $$;
 COMMENT ON FUNCTION pgfence._maintain_history() IS
 $$Private (the owner's rights, through purge_finished and maintain_history): drop the history partitions whose
 range has passed (TRUNCATE when the parent is busy), create those up to the longest retain_done plus two widths
-ahead (at most 50 per call, 1,000 in all) moving into them the default partition's rows of their range, and
+(at least 1 minute) ahead (at most 50 per call, 1,000 in all) moving into them the default partition's rows of their range, and
 delete up to 10,000 default-partition rows past purge_at. Lock waits at most 100 ms each. Table names only from
 dates.$$;
 

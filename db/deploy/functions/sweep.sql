@@ -330,10 +330,17 @@ BEGIN
     -- Again in 10 s, or sooner when a history partition's range ends before then (it is
     -- dropped at once, not up to 10 s late: the history stays within retention plus one
     -- partition width). A partition whose drop failed is not waited for again: next
-    -- after the 10 s.
+    -- after the 10 s. Again in 1 s when the partitions made do not reach the longest
+    -- retain_done plus one width ahead (the maintenance missed its lock under load, or
+    -- could not make one): a completion past them would land in the default partition.
     s.next_purge := least(clock_timestamp() + interval '10 seconds',
                           (SELECT min(h.upper_bound) FROM pgfence.history_partitions h
-                            WHERE h.upper_bound > clock_timestamp()));
+                            WHERE h.upper_bound > clock_timestamp()),
+                          CASE WHEN coalesce((SELECT max(h.upper_bound) FROM pgfence.history_partitions h), '-infinity')
+                                    < clock_timestamp()
+                                      + coalesce((SELECT max(r.retain_done) FROM pgfence.retention r), interval '0')
+                                      + (SELECT hs.partition_width FROM pgfence.history_settings hs)
+                               THEN clock_timestamp() + interval '1 second' END);
     RETURN pgfence._sweeper_next(s);
 END $$;
 
@@ -416,7 +423,7 @@ END $$;
 COMMENT ON PROCEDURE pgfence.run_sweeper(interval, timestamptz) IS
 $$Background sweeper: a reclaim pass (every expired lease, then the due schedules' slots) every pass_interval (10 ms..1 minute, default 0.5 s)
 until run_until (default: the end of the current minute; at most 1 hour ahead), each recorded in
-pgfence.sweeper_status, and purge_finished every 10 s and when a history partition's range ends (a failing purge is logged as a WARNING and in
+pgfence.sweeper_status, and purge_finished every 10 s, when a history partition's range ends, and every 1 s while the partitions made fall short of the longest retain_done plus a width (a failing purge is logged as a WARNING and in
 sweeper_status.last_error, and does not stop the passes); every step its own short transaction. pg_cron
 jobs 'pgfence-reclaim' (every minute) and 'pgfence-reclaim-reboot' (at server start) run it. Paused by
 pause_sweeper(). Safe whatever the caller's search_path. Errors: 22004, 22023, PF004.$$;
