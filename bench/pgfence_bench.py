@@ -1045,10 +1045,13 @@ def claims_by_queue_count(admin_dsn: str, counts: tuple[int, ...] = (1, 100, 100
     p95 over `calls` calls (at most `seconds` per case). Rows locked: while one claim's
     transaction is open, a second session counts the queued rows it can lock (SKIP
     LOCKED); the rest are the claim's. Each version (a plan tag, or the tree) in a
-    database of its own, all in this session, alternating case by case. "controlled" is
+    database of its own, all in this session, alternating case by case. The list is sent
+    as the Python client sends it (pgfence.calls.queue_param: a long list as an array
+    literal made once per list; its look-up is in the time). "controlled" is
     the tree with one other queue paused: claims then take the flow-control path
     (_claim_controlled), which must keep the same bound."""
     from common import dsn_for_db, recreate_database
+    from pgfence.calls import queue_param
     dbs = {}
     for name, to in versions:
         db = f"bench_claims_{name}"
@@ -1076,7 +1079,7 @@ def claims_by_queue_count(admin_dsn: str, counts: tuple[int, ...] = (1, 100, 100
                     while len(times) < calls and (len(times) < 5 or time.monotonic() < deadline):
                         t = time.perf_counter()
                         got = c.execute("SELECT count(*) FROM pgfence.claim('bench', %s, '30 seconds', %s)",
-                                        (queues, max_jobs)).fetchone()
+                                        (queue_param(queues), max_jobs)).fetchone()
                         times.append(time.perf_counter() - t)
                         if len(times) == 1:
                             returned = int(got[0]) if got else 0

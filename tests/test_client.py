@@ -167,6 +167,26 @@ def test_claim_returns_jobs_with_a_token_and_a_lease_in_priority_order(client: C
     assert client.claim(W, [queue]) == []
 
 
+def test_a_long_queue_list_reaches_the_server_name_for_name(client: Client, dsn: str, queue: str) -> None:
+    """A list of more than 16 queues is sent as an array literal (made once per list):
+    names that an array literal quotes or escapes arrive as they were, a job of a
+    listed queue is claimed, and a bad element is refused naming its index, as for a
+    short list. Checked against the server: the literal reads back as the list."""
+    from pgfence.calls import queue_param
+    odd = ['we"ird', "back\\slash", "{brace}", "comma,x", "NULL", "in side", "é", "a'b", "\\N", "x" * 128]
+    names = odd + [f"{queue}-other-{i}" for i in range(10)] + [queue]
+    with psycopg.connect(dsn, autocommit=True) as c:
+        assert c.execute("SELECT %s::text[]", (queue_param(names),)).fetchone()[0] == names
+        assert c.execute("SELECT %s::text[]", (queue_param(names + [None]),)).fetchone()[0] == names + [None]
+    assert isinstance(queue_param(names), str) and queue_param(names[:16]) == names[:16]
+    job_id = client.enqueue("k", queue=queue)
+    assert [j.id for j in client.claim(W, names)] == [job_id]
+    for bad, index in (([*names, None], len(names) + 1), ([*names[:3], " lead", *names[3:]], 4)):
+        with pytest.raises(InvalidArgument) as info:
+            client.claim(W, bad)
+        assert f"queues[{index}]" in str(info.value)
+
+
 def test_claim_returns_the_payload_as_enqueued(client: Client, queue: str) -> None:
     # claim decodes the payload itself (from JSON text); it must equal what went in.
     payload = {"text": "h\u00e9llo \u2603 \"q\" \\ \n", "n": [1, -2.5, 0.1, 12345678901234567890, None, True],

@@ -482,3 +482,31 @@ def test_the_row_rules_agree_with_the_checks_they_replaced(conn: Conn, status: s
     else:
         err = sql_error(conn, call, params)
         assert err.sqlstate == "23514" and err.diag.constraint_name == broken[0], (broken, err)
+
+
+# Names for lists: mostly plain (the fast path), with what must fall back to the check of
+# each name: the separator and the NULL marker of the joined text, NULL, '', 129
+# characters, spaces at either end and inside, non-ASCII, a bidi control, a modifier.
+_plain = st.text(alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7e), min_size=1, max_size=130)
+_odd = st.sampled_from([None, "", "\x01", "a\x01b", "\x02", "a\x02", " a", "a ", "a b", "é", "a\u202eb", "\ufe0f",
+                        "a\ufe0f", "\x7f", "n" * 128, "n" * 129, "\u3000a"])
+_names = st.lists(st.one_of(_plain, _plain, _plain, _odd), min_size=0, max_size=40)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(names=_names)
+def test_the_check_of_a_long_list_agrees_with_the_check_of_each_name(conn: Conn, names: list[Any]) -> None:
+    """pgfence._names_ok (claim's check of a list of more than 16 queues: one regex
+    over the joined names when all are plain) says exactly what _name_ok on each name
+    says, NULL for an empty list; and a claim with the list padded past 16 names is
+    refused naming the first bad element, or runs."""
+    each = one(conn, "SELECT bool_and(pgfence._name_ok(q)) FROM unnest(%s::text[]) q", (names,))
+    assert one(conn, "SELECT pgfence._names_ok(%s::text[])", (names,)) is each
+    long = ["plain-queue"] * 17 + names
+    bad = next((i for i, n in enumerate(long, 1) if not one(conn, "SELECT pgfence._name_ok(%s)", (n,))), None)
+    if bad is None:
+        with conn.transaction(force_rollback=True):
+            conn.execute("SELECT * FROM pgfence.claim('w', %s::text[])", (long,))
+    else:
+        err = sql_error(conn, "SELECT * FROM pgfence.claim('w', %s::text[])", (long,))
+        assert_error(err, "22004" if long[bad - 1] is None else "22023", f"queues[{bad}]")

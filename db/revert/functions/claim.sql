@@ -10,5 +10,6 @@ BEGIN;
 DROP FUNCTION IF EXISTS pgfence.claimed(text, uuid[], interval);
 DROP FUNCTION IF EXISTS pgfence.claim_results(text, uuid[], interval);
 DROP FUNCTION IF EXISTS pgfence.claim(text, text[], interval, integer, uuid);
+DROP FUNCTION IF EXISTS pgfence._names_ok(text[]);
 
 \ir ../../deploy/functions/claim@v0.7.0.sql
