@@ -1078,7 +1078,7 @@ def claims_by_queue_count(admin_dsn: str, counts: tuple[int, ...] = (1, 100, 100
                     deadline = time.monotonic() + seconds
                     while len(times) < calls and (len(times) < 5 or time.monotonic() < deadline):
                         t = time.perf_counter()
-                        got = c.execute("SELECT count(*) FROM pgfence.claim('bench', %s, '30 seconds', %s)",
+                        got = c.execute("SELECT count(*) FROM pgfence.claim('bench', %s::text[], '30 seconds', %s)",
                                         (queue_param(queues), max_jobs)).fetchone()
                         times.append(time.perf_counter() - t)
                         if len(times) == 1:

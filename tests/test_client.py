@@ -185,6 +185,13 @@ def test_a_long_queue_list_reaches_the_server_name_for_name(client: Client, dsn:
         with pytest.raises(InvalidArgument) as info:
             client.claim(W, bad)
         assert f"queues[{index}]" in str(info.value)
+    # A caller's connection whose str dumper sends text, not unknown: still claim's text[].
+    from psycopg.types.string import StrBinaryDumper, StrDumper
+    for dumper in (StrDumper, StrBinaryDumper):
+        with psycopg.connect(dsn, autocommit=True) as c:
+            c.adapters.register_dumper(str, dumper)
+            other = client.enqueue("k", queue=queue)
+            assert [j.id for j in Client(c).claim(W, names)] == [other]
 
 
 def test_claim_returns_the_payload_as_enqueued(client: Client, queue: str) -> None:

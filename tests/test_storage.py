@@ -392,26 +392,42 @@ def _first_purge(c: Conn) -> dict[str, Any]:
                 (state,))[0]
 
 
-def test_the_sweeper_tries_again_in_a_second_when_the_partitions_ahead_fall_short(history_db: str) -> None:
+def _normal_next(c: Conn, now: Any) -> Any:
+    """When the sweeper purges next with slack enough: in 10 s, or at the end of the
+    next partition's range if that comes first."""
+    boundary = one(c, "SELECT min(upper_bound) FROM pgfence.history_partitions WHERE upper_bound > %s", (now,))
+    return min(now + timedelta(seconds=10), boundary)
+
+
+def test_the_sweeper_tries_sooner_while_the_partitions_ahead_run_short(history_db: str) -> None:
     """A purge whose maintenance could not make the partitions ahead (its lock not had in
-    100 ms: completions in flight under load) is tried again in 1 s, not 10 s: a
-    completion past the partitions made would land in the default partition. Once they
-    are made, the sweeper is back to every 10 s."""
+    100 ms: completions in flight under load) is tried again sooner while they reach
+    less than 40 s past the longest retain_done: in a quarter of that slack, at least
+    1 s (a completion past them would land in the default partition). With no slack
+    left, and once they are made, every 10 s (or at the next partition's end)."""
     with connection(history_db) as c, connection(history_db, autocommit=False) as blocker:
         short = one(c, "SELECT max(upper_bound) FROM pgfence.history_partitions")
-        c.execute("SELECT pgfence.set_retention('longer', interval '2 days', interval '2 days')")
         try:
             blocker.execute("LOCK TABLE pgfence.finished_jobs IN ROW EXCLUSIVE MODE")  # (a completion in flight)
+            # A retention that leaves 20 s of slack, then one that leaves none.
+            c.execute("SELECT pgfence.set_retention('longer', %s - clock_timestamp() - interval '20 seconds',"
+                      " interval '1 day')", (short,))
             got = _first_purge(c)
             assert one(c, "SELECT max(upper_bound) FROM pgfence.history_partitions") == short  # none made
-            assert short < got["now"] + timedelta(days=2)
+            slack = short - got["now"] - one(c, "SELECT retain_done FROM pgfence.retention WHERE queue = 'longer'")
+            assert timedelta(seconds=15) < slack < timedelta(seconds=21)
             assert got["next_purge"] is not None
-            assert timedelta(0) < got["next_purge"] - got["now"] <= timedelta(seconds=1)
+            assert abs(got["next_purge"] - min(got["now"] + slack / 4, _normal_next(c, got["now"]))) < timedelta(
+                seconds=0.5)
+            c.execute("SELECT pgfence.set_retention('longer', %s - clock_timestamp() + interval '1 minute',"
+                      " interval '1 day')", (short,))
+            got = _first_purge(c)
+            assert one(c, "SELECT max(upper_bound) FROM pgfence.history_partitions") == short
+            assert abs(got["next_purge"] - _normal_next(c, got["now"])) < timedelta(seconds=0.5)
             blocker.rollback()
             got = _first_purge(c)
-            assert one(c, "SELECT max(upper_bound) FROM pgfence.history_partitions") >= got["now"] + timedelta(
-                days=2, hours=1)
-            assert got["next_purge"] - got["now"] > timedelta(seconds=5)
+            assert one(c, "SELECT max(upper_bound) FROM pgfence.history_partitions") > short  # made now
+            assert abs(got["next_purge"] - _normal_next(c, got["now"])) < timedelta(seconds=0.5)
         finally:
             blocker.rollback()
             c.execute("DELETE FROM pgfence.retention WHERE queue = 'longer'")

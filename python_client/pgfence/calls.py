@@ -154,7 +154,9 @@ def queue_param(queues: Optional[Sequence[str]]) -> Any:
     """claim's queues as sent: NULL, a list (psycopg adapts it), or, for a list of more
     than 16 names (a worker sends the same list with every claim), the text of a
     PostgreSQL array literal made once per list: psycopg's adaptation of a list of
-    10,000 names took 4-5 ms of client CPU per claim, the cached literal a look-up."""
+    10,000 names took 4-5 ms of client CPU per claim, the cached literal a look-up.
+    The SQL casts it (``%s::text[]``): a connection whose str dumper says text, not
+    unknown, still reaches claim."""
     if queues is None:
         return None
     names = tuple(queues)
@@ -546,7 +548,7 @@ _PAYLOADS_FROM_JSON_ARRAY = ("ARRAY(SELECT p.value FROM jsonb_array_elements(%s:
 # (claim_results() returns the same rows, and is read the same way.)
 _CLAIM_COLUMNS = ("SELECT id, queue, kind, payload::text, attempts, max_attempts, attempt_token, lease_expires_at,"
                   " waited_s FROM ")
-_CLAIM = _CLAIM_COLUMNS + ("pgfence.claim(worker_id => %s, queues => %s, lease => %s, max_jobs => %s,"
+_CLAIM = _CLAIM_COLUMNS + ("pgfence.claim(worker_id => %s, queues => %s::text[], lease => %s, max_jobs => %s,"
                            " request_id => %s)")
 _CLAIM_RESULTS = _CLAIM_COLUMNS + "pgfence.claim_results(worker_id => %s, request_ids => %s::uuid[], lease => %s)"
 _JSONB_OID = 3802

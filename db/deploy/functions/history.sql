@@ -36,8 +36,9 @@ COMMENT ON FUNCTION pgfence._utc_literal(timestamptz) IS
 -- Partition maintenance, in three steps (after replacing the empty partitions ahead
 -- whose width is not the setting's), each statement waiting at most 100 ms for a
 -- lock (a DROP locks pgfence.finished_jobs ACCESS EXCLUSIVE and would queue every
--- completion behind it while it waited; giving up and trying again 10 s later costs
--- nothing, the partitions being made well ahead):
+-- completion behind it while it waited; giving up and trying again on a later pass
+-- costs nothing, the partitions being made well ahead, and the sweeper tries sooner
+-- while they run short):
 -- 1. drop every partition whose range has passed (every row in it is past its
 --    purge_at), and the idempotency keys of its jobs, after adding its counts to
 --    pgfence.metric_totals (the partition locked SHARE first, then counted: one scan of
@@ -53,9 +54,10 @@ COMMENT ON FUNCTION pgfence._utc_literal(timestamptz) IS
 --    to multiples of the width since the epoch, at most 50 per call and 1,000 in all (a
 --    completion beyond them lands in the default partition). Each is created as a
 --    table of its own, filled with the rows the default partition holds for its range,
---    and attached, with the parent locked SHARE ROW EXCLUSIVE for those few ms (a
---    completion already routed to the default partition for that range would else fail
---    its partition check);
+--    and attached, with the parent locked SHARE ROW EXCLUSIVE until the call commits
+--    (a few ms for the one or two a pass makes; 0.3 s for 50, after a longer retention
+--    is set; a completion already routed to the default partition for that range would
+--    else fail its partition check);
 -- 3. delete up to 10,000 rows of the default partition whose purge_at has passed
 --    (their counts added to pgfence.metric_totals).
 -- Returns what it did. Identifiers: only _history_partition_name(a date).

@@ -13,7 +13,10 @@
 --     and never stops the reclaims (the sweeper's pass is recorded either way);
 --   * the background sweeper purges (and so maintains the history's partitions) as soon
 --     as a history partition's range has passed, besides every 10 s: a partition is
---     dropped when its range ends, not up to 10 s later.
+--     dropped when its range ends, not up to 10 s later; and sooner (a quarter of the
+--     slack, at least 1 s) while the partitions made reach less than 40 s past the
+--     longest retain_done, so a maintenance that missed its lock under load is tried
+--     again before completions land in the default partition.
 -- Changed after @v0.3.0:
 --   * safe whatever the caller's search_path: pg_cron runs these procedures as a
 --     superuser, and a login able to create public.pg_sleep(numeric) got its function
@@ -240,7 +243,8 @@ NULL (the end of the current minute) or at most 1 hour ahead. Errors: 22004, 220
 -- it: one reclaim batch (1,000 expired leases; when the pass is over it is recorded
 -- and the due schedules are fired, at most 100 slots; a fire that fails is logged as
 -- a WARNING and in sweeper_status.last_error),
--- one purge batch (every 10 s, and as soon as a history partition's range has passed:
+-- one purge batch (every 10 s, as soon as a history partition's range has passed, and
+-- sooner while the history's partitions ahead run short:
 -- finished jobs past their retention, 1,000 at a time; a
 -- purge that fails is logged as a WARNING and in sweeper_status.last_error, and the
 -- passes go on), or at most 10 ms of sleep (short transactions: a procedure's
@@ -266,6 +270,7 @@ DECLARE
     v_n bigint;
     v_paused timestamptz;
     v_free boolean;
+    v_slack double precision;
 BEGIN
     IF s.done IS NOT false OR s.phase IS NULL OR s.phase NOT IN ('reclaim', 'purge', 'sleep') OR s.run_until IS NULL
        OR NOT coalesce(s.pass_interval BETWEEN interval '10 milliseconds' AND interval '1 minute', false)
@@ -330,17 +335,21 @@ BEGIN
     -- Again in 10 s, or sooner when a history partition's range ends before then (it is
     -- dropped at once, not up to 10 s late: the history stays within retention plus one
     -- partition width). A partition whose drop failed is not waited for again: next
-    -- after the 10 s. Again in 1 s when the partitions made do not reach the longest
-    -- retain_done plus one width ahead (the maintenance missed its lock under load, or
-    -- could not make one): a completion past them would land in the default partition.
+    -- after the 10 s. Sooner too while the partitions made reach less than 40 s past
+    -- the longest retain_done (the slack: normally a minute or more; it shrinks when the
+    -- maintenance misses its lock under load, and at 0 completions land in the default
+    -- partition): in a quarter of the slack, at least 1 s. Once the slack is gone, every
+    -- 10 s again: a maintenance that cannot make partitions (a reader holding the
+    -- default partition, a table in the way) is not tried every second, each try
+    -- holding completions up to 100 ms.
+    v_slack := extract(epoch FROM (SELECT max(h.upper_bound) FROM pgfence.history_partitions h)
+                                  - clock_timestamp()
+                                  - coalesce((SELECT max(r.retain_done) FROM pgfence.retention r), interval '0'));
     s.next_purge := least(clock_timestamp() + interval '10 seconds',
                           (SELECT min(h.upper_bound) FROM pgfence.history_partitions h
                             WHERE h.upper_bound > clock_timestamp()),
-                          CASE WHEN coalesce((SELECT max(h.upper_bound) FROM pgfence.history_partitions h), '-infinity')
-                                    < clock_timestamp()
-                                      + coalesce((SELECT max(r.retain_done) FROM pgfence.retention r), interval '0')
-                                      + (SELECT hs.partition_width FROM pgfence.history_settings hs)
-                               THEN clock_timestamp() + interval '1 second' END);
+                          CASE WHEN v_slack > 0 AND v_slack < 40
+                               THEN clock_timestamp() + make_interval(secs => greatest(1, v_slack / 4)) END);
     RETURN pgfence._sweeper_next(s);
 END $$;
 
@@ -423,7 +432,7 @@ END $$;
 COMMENT ON PROCEDURE pgfence.run_sweeper(interval, timestamptz) IS
 $$Background sweeper: a reclaim pass (every expired lease, then the due schedules' slots) every pass_interval (10 ms..1 minute, default 0.5 s)
 until run_until (default: the end of the current minute; at most 1 hour ahead), each recorded in
-pgfence.sweeper_status, and purge_finished every 10 s, when a history partition's range ends, and every 1 s while the partitions made fall short of the longest retain_done plus a width (a failing purge is logged as a WARNING and in
+pgfence.sweeper_status, and purge_finished every 10 s, when a history partition's range ends, and sooner (at least 1 s apart) while the partitions made reach less than 40 s past the longest retain_done (a failing purge is logged as a WARNING and in
 sweeper_status.last_error, and does not stop the passes); every step its own short transaction. pg_cron
 jobs 'pgfence-reclaim' (every minute) and 'pgfence-reclaim-reboot' (at server start) run it. Paused by
 pause_sweeper(). Safe whatever the caller's search_path. Errors: 22004, 22023, PF004.$$;
