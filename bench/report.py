@@ -285,8 +285,9 @@ def claims_table(po: Optional[dict[str, Any]]) -> str:
     versions = sorted({c["version"] for c in cl["cases"]}, key=lambda v: v != "before")
     lines = [f"A claim of {cl['max_jobs']} from {cl['jobs']:,} queued jobs spread evenly over N queues, each call in"
              " a transaction rolled back (client time: one round trip, the list of queues sent as the Python client"
-             " sends it, a long list as an array literal made once per list; median and p95). Extra locked: queued rows the claim held locks on beyond those it returned, counted from a"
-             " second session while its transaction was open. Ratio: to the same claim (queues => NULL) from one"
+             " sends it, a long list as an array literal made once per list; median and p95). Extra locked: queued"
+             " rows the claim held locks on beyond those it returned, counted from a second session while its"
+             " transaction was open. Ratio: to the same claim (queues => NULL) from one"
              " queue holding the same jobs, same version.", "",
              "| version | queues | queues => | median ms | p95 ms | returned | extra rows locked | ratio to 1 queue |",
              "|---|---:|---|---:|---:|---:|---:|---:|"]

@@ -350,39 +350,9 @@ def test_a_new_width_remakes_the_empty_partitions_ahead_and_keeps_those_with_row
             c.execute("SELECT * FROM pgfence.maintain_history()")
 
 
-def test_the_sweeper_purges_again_when_the_next_partition_range_ends(history_db: str) -> None:
-    """After a purge the background sweeper purges again in 10 s, or at the end of the
-    next history partition's range if that comes first: a partition is dropped when its
-    range has passed, not up to 10 s later (the history stays within retention plus one
-    width). In one transaction, rolled back."""
-    with connection(history_db, autocommit=False) as c:
-        try:
-            c.execute("SELECT pgfence.set_retention(NULL, interval '10 seconds', interval '10 seconds')")
-            c.execute("DELETE FROM pgfence.retention WHERE queue IS NOT NULL")
-            c.execute("SELECT pgfence.set_history_partition_width('10 seconds')")
-            for _ in range(40):  # (the empty hour-wide partitions ahead, made again 10 s wide)
-                got = rows(c, "SELECT * FROM pgfence.maintain_history()")[0]
-                if got["dropped"] == got["created"] == 0:
-                    break
-            state = one(c, "SELECT pgfence.sweeper_begin('10 milliseconds', NULL)::text")
-            for _ in range(50):  # (reclaim pass, then the first purge)
-                state = one(c, "SELECT pgfence.sweeper_step(%s::pgfence.sweeper_state)::text", (state,))
-                if one(c, "SELECT (%s::pgfence.sweeper_state).next_purge IS NOT NULL", (state,)):
-                    break
-            got = rows(c, "SELECT (s).next_purge AS next_purge, clock_timestamp() AS now,"
-                          " (SELECT min(h.upper_bound) FROM pgfence.history_partitions h"
-                          "   WHERE h.upper_bound > clock_timestamp()) AS boundary"
-                          " FROM (SELECT %s::pgfence.sweeper_state AS s) x", (state,))[0]
-            assert got["next_purge"] is not None
-            assert got["boundary"] is not None and (got["boundary"] - got["now"]).total_seconds() <= 10
-            assert got["next_purge"] <= got["boundary"]
-        finally:
-            c.rollback()
-
-
 def _first_purge(c: Conn) -> dict[str, Any]:
-    """Step a new sweeper run (autocommit: each step its own transaction, as run_sweeper
-    commits) to its first purge: its next_purge and the time then."""
+    """Step a new sweeper run to its first purge (on an autocommit connection each step
+    is its own transaction, as run_sweeper commits): its next_purge and the time then."""
     state = one(c, "SELECT pgfence.sweeper_begin('10 milliseconds', NULL)::text")
     for _ in range(50):  # (a reclaim pass, then the first purge)
         state = one(c, "SELECT pgfence.sweeper_step(%s::pgfence.sweeper_state)::text", (state,))
@@ -397,6 +367,30 @@ def _normal_next(c: Conn, now: Any) -> Any:
     next partition's range if that comes first."""
     boundary = one(c, "SELECT min(upper_bound) FROM pgfence.history_partitions WHERE upper_bound > %s", (now,))
     return min(now + timedelta(seconds=10), boundary)
+
+
+def test_the_sweeper_purges_again_when_the_next_partition_range_ends(history_db: str) -> None:
+    """After a purge the background sweeper purges again in 10 s, or at the end of the
+    next history partition's range if that comes first: a partition is dropped when its
+    range has passed, not up to 10 s later (the history stays within retention plus one
+    width). In one transaction, rolled back."""
+    with connection(history_db, autocommit=False) as c:
+        try:
+            c.execute("SELECT pgfence.set_retention(NULL, interval '10 seconds', interval '10 seconds')")
+            c.execute("DELETE FROM pgfence.retention WHERE queue IS NOT NULL")
+            c.execute("SELECT pgfence.set_history_partition_width('10 seconds')")
+            for _ in range(40):  # (the empty hour-wide partitions ahead, made again 10 s wide)
+                got = rows(c, "SELECT * FROM pgfence.maintain_history()")[0]
+                if got["dropped"] == got["created"] == 0:
+                    break
+            got = _first_purge(c)
+            got["boundary"] = one(c, "SELECT min(h.upper_bound) FROM pgfence.history_partitions h"
+                                     " WHERE h.upper_bound > %s", (got["now"],))
+            assert got["next_purge"] is not None
+            assert got["boundary"] is not None and (got["boundary"] - got["now"]).total_seconds() <= 10
+            assert got["next_purge"] <= got["boundary"]
+        finally:
+            c.rollback()
 
 
 def test_the_sweeper_tries_sooner_while_the_partitions_ahead_run_short(history_db: str) -> None:
