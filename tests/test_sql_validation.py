@@ -496,17 +496,18 @@ _names = st.lists(st.one_of(_plain, _plain, _plain, _odd), min_size=0, max_size=
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(names=_names)
 def test_the_check_of_a_long_list_agrees_with_the_check_of_each_name(conn: Conn, names: list[Any]) -> None:
-    """pgfence._names_ok (claim's check of a list of more than 16 queues: one regex
+    """pgfence._names_ok (claim's check of a list of two or more queues: one regex
     over the joined names when all are plain) says exactly what _name_ok on each name
-    says, NULL for an empty list; and a claim with the list padded past 16 names is
-    refused naming the first bad element, or runs."""
+    says, NULL for an empty list; and a claim with the list (one name: claim's inline
+    check; more: _names_ok), with its first name alone, and with it padded past 16
+    names, is refused naming the first bad element, or runs."""
     each = one(conn, "SELECT bool_and(pgfence._name_ok(q)) FROM unnest(%s::text[]) q", (names,))
     assert one(conn, "SELECT pgfence._names_ok(%s::text[])", (names,)) is each
-    long = ["plain-queue"] * 17 + names
-    bad = next((i for i, n in enumerate(long, 1) if not one(conn, "SELECT pgfence._name_ok(%s)", (n,))), None)
-    if bad is None:
-        with conn.transaction(force_rollback=True):
-            conn.execute("SELECT * FROM pgfence.claim('w', %s::text[])", (long,))
-    else:
-        err = sql_error(conn, "SELECT * FROM pgfence.claim('w', %s::text[])", (long,))
-        assert_error(err, "22004" if long[bad - 1] is None else "22023", f"queues[{bad}]")
+    for listed in ([names, names[:1]] if names else []) + [["plain-queue"] * 17 + names]:
+        bad = next((i for i, n in enumerate(listed, 1) if not one(conn, "SELECT pgfence._name_ok(%s)", (n,))), None)
+        if bad is None:
+            with conn.transaction(force_rollback=True):
+                conn.execute("SELECT * FROM pgfence.claim('w', %s::text[])", (listed,))
+        else:
+            err = sql_error(conn, "SELECT * FROM pgfence.claim('w', %s::text[])", (listed,))
+            assert_error(err, "22004" if listed[bad - 1] is None else "22023", f"queues[{bad}]")
