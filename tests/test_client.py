@@ -149,6 +149,82 @@ def test_enqueue_joins_the_callers_transaction(dsn: str, client: Client, queue: 
 
 
 # -------------------------------------------------------------- worker ----
+@pytest.fixture(params=["sync", "async"])
+def pool_client(request: pytest.FixtureRequest, dsn: str) -> Iterator[Any]:
+    """make(autocommit): a Client (or a blocking AsyncClient) over a caller's pool of one
+    connection, autocommit or not; the connection's application_name is the client's
+    ``app`` attribute."""
+    made: list[Any] = []
+
+    def make(autocommit: bool) -> Any:
+        app = f"pool-test-{uuid.uuid4().hex[:12]}"
+        kwargs: dict[str, Any] = {"autocommit": autocommit, "application_name": app}
+        if request.param == "sync":
+            from psycopg_pool import ConnectionPool
+            pool = ConnectionPool(dsn, min_size=1, max_size=1, kwargs=kwargs, open=True)
+            c: Any = Client(pool=pool)
+            made.append(pool.close)
+        else:
+            from psycopg_pool import AsyncConnectionPool
+            from pgfence.aio import AsyncClient
+            from support.aio import Blocking, LoopThread
+            loop = LoopThread()
+
+            async def opened() -> AsyncConnectionPool:
+                p = AsyncConnectionPool(dsn, min_size=1, max_size=1, kwargs=kwargs, open=False)
+                await p.open(wait=True)
+                return p
+            apool = loop.run(opened())
+            c = Blocking(AsyncClient(pool=apool), loop, owns_loop=True)
+            made.append(c.close)
+        c.app = app
+        return c
+    yield make
+    for close in made:
+        close()
+
+
+@pytest.mark.parametrize("autocommit", [True, False])
+def test_a_pool_connection_is_committed_and_comes_back_clean_after_an_error(
+        pool_client: Any, conn: psycopg.Connection[Any], queue: str, autocommit: bool) -> None:
+    """A caller's pool: each call is committed (visible to another session at once),
+    a refused call leaves its connection idle, not in a failed transaction, and the
+    pool's one connection serves the next call."""
+    c = pool_client(autocommit)
+    first = c.enqueue("noop", {"n": 1}, queue=queue)
+    assert conn.execute("SELECT status FROM pgfence.jobs WHERE id = %s", (first,)).fetchone() == ("queued",)
+    with pytest.raises(InvalidArgument):
+        c.enqueue("noop", {"n": 2}, queue=queue, max_attempts=0)
+    second = c.enqueue("noop", {"n": 3}, queue=queue)
+    rows = conn.execute("SELECT payload FROM pgfence.jobs WHERE queue = %s ORDER BY id", (queue,)).fetchall()
+    assert rows == [({"n": 1},), ({"n": 3},)] and second > first
+    stats = c.pool.get_stats()
+    assert stats["pool_size"] == 1 and stats.get("connections_lost", 0) == 0, stats
+
+
+def test_a_broken_pool_connection_is_replaced(pool_client: Any, conn: psycopg.Connection[Any], queue: str) -> None:
+    """The pool's connection killed between calls: the call on it fails with the
+    driver's error, the pool replaces it, and the next call goes through."""
+    c = pool_client(True)
+    c.enqueue("noop", queue=queue)
+    [(pid,)] = conn.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s", (c.app,)).fetchall()
+    conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    wait_for(lambda: conn.execute("SELECT NOT EXISTS (SELECT FROM pg_stat_activity WHERE pid = %s)",
+                                  (pid,)).fetchone() == (True,), 10, "the backend to end")
+    with pytest.raises(psycopg.OperationalError):
+        c.enqueue("noop", queue=queue)
+    job = wait_for(lambda: _enqueued(c, queue), 30, "an enqueue on the pool's new connection")
+    assert conn.execute("SELECT count(*) FROM pgfence.jobs WHERE queue = %s", (queue,)).fetchone() == (2,)
+    assert job > 0
+
+
+def _enqueued(c: Any, queue: str) -> Optional[int]:
+    try:
+        return int(c.enqueue("noop", queue=queue))
+    except psycopg.OperationalError:
+        return None
+
+
 def test_claim_returns_jobs_with_a_token_and_a_lease_in_priority_order(client: Client, queue: str) -> None:
     low = client.enqueue("k", {"p": "low"}, queue=queue, priority=1)
     high = client.enqueue("k", {"p": "high"}, queue=queue, priority=9)
