@@ -9,12 +9,14 @@ its own, in one process, the pgfence call and its floor counterpart taking turns
 every round:
 
 * enqueue: round trip of ``pgfence.enqueue`` against the floor's INSERT + NOTIFY,
-  and the server's own time of each (``clock_timestamp()`` around it, one statement);
+  and the server's own time of each (``EXPLAIN (ANALYZE)`` of the prepared statement);
 * notify: from the enqueue's reply until the listening connection has the
   notification (the server sends both at commit: this is the extra wait, if any);
-* claim: ``Client.claim`` (the worker's call, rows to Job objects included), the same
-  ``pgfence.claim`` as raw SQL, and the floor's bare UPDATE, one queued job each;
-  server time of ``pgfence.claim`` and of the bare UPDATE;
+* claim: ``Client.claim`` (the worker's call, rows to Job objects included), its own
+  SQL run raw on the same connection, and the floor's bare UPDATE, one queued job
+  each; the first two each right after a notification, taking turns at going first,
+  so that their difference is the client's own work; server time of ``pgfence.claim``
+  and of the bare UPDATE;
 * hand-off: one ``threading.Event`` wake-up from another thread (the worker has two:
   listener -> claimer, claimer -> handler thread).
 
@@ -41,13 +43,12 @@ import psycopg
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "python_client"))
-from pgfence import Client  # noqa: E402
+from pgfence import Client, calls  # noqa: E402
 
 ENQUEUE = "SELECT pgfence.enqueue(kind => 'noop', payload => %s::jsonb, queue => %s)"
 FLOOR_ENQUEUE = ("WITH j AS (INSERT INTO pgfence.jobs (queue, kind, payload) VALUES (%s, 'noop', %s::jsonb)"
                  " RETURNING id) SELECT pg_notify(%s, '') FROM j")
-CLAIM = ("SELECT id, attempt_token FROM pgfence.claim(worker_id => 'budget', queues => ARRAY[%s],"
-         " lease => '30 seconds', max_jobs => 8, request_id => %s)")
+CLAIM = calls._CLAIM  # (the SQL of Client.claim, columns and casts included)
 FLOOR_CLAIM = ("UPDATE pgfence.jobs j SET status = 'processing', attempts = j.attempts + 1,"
                " attempt_token = gen_random_uuid(), reserved_by = 'budget-floor', reserved_at = now(),"
                " lease_expires_at = now() + interval '30 seconds', updated_at = now()"
@@ -139,24 +140,28 @@ def main() -> int:
 
         for i in range(a.rounds):
             payload = json.dumps({"t": time.time(), "i": i})
-            # pgfence: enqueue, notification, claim (Client, the worker's call)
-            drain_notifies()
-            us, _ = timed(lambda: prod.execute(ENQUEUE, (payload, queue), prepare=True).fetchone())
-            m["enqueue"].append(us)
-            m["notify"].append(wait_notify(listen, time.perf_counter()))
-            us, jobs = timed(lambda: client.claim("budget", [queue], lease=timedelta(seconds=30), max_jobs=8,
-                                                  request_id=uuid.uuid4()))
-            assert len(jobs) == 1, jobs
-            m["Client.claim"].append(us)
-            finish(jobs)
-            # the same claim as raw SQL, and the server's time of enqueue and claim
-            prod.execute(ENQUEUE, (payload, queue), prepare=True)
-            us, rows = timed(lambda: work.execute(CLAIM, (queue, uuid.uuid4()), prepare=True).fetchall())
-            assert len(rows) == 1
-            m["claim (raw SQL)"].append(us)
-            finish(rows)
+            # pgfence: enqueue, notification, claim, twice: the claim once through
+            # Client.claim (the worker's call) and once as the same SQL on the same
+            # connection, each right after its notification, in turn first
+            for how in (("client", "raw") if i % 2 == 0 else ("raw", "client")):
+                drain_notifies()
+                us, _ = timed(lambda: prod.execute(ENQUEUE, (payload, queue), prepare=True).fetchone())
+                m["enqueue"].append(us)
+                m["notify"].append(wait_notify(listen, time.perf_counter()))
+                if how == "client":
+                    us, rows = timed(lambda: client.claim("budget", [queue], lease=timedelta(seconds=30),
+                                                          max_jobs=8, request_id=uuid.uuid4()))
+                    m["Client.claim"].append(us)
+                else:
+                    us, rows = timed(lambda: work.execute(CLAIM, ("budget", [queue], timedelta(seconds=30), 8,
+                                                                  uuid.uuid4()), prepare=True).fetchall())
+                    m["claim (raw SQL)"].append(us)
+                assert len(rows) == 1, rows
+                finish(rows)
+            # the server's time of enqueue and claim
             m["enqueue server"].append(server_us(prod, ENQUEUE, (payload, queue)))
-            m["claim server"].append(server_us(work, CLAIM, (queue, uuid.uuid4())))
+            m["claim server"].append(server_us(work, CLAIM, ("budget", [queue], timedelta(seconds=30), 8,
+                                                             uuid.uuid4())))
             finish([])
             # the floor: INSERT + NOTIFY, notification, bare UPDATE
             drain_notifies()

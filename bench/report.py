@@ -376,7 +376,8 @@ def render(results: dict[str, Any]) -> str:
         " shape, reported beside the threaded worker's (drain only; not in the ratios).",
         f"- single enqueue/s: {cfg['single_n']:,} sequential single enqueues from one client connection, after"
         f" the drains, the systems taking turns ({cfg['single_runs']} rounds; median, min-max)"
-        " (pgfence: `SELECT pgfence.enqueue(kind => 'noop', payload => %s::jsonb, queue => %s)`).",
+        " (pgfence: `Client.enqueue('noop', {'i': i}, queue=...)` on `Client.connect(dsn, max_size=1)`, each"
+        " call committed; pgqueuer: `Queries.enqueue` on one asyncpg connection).",
         f"- batch enqueue/s: {cfg['drain_n']:,} jobs in batches of {cfg['batch']:,} through the system's batch API"
         " (pgfence: `pgfence.enqueue_many`), measured as the pre-fill of each drain run.",
         f"- drain jobs/s: {cfg['drain_n']:,} queued no-op jobs; then the same settle step for every system"
