@@ -93,23 +93,12 @@ class AsyncClient:
 
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """As ``Client._connection``: an autocommit pool connection skips the
-        connection's context (a commit that sends nothing); any other is committed or
-        rolled back by it; the pool takes it back either way."""
         if self._conn is not None:
             yield self._conn
-            return
-        pool = self._pool
-        assert pool is not None
-        conn = await pool.getconn()
-        try:
-            if conn.autocommit:
+        else:
+            assert self._pool is not None
+            async with self._pool.connection() as conn:
                 yield conn
-            else:
-                async with conn:
-                    yield conn
-        finally:
-            await pool.putconn(conn)
 
     async def _do(self, call: Call[R]) -> R:
         """Run one call (see ``Client._do``: the same translation and rejection report)."""

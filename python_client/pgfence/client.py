@@ -96,27 +96,12 @@ class Client:
 
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:
-        """The caller's connection, or one of the pool's for one call. An autocommit
-        connection (every one of :meth:`connect`'s) has nothing to commit, so it skips
-        the connection's context (a commit that sends nothing, and the pool's own
-        context manager around it: about 7 us of client CPU per call, the median of
-        21 alternating runs of single enqueues); any other is committed on success and
-        rolled back on error, as ``pool.connection()`` does. Either way the pool takes
-        it back, and replaces it if it is broken."""
         if self._conn is not None:
             yield self._conn
-            return
-        pool = self._pool
-        assert pool is not None
-        conn = pool.getconn()
-        try:
-            if conn.autocommit:
+        else:
+            assert self._pool is not None
+            with self._pool.connection() as conn:
                 yield conn
-            else:
-                with conn:
-                    yield conn
-        finally:
-            pool.putconn(conn)
 
     def _do(self, call: Call[R]) -> R:
         """Run one call (:mod:`pgfence.calls`) on a connection; a pgfence SQLSTATE it
