@@ -49,6 +49,7 @@ ENQUEUE = "SELECT pgfence.enqueue(kind => 'noop', payload => %s::jsonb, queue =>
 FLOOR_ENQUEUE = ("WITH j AS (INSERT INTO pgfence.jobs (queue, kind, payload) VALUES (%s, 'noop', %s::jsonb)"
                  " RETURNING id) SELECT pg_notify(%s, '') FROM j")
 CLAIM = calls._CLAIM  # (the SQL of Client.claim, columns and casts included)
+LEASE = timedelta(seconds=30)
 FLOOR_CLAIM = ("UPDATE pgfence.jobs j SET status = 'processing', attempts = j.attempts + 1,"
                " attempt_token = gen_random_uuid(), reserved_by = 'budget-floor', reserved_at = now(),"
                " lease_expires_at = now() + interval '30 seconds', updated_at = now()"
@@ -135,6 +136,10 @@ def main() -> int:
             while select.select([listen.fileno()], [], [], 0)[0]:
                 list(listen.notifies(timeout=0, stop_after=100))
 
+        def claim_params() -> tuple[Any, ...]:
+            """CLAIM's parameters: Client.claim's call below, a fresh request id each."""
+            return ("budget", [queue], LEASE, 8, uuid.uuid4())
+
         def finish(rows: object) -> None:
             work.execute("DELETE FROM pgfence.jobs WHERE queue = %s", (queue,))
 
@@ -149,19 +154,17 @@ def main() -> int:
                 m["enqueue"].append(us)
                 m["notify"].append(wait_notify(listen, time.perf_counter()))
                 if how == "client":
-                    us, rows = timed(lambda: client.claim("budget", [queue], lease=timedelta(seconds=30),
-                                                          max_jobs=8, request_id=uuid.uuid4()))
+                    us, rows = timed(lambda: client.claim("budget", [queue], lease=LEASE, max_jobs=8,
+                                                          request_id=uuid.uuid4()))
                     m["Client.claim"].append(us)
                 else:
-                    us, rows = timed(lambda: work.execute(CLAIM, ("budget", [queue], timedelta(seconds=30), 8,
-                                                                  uuid.uuid4()), prepare=True).fetchall())
+                    us, rows = timed(lambda: work.execute(CLAIM, claim_params(), prepare=True).fetchall())
                     m["claim (raw SQL)"].append(us)
                 assert len(rows) == 1, rows
                 finish(rows)
             # the server's time of enqueue and claim
             m["enqueue server"].append(server_us(prod, ENQUEUE, (payload, queue)))
-            m["claim server"].append(server_us(work, CLAIM, ("budget", [queue], timedelta(seconds=30), 8,
-                                                             uuid.uuid4())))
+            m["claim server"].append(server_us(work, CLAIM, claim_params()))
             finish([])
             # the floor: INSERT + NOTIFY, notification, bare UPDATE
             drain_notifies()

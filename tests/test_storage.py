@@ -362,11 +362,15 @@ def _first_purge(c: Conn) -> dict[str, Any]:
                 (state,))[0]
 
 
+def _next_boundary(c: Conn, now: Any) -> Any:
+    """The end of the first history partition range that ends after ``now`` (or None)."""
+    return one(c, "SELECT min(upper_bound) FROM pgfence.history_partitions WHERE upper_bound > %s", (now,))
+
+
 def _normal_next(c: Conn, now: Any) -> Any:
     """When the sweeper purges next with slack enough: in 10 s, or at the end of the
     next partition's range if that comes first."""
-    boundary = one(c, "SELECT min(upper_bound) FROM pgfence.history_partitions WHERE upper_bound > %s", (now,))
-    return min(now + timedelta(seconds=10), boundary)
+    return min(now + timedelta(seconds=10), _next_boundary(c, now))
 
 
 def test_the_sweeper_purges_again_when_the_next_partition_range_ends(history_db: str) -> None:
@@ -384,8 +388,7 @@ def test_the_sweeper_purges_again_when_the_next_partition_range_ends(history_db:
                 if got["dropped"] == got["created"] == 0:
                     break
             got = _first_purge(c)
-            got["boundary"] = one(c, "SELECT min(h.upper_bound) FROM pgfence.history_partitions h"
-                                     " WHERE h.upper_bound > %s", (got["now"],))
+            got["boundary"] = _next_boundary(c, got["now"])
             assert got["next_purge"] is not None
             assert got["boundary"] is not None and (got["boundary"] - got["now"]).total_seconds() <= 10
             assert got["next_purge"] <= got["boundary"]
