@@ -15,6 +15,7 @@ import math
 import sys
 import time
 from pathlib import Path
+from statistics import median
 from typing import Any, Callable, Optional, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -54,8 +55,19 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         label = "system" if "enqueue" in name else "variant"
         out.append({"column": name, "pgfence": pv, "pgfence_variant": pr[label] if pr else None,
                     "best_peer": orow[label] if orow else None, "peer_value": ov,
-                    "ratio": (pv / ov) if pv is not None and ov else None, "lower_is_better": lower})
+                    "ratio": (pv / ov) if pv is not None and ov else None, "lower_is_better": lower,
+                    "turn_ratios": (turn_ratios(pr["single"], orow["single"])
+                                    if name.startswith("single") and pr and orow else [])})
     return out
+
+
+def turn_ratios(mine: Optional[dict[str, Any]], peer: Optional[dict[str, Any]]) -> list[float]:
+    """Single enqueue, pgfence's rate over the peer's turn by turn (the two ran minutes
+    apart at most; a turn either lost is left out)."""
+    if not mine or not peer:
+        return []
+    theirs = {r["turn"]: r["rate"] for r in peer.get("each", []) if "turn" in r}
+    return [r["rate"] / theirs[r["turn"]] for r in mine.get("each", []) if r.get("turn") in theirs and theirs[r["turn"]]]
 
 
 def with_spread(result: Optional[dict[str, Any]], key: str, digits: int) -> str:
@@ -89,9 +101,12 @@ def ratio_table(rat: list[dict[str, Any]]) -> str:
     for x in rat:
         digits = 1 if "latency" in x["column"] else 0
         better = "lower is better" if x["lower_is_better"] else "higher is better"
+        tr = x.get("turn_ratios") or []
+        paired = (f"; turn by turn: median {fmt_num(median(tr), 2)} ({fmt_num(min(tr), 2)}-{fmt_num(max(tr), 2)},"
+                  f" {len(tr)} turns)" if len(tr) > 1 else "")
         lines.append(f"| {x['column']} ({better}) | {fmt_num(x['pgfence'], digits)} ({x['pgfence_variant']}) |"
                      f" {fmt_num(x['peer_value'], digits)} ({x['best_peer']}) |"
-                     f" {fmt_num(x['ratio'], 2) if x['ratio'] is not None else 'n/a'} |")
+                     f" {fmt_num(x['ratio'], 2) if x['ratio'] is not None else 'n/a'}{paired} |")
     return "\n".join(lines)
 
 
@@ -336,9 +351,9 @@ def render(results: dict[str, Any]) -> str:
     st = m["pg_settings"]
     peer_versions = results["versions"]
     runs_note = ("QUICK mode: every measurement is ONE run (no median, no spread)." if cfg['quick'] else
-                 f"Drain: median of {cfg['drain_runs']} runs, spread = min-max; single enqueue and latency: median of"
-                 f" {cfg['single_runs']} runs, (min-max) after it; batch enqueue: median over the drain runs'"
-                 " pre-fills.")
+                 f"Drain: median of {cfg['drain_runs']} runs, spread = min-max; single enqueue: median of"
+                 f" {cfg.get('single_turns', cfg['single_runs'])} turns, latency: median of {cfg['single_runs']} runs,"
+                 " (min-max) after each; batch enqueue: median over the drain runs' pre-fills.")
     md = [
         "# pgfence benchmarks",
         "",
@@ -375,7 +390,8 @@ def render(results: dict[str, Any]) -> str:
         " \"pgfence (Node worker)\": the same drain by the Node.js worker (clients/node) in the largest prefetch's"
         " shape, reported beside the threaded worker's (drain only; not in the ratios).",
         f"- single enqueue/s: {cfg['single_n']:,} sequential single enqueues from one client connection, after"
-        f" the drains, the systems taking turns ({cfg['single_runs']} rounds; median, min-max)"
+        f" the drains, the systems taking turns ({cfg.get('single_turns', cfg['single_runs'])} rounds, who goes first"
+        " rotating; median, min-max; the ratio to the best peer also turn by turn)"
         " (pgfence: `Client.enqueue('noop', {'i': i}, queue=...)` on `Client.connect(dsn, max_size=1)`, each"
         " call committed; pgqueuer: `Queries.enqueue` on one asyncpg connection).",
         f"- batch enqueue/s: {cfg['drain_n']:,} jobs in batches of {cfg['batch']:,} through the system's batch API"

@@ -43,7 +43,8 @@ class Config:
     procs: int = 2
     concurrency: int = 8
     single_n: int = 5000
-    single_runs: int = 3   # single enqueue and latency: median of this many runs
+    single_runs: int = 3   # latency: median of this many runs
+    single_turns: int = 7  # single enqueue: turns of every system (a turn is ~2 s each), median
     drain_n: int = 100_000
     batch: int = 1000
     drain_runs: int = 3
@@ -78,7 +79,8 @@ class Config:
     def make(cls, quick: bool) -> "Config":
         if not quick:
             return cls(quick=False)
-        return cls(quick=True, single_n=2000, single_runs=1, drain_n=20_000, drain_runs=1, drain_timeout=12.0,
+        return cls(quick=True, single_n=2000, single_runs=1, single_turns=1, drain_n=20_000, drain_runs=1,
+                   drain_timeout=12.0,
                    depth_queued=200_000, sweep_n=20_000, sweep_idle_max_s=3.0, recovery_samples=5,
                    sweeper_spread=0.27, churn_seconds=0, pgbench_seconds=5, pgbench_prefill=200_000,
                    ceiling_n=150_000, ceiling_seconds=2, claim_calls=30, claim_seconds=1.0,
@@ -385,9 +387,11 @@ def run_dashboard(cfg: Config, dsn: str) -> Optional[dict[str, Any]]:
 def single_enqueue_turns(cfg: Config, dsn: str, rows: list[dict[str, Any]],
                          peer_list: Sequence[peers_mod.Peer]) -> None:
     """Single enqueue of every system that ran, taking turns (pgfence, then each peer, then
-    again, cfg.single_runs rounds): a slow spell of the machine hits every system alike,
-    where one block per system put minutes between pgfence's figure and a peer's. Each
-    system's median goes to all its rows."""
+    again, cfg.single_turns rounds, who goes first rotating): a slow spell of the machine
+    hits every system alike, where one block per system put minutes between pgfence's
+    figure and a peer's, and none always runs right after the drains. Each system's
+    median goes to all its rows, its turns in `each` (the report pairs them turn by
+    turn)."""
     systems: list[tuple[str, Callable[[], dict[str, Any]], Optional[Callable[[], None]]]] = []
     if any(r["system"] == "pgfence" for r in rows):
         systems.append(("pgfence", lambda: pf.single_enqueue(dsn, cfg.single_n), None))
@@ -398,15 +402,16 @@ def single_enqueue_turns(cfg: Config, dsn: str, rows: list[dict[str, Any]],
             systems.append((peer.name, functools.partial(peer.single, pdsn, cfg.single_n, timeout=300),
                             functools.partial(peer.reset, pdsn)))
     got: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in systems}
-    for i in range(cfg.single_runs):
-        for name, measure, reset in systems:
+    for i in range(cfg.single_turns):
+        k = i % len(systems) if systems else 0  # (who goes first rotates)
+        for name, measure, reset in systems[k:] + systems[:k]:
             row0 = next(r for r in rows if r["system"] == name)
-            log(f"{name}: {cfg.single_n:,} single enqueues, turn {i + 1}/{cfg.single_runs}")
+            log(f"{name}: {cfg.single_n:,} single enqueues, turn {i + 1}/{cfg.single_turns}")
             r = guarded(row0, f"single enqueue turn {i + 1}", measure)
             if reset is not None:
                 guarded(row0, "reset after single enqueue", reset)
             if r:
-                got[name].append(r)
+                got[name].append({**r, "turn": i})
                 log(f"  {r['rate']:,.0f}/s")
     for name, runs in got.items():
         single = merge_runs(runs, ["rate"])
