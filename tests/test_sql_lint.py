@@ -1,4 +1,5 @@
-"""Static check of every deployed PL/pgSQL function with plpgsql_check.
+"""Static checks of every deployed routine: plpgsql_check on the PL/pgSQL ones, and no
+backslash in a plain string literal of any body.
 
 PL/pgSQL is checked only when a statement first runs, so a column renamed in a
 table change, a misspelt variable or a wrong-typed assignment in a branch no test
@@ -13,6 +14,7 @@ into integer variables.
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import psycopg
@@ -52,3 +54,81 @@ def test_every_plpgsql_function_passes_plpgsql_check(dsn: str) -> None:
     assert rows == [], "plpgsql_check found:\n" + "\n".join(
         f"{fn} line {line} [{level}] {msg} ({detail or ''}) {query or ''}"
         for fn, line, level, msg, detail, query in rows)
+
+
+# A routine's body is parsed in the session that calls it, with that session's
+# standard_conforming_strings: with it off, a backslash in a plain '...' literal is an
+# escape ('\x9f' a raw byte: every enqueue and claim once failed so, 22021), with it
+# on it is a backslash, and U&'...' is refused outright. A literal that needs a
+# backslash is an E'...' string, which reads the same under either setting.
+_DOLLAR = re.compile(r"\$([A-Za-z_][A-Za-z_0-9]*)?\$")
+
+
+def plain_literals_with_backslash(body: str) -> list[str]:
+    """The plain (not E'') string literals of SQL or PL/pgSQL text that hold a
+    backslash; comments and quoted identifiers skipped, dollar quotes read through
+    (their text is SQL run later: EXECUTE, a nested body)."""
+    found: list[str] = []
+    i, n = 0, len(body)
+    while i < n:
+        if body.startswith("--", i):
+            j = body.find("\n", i)
+            i = n if j < 0 else j
+        elif body.startswith("/*", i):
+            j = body.find("*/", i + 2)
+            i = n if j < 0 else j + 2
+        elif body[i] == '"':
+            j = body.find('"', i + 1)
+            i = n if j < 0 else j + 1
+        elif body[i] == "$" and (m := _DOLLAR.match(body, i)) and not (i and (body[i - 1].isalnum() or body[i - 1] == "_")):
+            i = m.end()
+        elif body[i] == "'":
+            escaped = i > 0 and body[i - 1] in "Ee" and not (i > 1 and (body[i - 2].isalnum() or body[i - 2] == "_"))
+            j, text = i + 1, []
+            while j < n:
+                if escaped and body[j] == "\\":
+                    text.append(body[j:j + 2])
+                    j += 2
+                elif body[j] == "'" and body.startswith("''", j):
+                    text.append("''")
+                    j += 2
+                elif body[j] == "'":
+                    break
+                else:
+                    text.append(body[j])
+                    j += 1
+            if not escaped and "\\" in "".join(text):
+                found.append(body[max(0, i - 1):j + 1])
+            i = j + 1
+        else:
+            i += 1
+    return found
+
+
+def test_the_literal_scanner_tells_plain_from_escape_strings() -> None:
+    body = ("SELECT E'\\x01', e'it''s \\'', '-- not a comment', x ~ '[\\x01]' -- it's '\\x02'\n"
+            "/* '\\x03' */ \"a'b\" $q$ '\\x04' $q$ || U&'\\0041' || name'\\x05' || 'it''s \\x06'")
+    assert plain_literals_with_backslash(body) == [" '[\\x01]'", " '\\x04'", "&'\\0041'", "e'\\x05'",
+                                                   " 'it''s \\x06'"]
+
+
+def routines_with_plain_backslash_literals(conn: psycopg.Connection[Any]) -> dict[str, list[str]]:
+    return {sig: lits for sig, body in conn.execute(
+                """SELECT p.oid::regprocedure::text, p.prosrc FROM pg_proc p
+                    WHERE p.pronamespace = 'pgfence'::regnamespace AND strpos(p.prosrc, chr(92)) > 0
+                    ORDER BY 1""").fetchall()
+            if (lits := plain_literals_with_backslash(body))}
+
+
+def test_no_routine_body_has_a_backslash_in_a_plain_literal(dsn: str) -> None:
+    c: psycopg.Connection[Any] = psycopg.connect(dsn, autocommit=False)
+    try:
+        assert routines_with_plain_backslash_literals(c) == {}, (
+            "write these as E'' strings (backslashes doubled): with standard_conforming_strings off they read"
+            " otherwise")
+        # (negative control: a planted one is found)
+        c.execute("CREATE FUNCTION pgfence._planted_literal() RETURNS text LANGUAGE sql AS $$ SELECT '[\\x01]' $$")
+        assert routines_with_plain_backslash_literals(c) == {"pgfence._planted_literal()": [" '[\\x01]'"]}
+    finally:
+        c.rollback()
+        c.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from support.api import claim_job, enqueue
-from support.db import assert_error, one, queue_jobs, rows, sql_error
+from support.api import claim, claim_job, complete, enqueue, fail, heartbeat
+from support.db import assert_error, connection, one, queue_jobs, rows, sql_error
 
 # Queue lookups scan only this test's jobs (by primary key range): see support.db.
 pytestmark = pytest.mark.usefixtures("job_id_floor")
@@ -511,3 +512,78 @@ def test_the_check_of_a_long_list_agrees_with_the_check_of_each_name(conn: Conn,
         else:
             err = sql_error(conn, "SELECT * FROM pgfence.claim('w', %s::text[])", (listed,))
             assert_error(err, "22004" if listed[bad - 1] is None else "22023", f"queues[{bad}]")
+
+
+# A session with standard_conforming_strings off (a legacy client's setting, which any
+# role may choose) parses the SQL bodies of the checks with backslashes as escapes: the
+# checks must read their regexes the same (before, '\x9f' became a raw byte and every
+# enqueue and claim failed with 22021). Names drawn from what the checks tell apart.
+_legacy_char = st.one_of(
+    st.characters(min_codepoint=0x21, max_codepoint=0x7e),
+    st.sampled_from(["\x01", "\x02", "\t", "\n", "\x1b", "\x1f", "\x7f", "\x80", "\x9f", "\xa0", "\u00ad", "\u061c",
+                     "\u200b", "\u200e", "\u2028", "\u202e", "\u2066", "\u3000", "\ufe0f", "\U000e0041", "\ufeff",
+                     " ", "\\", "'", "é", "\U0001f600"]))
+_legacy_names = st.lists(st.one_of(st.none(), st.text(alphabet=_legacy_char, max_size=10)), min_size=1, max_size=4)
+
+
+@pytest.fixture
+def legacy_conn(dsn: str) -> Iterator[tuple[Conn, list[str]]]:
+    """A session with standard_conforming_strings off from its start (so every plan of
+    it is made so), escape_string_warning on and an odd time zone (UTC+12:45), with the
+    notices it gets."""
+    with connection(dsn, options="-c standard_conforming_strings=off -c escape_string_warning=on"
+                                 " -c TimeZone=Pacific/Chatham") as c:
+        notices: list[str] = []
+        c.add_notice_handler(lambda d: notices.append(f"{d.severity}: {d.message_primary}"))
+        assert one(c, "SHOW standard_conforming_strings") == "off"
+        yield c, notices
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(names=_legacy_names)
+def test_the_checks_read_the_same_whatever_standard_conforming_strings(conn: Conn, legacy_conn: tuple[Conn, list[str]],
+                                                                        names: list[Any]) -> None:
+    """_name_ok, _names_ok, _printable and the message of a refused name are the same in
+    a session with standard_conforming_strings off as with it on, and nothing warns."""
+    legacy, notices = legacy_conn
+    per_name = ("SELECT n.ord, pgfence._name_ok(n.v), pgfence._printable(n.v)"
+                " FROM unnest(%s::text[]) WITH ORDINALITY n(v, ord) ORDER BY 1")
+    assert rows(legacy, per_name, (names,)) == rows(conn, per_name, (names,))
+    assert one(legacy, "SELECT pgfence._names_ok(%s::text[])", (names,)) is one(
+        conn, "SELECT pgfence._names_ok(%s::text[])", (names,))
+    for n in names:
+        if not one(conn, "SELECT pgfence._name_ok(%s)", (n,)):
+            on, off = (sql_error(c, "SELECT pgfence._check_name('queue', %s)", (n,)) for c in (conn, legacy))
+            assert (off.sqlstate, off.diag.message_primary, off.diag.message_hint) == (
+                on.sqlstate, on.diag.message_primary, on.diag.message_hint)
+    assert notices == []
+
+
+def test_the_api_works_with_standard_conforming_strings_off(legacy_conn: tuple[Conn, list[str]], queue: str) -> None:
+    """Enqueue (with and without a key), claim (every queue, one, a list, a list of more
+    than 16), heartbeat, fail, complete, a schedule's cron and a refused name, from a
+    session with standard_conforming_strings off: they work, and nothing warns."""
+    legacy, notices = legacy_conn
+    other = queue + "-b"
+    first = enqueue(legacy, queue, "a", priority=3)
+    assert enqueue(legacy, queue, "k", idempotency_key="key\\1") == enqueue(legacy, queue, "k", idempotency_key="key\\1")
+    enqueue(legacy, other, "b")
+    assert claim_job(legacy, queue, first, "w\\1")
+    got = claim(legacy, [queue, other], max_jobs=5)
+    assert {r["queue"] for r in got} == {queue, other}
+    assert claim(legacy, [f"pad-{i}" for i in range(17)] + [queue]) == []
+    with legacy.transaction(force_rollback=True):  # (every queue: other tests' jobs are left alone)
+        claim(legacy, None, max_jobs=1)
+    j = next(r for r in got if r["queue"] == queue)
+    assert heartbeat(legacy, j["id"], j["attempt_token"])
+    fail(legacy, j["id"], j["attempt_token"], "a\\x9f\x1b[31mred")
+    k = next(r for r in got if r["queue"] == other)
+    complete(legacy, k["id"], k["attempt_token"], {"path": "C:\\tmp"})
+    with legacy.transaction(force_rollback=True):
+        nxt = one(legacy, "SELECT pgfence.schedule(%s, cron => '*/5  *\t* * *', kind => 'tick', queue => %s)",
+                  (queue + "-sched", queue))
+        assert nxt.minute % 5 == 0
+    err = sql_error(legacy, "SELECT pgfence.enqueue('k', queue => %s)", (queue + "\x9f",))
+    assert_error(err, "22023", "queue")
+    assert "\\u009f" in err.diag.message_primary
+    assert notices == []

@@ -79,7 +79,7 @@ BEGIN
             EXECUTE format('ALTER ROUTINE %s OWNER TO pgfence_owner', r.sig);
         END IF;
         EXECUTE format('REVOKE ALL ON ROUTINE %s FROM PUBLIC', r.sig);
-        IF r.name LIKE '\_%' THEN
+        IF left(r.name, 1) = '_' THEN
             v_roles := '{}';
             IF r.prosecdef THEN
                 EXECUTE format('ALTER ROUTINE %s SECURITY INVOKER', r.sig);

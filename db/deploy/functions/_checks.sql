@@ -1,5 +1,5 @@
--- Deploy pgfence:functions/_checks to pg (reworked after @v0.3.0)
--- requires: functions/_checks@v0.3.0
+-- Deploy pgfence:functions/_checks to pg (reworked after @v0.7.0)
+-- requires: functions/_checks@v0.7.0
 --
 -- Argument checks shared by every public function. Changed after @v0.3.0: names
 -- refuse control characters anywhere and Unicode whitespace or invisible characters
@@ -7,6 +7,12 @@
 -- the start nor after an ASCII character at the end); payloads and results nest at most 64 levels (a
 -- payload nested 1,000 deep killed the Python worker); results get the payload's
 -- 1 MiB limit; error messages show such characters escaped (\uXXXX), never raw.
+-- Changed after @v0.7.0: every literal with a backslash is an E'' string (the
+-- backslashes doubled, so the regex engine reads the same escapes). These SQL bodies
+-- are parsed in the caller's session, and with standard_conforming_strings off a plain
+-- '\x9f' became a raw byte: every enqueue and claim failed (22021, invalid byte
+-- sequence), and the rest warned. Now they read the same under either setting
+-- (tests/test_sql_lint.py checks every routine's body for such literals).
 
 BEGIN;
 
@@ -20,7 +26,7 @@ BEGIN;
 -- a terminal or a page shows.
 CREATE OR REPLACE FUNCTION pgfence._unsafe_chars() RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT '[\x01-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]'
+    SELECT E'[\\x01-\\x1f\\x7f-\\x9f\\u061c\\u200e\\u200f\\u2028-\\u202e\\u2066-\\u2069]'
 $$;
 COMMENT ON FUNCTION pgfence._unsafe_chars() IS
   'Private: a regex bracket expression of the characters never allowed in a name (controls, separators, bidi controls).';
@@ -33,8 +39,8 @@ COMMENT ON FUNCTION pgfence._unsafe_chars() IS
 -- interlinear annotation marks).
 CREATE OR REPLACE FUNCTION pgfence._edge_chars() RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT '[ \u00a0\u00ad\u034f\u115f\u1160\u1680\u17b4\u17b5\u180e\u2000-\u200d\u202f\u205f-\u2064\u206a-\u206f'
-           '\u2800\u3000\u3164\ufeff\uffa0\ufff9-\ufffb]'
+    SELECT E'[ \\u00a0\\u00ad\\u034f\\u115f\\u1160\\u1680\\u17b4\\u17b5\\u180e\\u2000-\\u200d\\u202f\\u205f-\\u2064\\u206a-\\u206f'
+           || E'\\u2800\\u3000\\u3164\\ufeff\\uffa0\\ufff9-\\ufffb]'
 $$;
 COMMENT ON FUNCTION pgfence._edge_chars() IS
   'Private: a regex bracket expression of the characters a name may not start or end with (Unicode whitespace, invisible characters).';
@@ -44,7 +50,7 @@ COMMENT ON FUNCTION pgfence._edge_chars() IS
 -- looking the same ('default' and U+FE0F); after an emoji they belong to it.
 CREATE OR REPLACE FUNCTION pgfence._modifier_chars() RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT '[\ufe00-\ufe0f\U000e0000-\U000e007f]'
+    SELECT E'[\\ufe00-\\ufe0f\\U000e0000-\\U000e007f]'
 $$;
 COMMENT ON FUNCTION pgfence._modifier_chars() IS
   'Private: a regex bracket expression of the variation selectors and tag characters (not at the start of a name, nor at its end after an ASCII character).';
@@ -63,9 +69,9 @@ COMMENT ON FUNCTION pgfence._hex4(integer) IS
 CREATE OR REPLACE FUNCTION pgfence._printable(value text) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE
-        WHEN value !~ '[\x01-\x1f\x7f-\x9f\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u200b-\u200f\u2028-\u202e\u2060-\u206f\u3164\ufeff\uffa0\ufff9-\ufffb]' THEN value
-        ELSE (SELECT string_agg(CASE WHEN t.c ~ '[\x01-\x1f\x7f-\x9f\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u200b-\u200f\u2028-\u202e\u2060-\u206f\u3164\ufeff\uffa0\ufff9-\ufffb]'
-                                     THEN '\u' || pgfence._hex4(ascii(t.c)) ELSE t.c END, '' ORDER BY t.n)
+        WHEN value !~ E'[\\x01-\\x1f\\x7f-\\x9f\\u00ad\\u034f\\u061c\\u115f\\u1160\\u17b4\\u17b5\\u200b-\\u200f\\u2028-\\u202e\\u2060-\\u206f\\u3164\\ufeff\\uffa0\\ufff9-\\ufffb]' THEN value
+        ELSE (SELECT string_agg(CASE WHEN t.c ~ E'[\\x01-\\x1f\\x7f-\\x9f\\u00ad\\u034f\\u061c\\u115f\\u1160\\u17b4\\u17b5\\u200b-\\u200f\\u2028-\\u202e\\u2060-\\u206f\\u3164\\ufeff\\uffa0\\ufff9-\\ufffb]'
+                                     THEN E'\\u' || pgfence._hex4(ascii(t.c)) ELSE t.c END, '' ORDER BY t.n)
                 FROM regexp_split_to_table(value, '') WITH ORDINALITY AS t(c, n))
     END
 $$;
@@ -105,7 +111,7 @@ CREATE OR REPLACE FUNCTION pgfence._name_ok(value text) RETURNS boolean
 LANGUAGE sql IMMUTABLE AS $$
     SELECT value IS NOT NULL AND value <> '' AND char_length(value) <= 128
        AND value !~ (pgfence._unsafe_chars() || '|^' || pgfence._edge_chars() || '|' || pgfence._edge_chars() || '$'
-                     || '|^' || pgfence._modifier_chars() || '|[\x01-\x7f]' || pgfence._modifier_chars() || '+$')
+                     || '|^' || pgfence._modifier_chars() || E'|[\\x01-\\x7f]' || pgfence._modifier_chars() || '+$')
 $$;
 COMMENT ON FUNCTION pgfence._name_ok(text) IS
   'Private: true for a valid kind, queue or worker id (not NULL, 1..128 characters, no control or bidi character, no whitespace or invisible character at either end), never NULL.';
@@ -135,7 +141,7 @@ BEGIN
     v_bad := coalesce(substring(value FROM '^' || pgfence._edge_chars()),
                       substring(value FROM pgfence._edge_chars() || '$'),
                       substring(value FROM '^' || pgfence._modifier_chars()),
-                      substring(value FROM '[\x01-\x7f](' || pgfence._modifier_chars() || ')' || pgfence._modifier_chars() || '*$'));
+                      substring(value FROM E'[\\x01-\\x7f](' || pgfence._modifier_chars() || ')' || pgfence._modifier_chars() || '*$'));
     PERFORM pgfence._raise_invalid(arg, quote_literal(value),
         format('starts or ends with whitespace or an invisible character (U+%s)',
                upper(pgfence._hex4(ascii(v_bad)))),

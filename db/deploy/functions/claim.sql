@@ -93,7 +93,7 @@ LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE
     v_joined text := array_to_string(names, E'\x01', E'\x02');
 BEGIN
-    IF v_joined ~ '^[!-~]{1,128}(\x01[!-~]{1,128})*$'
+    IF v_joined ~ E'^[!-~]{1,128}(\\x01[!-~]{1,128})*$'
        AND octet_length(v_joined) - octet_length(replace(v_joined, E'\x01', '')) = cardinality(names) - 1 THEN
         RETURN true;
     END IF;

@@ -129,7 +129,7 @@ BEGIN
         PERFORM pgfence._raise_invalid('cron', quote_literal(cron), 'is not a known @ macro',
             'use @yearly, @annually, @monthly, @weekly, @daily, @midnight or @hourly, or 5 fields');
     END IF;
-    v_fields := regexp_split_to_array(v_expr, '[ \t]+');
+    v_fields := regexp_split_to_array(v_expr, E'[ \t]+');
     IF cardinality(v_fields) <> 5 THEN
         PERFORM pgfence._raise_invalid('cron', quote_literal(cron), format('has %s fields, not 5', cardinality(v_fields)),
             'pass 5 fields: minute hour day-of-month month day-of-week, such as ''0 3 * * mon-fri''');
