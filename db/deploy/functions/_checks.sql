@@ -76,7 +76,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     END
 $$;
 COMMENT ON FUNCTION pgfence._printable(text) IS
-  'Private: the text with control, bidirectional and invisible characters written as \uXXXX (NULL for NULL).';
+  E'Private: the text with control, bidirectional and invisible characters written as \\uXXXX (NULL for NULL).';
 
 CREATE OR REPLACE FUNCTION pgfence._raise_null(arg text, hint text) RETURNS void
 LANGUAGE plpgsql AS $$
