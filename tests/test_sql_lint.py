@@ -64,10 +64,16 @@ def test_every_plpgsql_function_passes_plpgsql_check(dsn: str) -> None:
 _DOLLAR = re.compile(r"\$([A-Za-z_][A-Za-z_0-9]*)?\$")
 
 
-def plain_literals_with_backslash(body: str) -> list[str]:
-    """The plain (not E'') string literals of SQL or PL/pgSQL text that hold a
-    backslash; comments and quoted identifiers skipped, dollar quotes read through
-    (their text is SQL run later: EXECUTE, a nested body)."""
+def _ident_char(c: str) -> bool:
+    return c.isalnum() or c in "_$"
+
+
+def setting_dependent_literals(body: str) -> list[str]:
+    """The string literals of SQL or PL/pgSQL text that read otherwise, or not at all,
+    with standard_conforming_strings off: plain ('...', not E'...') ones holding a
+    backslash, and every U&'...'. Comments (nested /* */ too) and quoted identifiers
+    are skipped; a dollar-quoted string is scanned on its own (its text may be SQL run
+    later: EXECUTE, a nested body), so a stray quote in it cannot hide what follows."""
     found: list[str] = []
     i, n = 0, len(body)
     while i < n:
@@ -75,15 +81,25 @@ def plain_literals_with_backslash(body: str) -> list[str]:
             j = body.find("\n", i)
             i = n if j < 0 else j
         elif body.startswith("/*", i):
-            j = body.find("*/", i + 2)
-            i = n if j < 0 else j + 2
+            depth, i = 1, i + 2
+            while i < n and depth:
+                if body.startswith("/*", i):
+                    depth, i = depth + 1, i + 2
+                elif body.startswith("*/", i):
+                    depth, i = depth - 1, i + 2
+                else:
+                    i += 1
         elif body[i] == '"':
             j = body.find('"', i + 1)
             i = n if j < 0 else j + 1
-        elif body[i] == "$" and (m := _DOLLAR.match(body, i)) and not (i and (body[i - 1].isalnum() or body[i - 1] == "_")):
-            i = m.end()
+        elif body[i] == "$" and (m := _DOLLAR.match(body, i)) and not (i and _ident_char(body[i - 1])):
+            end = body.find(m.group(0), m.end())
+            end = n if end < 0 else end
+            found += setting_dependent_literals(body[m.end():end])
+            i = end + len(m.group(0))
         elif body[i] == "'":
-            escaped = i > 0 and body[i - 1] in "Ee" and not (i > 1 and (body[i - 2].isalnum() or body[i - 2] == "_"))
+            escaped = i > 0 and body[i - 1] in "Ee" and (i < 2 or not _ident_char(body[i - 2]))
+            unicode = i > 1 and body[i - 2:i] in ("U&", "u&") and (i < 3 or not _ident_char(body[i - 3]))
             j, text = i + 1, []
             while j < n:
                 if escaped and body[j] == "\\":
@@ -97,7 +113,7 @@ def plain_literals_with_backslash(body: str) -> list[str]:
                 else:
                     text.append(body[j])
                     j += 1
-            if not escaped and "\\" in "".join(text):
+            if unicode or (not escaped and "\\" in "".join(text)):
                 found.append(body[max(0, i - 1):j + 1])
             i = j + 1
         else:
@@ -107,28 +123,34 @@ def plain_literals_with_backslash(body: str) -> list[str]:
 
 def test_the_literal_scanner_tells_plain_from_escape_strings() -> None:
     body = ("SELECT E'\\x01', e'it''s \\'', '-- not a comment', x ~ '[\\x01]' -- it's '\\x02'\n"
-            "/* '\\x03' */ \"a'b\" $q$ '\\x04' $q$ || U&'\\0041' || name'\\x05' || 'it''s \\x06'")
-    assert plain_literals_with_backslash(body) == [" '[\\x01]'", " '\\x04'", "&'\\0041'", "e'\\x05'",
-                                                   " 'it''s \\x06'"]
+            "/* '\\x03' /* nested */ '\\x07' */ \"a'b\" $q$ '\\x04' $q$ || U&'\\0041' || name'\\x05'"
+            " || 'it''s \\x06' || U&'d!0061t' UESCAPE '!' || a$e'\\x08' || $m$can't$m$ || '\\x09'")
+    assert setting_dependent_literals(body) == [
+        " '[\\x01]'", " '\\x04'", "&'\\0041'", "e'\\x05'", " 'it''s \\x06'", "&'d!0061t'", "e'\\x08'",
+        " '\\x09'"]
 
 
-def routines_with_plain_backslash_literals(conn: psycopg.Connection[Any]) -> dict[str, list[str]]:
+def routines_with_setting_dependent_literals(conn: psycopg.Connection[Any]) -> dict[str, list[str]]:
     return {sig: lits for sig, body in conn.execute(
                 """SELECT p.oid::regprocedure::text, p.prosrc FROM pg_proc p
-                    WHERE p.pronamespace = 'pgfence'::regnamespace AND strpos(p.prosrc, chr(92)) > 0
+                    WHERE p.pronamespace = 'pgfence'::regnamespace
+                      AND (strpos(p.prosrc, chr(92)) > 0 OR strpos(upper(p.prosrc), 'U&' || chr(39)) > 0)
                     ORDER BY 1""").fetchall()
-            if (lits := plain_literals_with_backslash(body))}
+            if (lits := setting_dependent_literals(body))}
 
 
-def test_no_routine_body_has_a_backslash_in_a_plain_literal(dsn: str) -> None:
+def test_no_routine_body_has_a_literal_that_depends_on_standard_conforming_strings(dsn: str) -> None:
     c: psycopg.Connection[Any] = psycopg.connect(dsn, autocommit=False)
     try:
-        assert routines_with_plain_backslash_literals(c) == {}, (
+        assert routines_with_setting_dependent_literals(c) == {}, (
             "write these as E'' strings (backslashes doubled): with standard_conforming_strings off they read"
             " otherwise")
-        # (negative control: a planted one is found)
+        # (negative controls: a planted backslash literal and a U&'' literal are found)
         c.execute("CREATE FUNCTION pgfence._planted_literal() RETURNS text LANGUAGE sql AS $$ SELECT '[\\x01]' $$")
-        assert routines_with_plain_backslash_literals(c) == {"pgfence._planted_literal()": [" '[\\x01]'"]}
+        c.execute("CREATE FUNCTION pgfence._planted_unicode() RETURNS text LANGUAGE plpgsql AS $$"
+                  " BEGIN RETURN U&'d!0061t' UESCAPE '!'; END $$")
+        assert routines_with_setting_dependent_literals(c) == {"pgfence._planted_literal()": [" '[\\x01]'"],
+                                                               "pgfence._planted_unicode()": ["&'d!0061t'"]}
     finally:
         c.rollback()
         c.close()

@@ -3,6 +3,7 @@ deploy -> verify -> revert -y -> deploy round-trips on a scratch database
 (without pg_cron, where cron/reclaim deploys with a NOTICE)."""
 from __future__ import annotations
 
+import os
 import subprocess
 import uuid
 from typing import Any
@@ -505,6 +506,26 @@ def test_sqitch_upgrades_a_database_deployed_at_v0_7_0_and_reverts_to_it(scratch
         [(again, t)] = c.execute("SELECT id, attempt_token FROM pgfence.claim('w2', ARRAY['up7'])").fetchall()
         assert again == queued
         c.execute("SELECT pgfence.complete(%s, %s)", (again, t))
+
+
+def test_sqitch_upgrade_from_v0_7_0_runs_with_standard_conforming_strings_off(scratch_dsn: str) -> None:
+    """A server or deployer with standard_conforming_strings off (docs/operations.md: the
+    tagged scripts need it on, the changes after @v0.7.0 do not): the upgrade from
+    @v0.7.0 deploys and verifies without a warning about escapes, and enqueue and claim
+    then work from a session with it off (before the rework of functions/_checks, both
+    failed with 22021 there)."""
+    target = sqitch_target(scratch_dsn)
+    _ok(sqitch("deploy", "--to", "@v0.7.0", target=target), "deploy --to @v0.7.0")
+    env = dict(os.environ, PGOPTIONS="-c standard_conforming_strings=off -c escape_string_warning=on")
+    env.setdefault("SQITCH_FULLNAME", "pgfence tests")
+    env.setdefault("SQITCH_EMAIL", "pgfence-tests@localhost")
+    out = _ok(sqitch("deploy", target=target, env=env), "deploy (upgrade, standard_conforming_strings off)")
+    out += _ok(sqitch("verify", target=target, env=env), "verify (standard_conforming_strings off)")
+    assert "escape" not in out, out
+    with connect(scratch_dsn, options="-c standard_conforming_strings=off") as c:
+        assert c.execute("SHOW standard_conforming_strings").fetchone() == ("off",)
+        job = c.execute("SELECT pgfence.enqueue('k', queue => 'scs-off')").fetchone()
+        assert c.execute("SELECT id FROM pgfence.claim('w', ARRAY['scs-off', 'scs-other'])").fetchall() == [job]
 
 
 def test_sqitch_upgrade_from_v0_7_0_keeps_timeouts_and_unique_keys_working_and_reverts(scratch_dsn: str) -> None:

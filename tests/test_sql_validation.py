@@ -572,8 +572,8 @@ def test_the_api_works_with_standard_conforming_strings_off(legacy_conn: tuple[C
     got = claim(legacy, [queue, other], max_jobs=5)
     assert {r["queue"] for r in got} == {queue, other}
     assert claim(legacy, [f"pad-{i}" for i in range(17)] + [queue]) == []
-    with legacy.transaction(force_rollback=True):  # (every queue: other tests' jobs are left alone)
-        claim(legacy, None, max_jobs=1)
+    top = enqueue(legacy, queue + "-top", "t", priority=2147483647)  # (every queue: this job comes first)
+    assert [r["id"] for r in claim(legacy, None, max_jobs=1)] == [top]
     j = next(r for r in got if r["queue"] == queue)
     assert heartbeat(legacy, j["id"], j["attempt_token"])
     fail(legacy, j["id"], j["attempt_token"], "a\\x9f\x1b[31mred")
