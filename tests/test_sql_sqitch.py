@@ -517,8 +517,6 @@ def test_sqitch_upgrade_from_v0_7_0_runs_with_standard_conforming_strings_off(sc
     target = sqitch_target(scratch_dsn)
     _ok(sqitch("deploy", "--to", "@v0.7.0", target=target), "deploy --to @v0.7.0")
     env = dict(os.environ, PGOPTIONS="-c standard_conforming_strings=off -c escape_string_warning=on")
-    env.setdefault("SQITCH_FULLNAME", "pgfence tests")
-    env.setdefault("SQITCH_EMAIL", "pgfence-tests@localhost")
     out = _ok(sqitch("deploy", target=target, env=env), "deploy (upgrade, standard_conforming_strings off)")
     out += _ok(sqitch("verify", target=target, env=env), "verify (standard_conforming_strings off)")
     assert "escape" not in out, out

@@ -546,13 +546,14 @@ def test_the_checks_read_the_same_whatever_standard_conforming_strings(conn: Con
     """_name_ok, _names_ok, _printable and the message of a refused name are the same in
     a session with standard_conforming_strings off as with it on, and nothing warns."""
     legacy, notices = legacy_conn
-    per_name = ("SELECT n.ord, pgfence._name_ok(n.v), pgfence._printable(n.v)"
+    per_name = ("SELECT n.ord, pgfence._name_ok(n.v) AS ok, pgfence._printable(n.v)"
                 " FROM unnest(%s::text[]) WITH ORDINALITY n(v, ord) ORDER BY 1")
-    assert rows(legacy, per_name, (names,)) == rows(conn, per_name, (names,))
+    answers = rows(conn, per_name, (names,))
+    assert rows(legacy, per_name, (names,)) == answers
     assert one(legacy, "SELECT pgfence._names_ok(%s::text[])", (names,)) is one(
         conn, "SELECT pgfence._names_ok(%s::text[])", (names,))
-    for n in names:
-        if not one(conn, "SELECT pgfence._name_ok(%s)", (n,)):
+    for n, answer in zip(names, answers):
+        if not answer["ok"]:
             on, off = (sql_error(c, "SELECT pgfence._check_name('queue', %s)", (n,)) for c in (conn, legacy))
             assert (off.sqlstate, off.diag.message_primary, off.diag.message_hint) == (
                 on.sqlstate, on.diag.message_primary, on.diag.message_hint)

@@ -281,16 +281,14 @@ def sqitch_target(dsn: str) -> str:
 def sqitch(*args: str, target: str, env: Optional[dict[str, str]] = None,
            timeout: float = 300, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     """``sqitch ARGS --target TARGET`` in the repository, or in another copy of the sqitch
-    project (cwd; never $SQITCH_TARGET); env: the environment (default: this one, with a
-    deployer name when it has none)."""
+    project (cwd; never $SQITCH_TARGET); env: the environment (default: this one), with a
+    deployer name when it has none."""
     exe = shutil.which("sqitch")
     if exe is None:
         raise RuntimeError("sqitch not found on PATH (run scripts/setup.sh)")
-    if env is None:
-        env = dict(os.environ)
-        env.setdefault("SQITCH_FULLNAME", "pgfence tests")
-        env.setdefault("SQITCH_EMAIL", "pgfence-tests@localhost")
-    env = {k: v for k, v in env.items() if k != "SQITCH_TARGET"}
+    env = {k: v for k, v in (os.environ if env is None else env).items() if k != "SQITCH_TARGET"}
+    env.setdefault("SQITCH_FULLNAME", "pgfence tests")
+    env.setdefault("SQITCH_EMAIL", "pgfence-tests@localhost")
     return subprocess.run([exe, *args, "--target", target], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
