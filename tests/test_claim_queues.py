@@ -63,12 +63,24 @@ def lockable(conn: Conn) -> int:
                                 " FOR UPDATE SKIP LOCKED) x").fetchone()[0])  # type: ignore[index]
 
 
+def claim_sql(via: str, queues: Optional[list[str]], conn: Conn) -> tuple[str, tuple[Any, ...]]:
+    """claim's queues argument as SQL: the list itself, or (via "set") a set of those
+    names defined first (in conn's transaction) and named with queue_set."""
+    if via == "set" and queues is not None:
+        conn.execute("SELECT pgfence.define_queue_set('the-set', %s)", (queues,))
+        return "NULL, queue_set => 'the-set'", ()
+    return "%s::text[]", (queues,)
+
+
+@pytest.mark.parametrize("via", ["list", "set"])
 @pytest.mark.parametrize("shape", ["all", "one", "few", "many"])
-def test_a_claim_locks_only_the_jobs_it_returns(own_dsn: str, db: Conn, shape: str) -> None:
+def test_a_claim_locks_only_the_jobs_it_returns(own_dsn: str, db: Conn, shape: str, via: str) -> None:
     names = fill(db, 200, 5)
     queues: Optional[list[str]] = {"all": None, "one": names[:1], "few": names[:5], "many": names[:50]}[shape]
     with connect(own_dsn, autocommit=False) as claimer:
-        got = claimer.execute("SELECT id FROM pgfence.claim('w', %s, '1 minute', 10)", (queues,)).fetchall()
+        arg, params = claim_sql(via, queues, claimer)
+        got = claimer.execute(f"SELECT id FROM pgfence.claim('w', {arg}, lease => '1 minute', max_jobs => 10)",
+                              params).fetchall()
         assert len(got) == {"one": 5}.get(shape, 10)
         # still in the claim's transaction: only what it returned is locked
         assert lockable(db) == 1000 - len(got)
@@ -99,18 +111,24 @@ def heap_rows_read(conn: Conn) -> int:
     return int(row[0]) if row else 0
 
 
+@pytest.mark.parametrize("via", ["list", "set"])
 @pytest.mark.parametrize("listed", [2, 16, 17, 1000, 10000])
-def test_a_list_reads_few_jobs_of_the_queues_it_does_not_name(own_dsn: str, db: Conn, listed: int) -> None:
+def test_a_list_reads_few_jobs_of_the_queues_it_does_not_name(own_dsn: str, db: Conn, listed: int,
+                                                              via: str) -> None:
     """A claim over 17 or more names walked the claim order over all queues, reading
     every queued job of the queues it did not name when its own were idle: beside
     20,000 jobs queued elsewhere, 25 ms for 17 names and 5 s for 10,000. Now a long
     list reads at most a window of 4 * max_jobs + 64 of them, and 16 names or fewer
-    none."""
+    none. A stored set of the same names (queue_set) reads the same."""
     fill(db, 1, 5000)  # q00000: the backlog elsewhere
     idle = [f"idle{i}" for i in range(listed)]
     window = 0 if listed <= 16 else 4 * 10 + 64
+    if via == "set":
+        db.execute("SELECT pgfence.define_queue_set('idle', %s)", (idle,))
+    arg, params = ("NULL, queue_set => 'idle'", ()) if via == "set" else ("%s::text[]", (idle,))
     with connect(own_dsn, autocommit=False) as c:
-        assert c.execute("SELECT count(*) FROM pgfence.claim('w', %s, '1 minute', 10)", (idle,)).fetchone() == (0,)
+        assert c.execute(f"SELECT count(*) FROM pgfence.claim('w', {arg}, lease => '1 minute', max_jobs => 10)",
+                         params).fetchone() == (0,)
         assert heap_rows_read(c) == window
         c.rollback()
     # two of the listed queues with three jobs each: the claim reads about what it takes
@@ -119,7 +137,8 @@ def test_a_list_reads_few_jobs_of_the_queues_it_does_not_name(own_dsn: str, db: 
     want = [r[0] for r in db.execute("SELECT id FROM pgfence.jobs WHERE queue = ANY (%s)"
                                       " ORDER BY priority DESC, available_at, id LIMIT 5", (idle[-2:],))]
     with connect(own_dsn, autocommit=False) as c:
-        got = [r[0] for r in c.execute("SELECT id FROM pgfence.claim('w', %s, '1 minute', 5)", (idle,))]
+        got = [r[0] for r in c.execute(f"SELECT id FROM pgfence.claim('w', {arg}, lease => '1 minute', max_jobs => 5)",
+                                       params)]
         read = heap_rows_read(c)
         c.rollback()
     assert got == want
@@ -139,9 +158,11 @@ JOB = st.tuples(st.integers(0, 19), st.integers(-2, 2), st.sampled_from([-3600, 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(jobs=st.lists(JOB, min_size=0, max_size=60), shape=st.sampled_from(["all", "one", "few", "many"]),
-       pick=st.lists(st.integers(0, 19), min_size=1, max_size=19, unique=True), max_jobs=st.integers(1, 25))
+       pick=st.lists(st.integers(0, 19), min_size=1, max_size=19, unique=True), max_jobs=st.integers(1, 25),
+       via=st.sampled_from(["list", "set"]))
 def test_every_path_returns_the_first_runnable_jobs_in_claim_order(
-        own_dsn: str, jobs: list[tuple[int, int, int]], shape: str, pick: list[int], max_jobs: int) -> None:
+        own_dsn: str, jobs: list[tuple[int, int, int]], shape: str, pick: list[int], max_jobs: int,
+        via: str) -> None:
     queues: Optional[list[str]]
     if shape == "all":
         queues = None
@@ -151,25 +172,26 @@ def test_every_path_returns_the_first_runnable_jobs_in_claim_order(
         queues = [f"h{i}" for i in pick[:16]]
     else:  # more than 16 names (some with no jobs at all)
         queues = [f"h{i}" for i in range(20)] if len(pick) <= 16 else [f"h{i}" for i in pick] + ["none1", "none2"]
-    assert_first_runnable_in_claim_order(own_dsn, jobs, queues, max_jobs)
+    assert_first_runnable_in_claim_order(own_dsn, jobs, queues, max_jobs, via)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(jobs=st.lists(JOB, min_size=60, max_size=160), pick=st.lists(st.integers(0, 19), min_size=1, max_size=3,
                                                                       unique=True),
-       max_jobs=st.integers(1, 25))
+       max_jobs=st.integers(1, 25), via=st.sampled_from(["list", "set"]))
 def test_a_long_list_of_rare_queues_returns_the_first_runnable_jobs_in_claim_order(
-        own_dsn: str, jobs: list[tuple[int, int, int]], pick: list[int], max_jobs: int) -> None:
+        own_dsn: str, jobs: list[tuple[int, int, int]], pick: list[int], max_jobs: int, via: str) -> None:
     """A long list whose queues hold few of the jobs at the front: the window over all
     queues fills without enough of them, and the heads are read instead."""
     queues = [f"h{i}" for i in pick] + [f"none{i}" for i in range(20)]
-    assert_first_runnable_in_claim_order(own_dsn, jobs, queues, max_jobs)
+    assert_first_runnable_in_claim_order(own_dsn, jobs, queues, max_jobs, via)
 
 
 def assert_first_runnable_in_claim_order(own_dsn: str, jobs: list[tuple[int, int, int]],
-                                         queues: Optional[list[str]], max_jobs: int) -> None:
-    """Enqueue jobs (queue h<n>, priority, run_at offset), claim max_jobs from queues in a
-    transaction that is rolled back: the claim returns the first runnable ones."""
+                                         queues: Optional[list[str]], max_jobs: int, via: str) -> None:
+    """Enqueue jobs (queue h<n>, priority, run_at offset), claim max_jobs from queues (the
+    list, or via "set" a set of those names) in a transaction that is rolled back: the
+    claim returns the first runnable ones."""
     with connect(own_dsn, autocommit=False) as c:
         inserted = []
         for q, priority, offset in jobs:
@@ -182,7 +204,9 @@ def assert_first_runnable_in_claim_order(own_dsn: str, jobs: list[tuple[int, int
             inserted.append((row[0], f"h{q}", priority, row[1], row[2]))
         runnable = [j for j in inserted if j[4] and (queues is None or j[1] in queues)]
         want = [j[0] for j in sorted(runnable, key=lambda j: (-j[2], j[3], j[0]))][:max_jobs]
-        got = [r[0] for r in c.execute("SELECT id FROM pgfence.claim('w', %s, '1 minute', %s)", (queues, max_jobs))]
+        arg, params = claim_sql(via, queues, c)
+        got = [r[0] for r in c.execute(f"SELECT id FROM pgfence.claim('w', {arg}, lease => '1 minute',"
+                                       " max_jobs => %s)", (*params, max_jobs))]
         c.rollback()
     assert got == want
 
@@ -209,3 +233,94 @@ def test_each_path_reads_the_index_made_for_it(own_dsn: str, db: Conn, shape: st
     assert picks, plans
     used = {name for p in picks for name in ("jobs_claim_order_idx", "jobs_claim_idx") if f"using {name} " in p}
     assert used == {index}, picks
+
+
+# -- sets of queues stored on the server (define_queue_set, claim(queue_set => ...)) ----------
+
+def sets(conn: Conn) -> list[tuple[Any, ...]]:
+    return [tuple(r) for r in conn.execute("SELECT queue_set, queues, names FROM pgfence.queue_sets()")]
+
+
+def test_a_set_is_defined_listed_replaced_and_dropped(db: Conn) -> None:
+    db.execute("DELETE FROM pgfence.queue_sets")
+    assert db.execute("SELECT pgfence.define_queue_set('s-b', ARRAY['q2', 'q1', 'q2'])").fetchone() == (2,)
+    assert db.execute("SELECT pgfence.define_queue_set('s-a', ARRAY['x'])").fetchone() == (1,)
+    assert sets(db) == [("s-a", 1, ["x"]), ("s-b", 2, ["q1", "q2"])]
+    who = db.execute("SELECT defined_by FROM pgfence.queue_sets() WHERE queue_set = 's-b'").fetchone()
+    assert who == (db.execute("SELECT current_user").fetchone() or [None])[0:1]
+    # defined again: its names replaced
+    assert db.execute("SELECT pgfence.define_queue_set('s-b', ARRAY['q3'])").fetchone() == (1,)
+    assert sets(db) == [("s-a", 1, ["x"]), ("s-b", 1, ["q3"])]
+    assert db.execute("SELECT pgfence.drop_queue_set('s-b'), pgfence.drop_queue_set('s-b')").fetchone() == (True, False)
+    assert sets(db) == [("s-a", 1, ["x"])]
+
+
+@pytest.mark.parametrize(("call", "params", "sqlstate", "names"), [
+    ("SELECT pgfence.define_queue_set(%s, %s)", (None, ["q"]), "22004", "queue_set"),
+    ("SELECT pgfence.define_queue_set(%s, %s)", ("", ["q"]), "22023", "queue_set"),
+    ("SELECT pgfence.define_queue_set(%s, %s)", ("s\n", ["q"]), "22023", "queue_set"),
+    ("SELECT pgfence.define_queue_set(%s, %s::text[])", ("s", None), "22004", "queues"),
+    ("SELECT pgfence.define_queue_set(%s, %s::text[])", ("s", []), "22023", "queues"),
+    ("SELECT pgfence.define_queue_set(%s, %s)", ("s", ["ok", None]), "22004", "queues[2]"),
+    ("SELECT pgfence.define_queue_set(%s, %s)", ("s", ["ok", "bad\x1b[31m"]), "22023", "queues[2]"),
+    ("SELECT pgfence.define_queue_set(%s, %s)", ("s", ["ok", " lead"]), "22023", "queues[2]"),
+    ("SELECT pgfence.define_queue_set(%s, %s)", ("s", [f"q{i}" for i in range(10001)]), "22023", "queues length"),
+    ("SELECT pgfence.define_queue_set(%s, '[0:0]={q}'::text[])", ("s",), "22023", "queues"),
+    ("SELECT pgfence.drop_queue_set(%s)", (None,), "22004", "queue_set"),
+    ("SELECT pgfence.drop_queue_set(%s)", ("x" * 129,), "22023", "queue_set"),
+    ("SELECT * FROM pgfence.claim('w', queue_set => %s)", ("never-defined",), "22023", "queue_set"),
+    ("SELECT * FROM pgfence.claim('w', queue_set => %s)", ("bad\u202e",), "22023", "queue_set"),
+    ("SELECT * FROM pgfence.claim('w', ARRAY['q'], queue_set => %s)", ("s-kept",), "22023", "queue_set"),
+])
+def test_bad_sets_are_refused_and_change_nothing(db: Conn, call: str, params: tuple[Any, ...], sqlstate: str,
+                                                 names: str) -> None:
+    db.execute("SELECT pgfence.define_queue_set('s-kept', ARRAY['kept'])")
+    db.execute("SELECT pgfence.define_queue_set('s', ARRAY['before'])")
+    before = sets(db)
+    err = sql_error(db, call, params)
+    assert_error(err, sqlstate, names)
+    assert err.diag.message_hint
+    assert sets(db) == before
+
+
+def test_a_claim_over_a_set_sees_it_redefined_and_refuses_it_dropped(own_dsn: str, db: Conn) -> None:
+    fill(db, 3, 2)  # q00000..q00002
+    db.execute("SELECT pgfence.define_queue_set('moving', ARRAY['q00001'])")
+    got = db.execute("SELECT queue FROM pgfence.claim('w', queue_set => 'moving', max_jobs => 10)").fetchall()
+    assert got == [("q00001",), ("q00001",)]
+    db.execute("SELECT pgfence.define_queue_set('moving', ARRAY['q00000', 'q00002', 'none'])")
+    got = db.execute("SELECT queue FROM pgfence.claim('w', queue_set => 'moving', max_jobs => 10)").fetchall()
+    assert sorted(got) == [("q00000",), ("q00000",), ("q00002",), ("q00002",)]
+    db.execute("SELECT pgfence.drop_queue_set('moving')")
+    assert_error(sql_error(db, "SELECT * FROM pgfence.claim('w', queue_set => 'moving')"), "22023", "queue_set")
+
+
+def test_a_claim_over_a_set_keeps_to_paused_and_capped_queues(db: Conn) -> None:
+    """With queue controls, the set's names go through the controlled path as the list would."""
+    fill(db, 4, 3)
+    db.execute("SELECT pgfence.define_queue_set('ctl', ARRAY['q00000', 'q00001', 'q00002'])")
+    db.execute("SELECT pgfence.pause_queue('q00000')")
+    db.execute("SELECT pgfence.set_queue_limit('q00001', 1)")
+    try:
+        got = db.execute("SELECT queue FROM pgfence.claim('w', queue_set => 'ctl', max_jobs => 10)").fetchall()
+        assert sorted(got) == [("q00001",), ("q00002",), ("q00002",), ("q00002",)]
+        db.execute("SELECT pgfence.define_queue_set('ctl', ARRAY['q00000'])")  # a set of one paused queue
+        assert db.execute("SELECT count(*) FROM pgfence.claim('w', queue_set => 'ctl', max_jobs => 10)"
+                          ).fetchone() == (0,)
+    finally:
+        db.execute("SELECT pgfence.resume_queue('q00000'), pgfence.set_queue_limit('q00001', NULL)")
+        db.execute("DELETE FROM pgfence.queue_controls")
+
+
+def test_claim_results_finds_what_a_claim_over_a_set_took(db: Conn) -> None:
+    fill(db, 20, 2)
+    db.execute("SELECT pgfence.define_queue_set('many', %s)", ([f"q{i:05d}" for i in range(0, 20, 2)],))
+    request = "6a1f8c5e-8d2b-4b8e-9a55-0c1d2e3f4a5b"
+    took = db.execute("SELECT id, attempt_token FROM pgfence.claim('w', queue_set => 'many', max_jobs => 5,"
+                      " request_id => %s)", (request,)).fetchall()
+    assert len(took) == 5
+    again = db.execute("SELECT id, attempt_token FROM pgfence.claim_results('w', ARRAY[%s]::uuid[])",
+                       (request,)).fetchall()
+    assert sorted(again) == sorted(took)
+    assert {r[0] for r in db.execute("SELECT queue FROM pgfence.jobs WHERE id = ANY (%s)",
+                                     ([t[0] for t in took],))} <= {f"q{i:05d}" for i in range(0, 20, 2)}

@@ -63,6 +63,10 @@ def test_sqitch_deploy_verify_revert_deploy_round_trips(scratch_dsn: str) -> Non
         assert c.execute("SELECT status FROM pgfence.all_jobs WHERE id = %s", (job_id,)).fetchone() == ("done",)
 
 
+# claim's signature at the head of the plan (the tags' claims have no queue_set)
+CLAIM_NOW = "pgfence.claim(text, text[], interval, integer, uuid, text)"
+
+
 def worker_may(c: Conn, routine: str) -> bool:
     """pgfence_worker may EXECUTE routine, and it runs SECURITY DEFINER."""
     row = c.execute("SELECT has_function_privilege('pgfence_worker', %s, 'EXECUTE')"
@@ -88,7 +92,7 @@ def test_sqitch_upgrades_a_database_deployed_at_v0_1_0_and_reverts_to_it(scratch
     _ok(sqitch("verify", target=target), "verify (upgraded)")
     with connect(scratch_dsn) as c:
         assert c.execute("SELECT pgfence.schema_version()").fetchone() == (3,)
-        assert worker_may(c, "pgfence.claim(text, text[], interval, integer, uuid)")
+        assert worker_may(c, CLAIM_NOW)
         assert worker_may(c, "pgfence.claimed(text, uuid[], interval)")
         c.execute("SELECT pgfence.complete(%s, %s)", (held, token))  # an attempt from before the upgrade
         request = "00000000-0000-4000-8000-000000000001"
@@ -186,7 +190,7 @@ def test_sqitch_upgrades_a_database_deployed_at_v0_3_0_and_reverts_to_it(scratch
     _ok(sqitch("verify", target=target), "verify (upgraded)")
     with connect(scratch_dsn) as c:
         assert c.execute("SELECT pgfence.schema_version()").fetchone() == (3,)
-        assert worker_may(c, claim)
+        assert worker_may(c, CLAIM_NOW)
         assert c.execute("SELECT has_function_privilege('pgfence_operator', 'pgfence.pause_sweeper()', 'EXECUTE'),"
                          " has_function_privilege('pgfence_worker', 'pgfence.pause_sweeper()', 'EXECUTE')"
                          ).fetchone() == (True, False)
@@ -573,15 +577,22 @@ def test_sqitch_upgrade_from_v0_7_0_keeps_timeouts_and_unique_keys_working_and_r
         [(kt,)] = c.execute("SELECT attempt_token FROM pgfence.claim('w', ARRAY['q5'])").fetchall()
         c.execute("SELECT pgfence.complete(%s, %s)", (keyed, kt))
         assert c.execute("SELECT count(*) FROM pgfence.jobs WHERE timeout IS NOT NULL").fetchone() == (3,)
+        # a set of queues stored on the server, claimed from by name
+        c.execute("SELECT pgfence.define_queue_set('set6', ARRAY['q6', 'q7'])")
+        in_set = c.execute("SELECT pgfence.enqueue('k', queue => 'q7')").fetchone()[0]  # type: ignore[index]
+        assert c.execute("SELECT id FROM pgfence.claim('w', queue_set => 'set6')").fetchall() == [(in_set,)]
 
     _ok(sqitch("revert", "-y", "--to", "@v0.7.0", target=target), "revert --to @v0.7.0")
     _ok(sqitch("verify", target=target), "verify (reverted)")
     with connect(scratch_dsn) as c:
         assert state(c) == before
         for gone in ("pgfence.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, interval, interval)",
-                     "pgfence.set_queue_timeout(text, interval)", "pgfence._end_timed_out(bigint[], uuid[])"):
+                     "pgfence.set_queue_timeout(text, interval)", "pgfence._end_timed_out(bigint[], uuid[])",
+                     CLAIM_NOW, "pgfence.define_queue_set(text, text[])", "pgfence._claim_from_set(jsonb, integer,"
+                     " integer, timestamptz)", "pgfence._check_queues(text, text[], text)"):
             assert c.execute("SELECT to_regprocedure(%s)", (gone,)).fetchone() == (None,), gone
-        assert c.execute("SELECT to_regclass('pgfence.queue_timeouts')").fetchone() == (None,)
+        assert c.execute("SELECT to_regclass('pgfence.queue_timeouts'), to_regclass('pgfence.queue_sets')"
+                         ).fetchone() == (None, None)
         assert c.execute("SELECT count(*) FROM information_schema.columns WHERE table_schema = 'pgfence'"
                          " AND column_name IN ('timeout', 'unique_for', 'held_until')").fetchone() == (0,)
         assert c.execute("SELECT outcome FROM pgfence.attempts WHERE job_id = %s", (timed,)).fetchall() == [

@@ -1,0 +1,7 @@
+-- Verify pgfence:tables/queue_sets on pg
+
+BEGIN;
+
+SELECT queue_set, members, queues, defined_at, defined_by FROM pgfence.queue_sets WHERE false;
+
+ROLLBACK;
