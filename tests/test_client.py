@@ -823,3 +823,29 @@ def test_a_method_written_with_the_helpers_of_before_pgfence_calls_still_works(d
             conn.execute("SELECT pgfence.requeue(job_id => %s)", (-1,))
     finally:
         c.close()
+
+
+def test_a_set_of_queues_is_defined_claimed_from_listed_and_dropped(client: Any, queue: str) -> None:
+    name = f"{queue}-set"
+    others = [f"{queue}-{i}" for i in range(30)]
+    try:
+        assert client.define_queue_set(name, [queue, *others, queue]) == 31
+        [row] = [s for s in client.queue_sets() if s.queue_set == name]
+        assert (row.queues, row.names) == (31, sorted([queue, *others])) and row.defined_by
+        job_id = client.enqueue("k", {"n": 1}, queue=queue)
+        client.enqueue("k", {"n": 2}, queue=f"{queue}-not-in-it")
+        jobs = client.claim(W, queue_set=name, max_jobs=5)
+        assert [(j.id, j.queue, j.payload) for j in jobs] == [(job_id, queue, {"n": 1})]
+        with pytest.raises(InvalidArgument) as bad:
+            client.claim(W, [queue], queue_set=name)
+        assert "queue_set" in str(bad.value) and bad.value.hint
+        with pytest.raises(InvalidArgument):
+            client.define_queue_set(name, [])
+        assert client.drop_queue_set(name) is True
+        with pytest.raises(InvalidArgument) as gone:
+            client.claim(W, queue_set=name)
+        assert "not defined" in str(gone.value)
+    finally:
+        client.drop_queue_set(name)
+        for left in client.claim(W, [queue, f"{queue}-not-in-it"], max_jobs=5):  # (none left for others)
+            client.complete(left.id, left.attempt_token)

@@ -70,6 +70,7 @@ export interface QueueStats { queue: string; status: string; jobs: number; oldes
 /** An interval as pg returns it (a PostgresInterval object: years, months, days, hours, minutes, seconds, milliseconds). */
 export type IntervalValue = unknown;
 export interface QueueLimit { queue: string; paused_at: Date | null; paused_by: string | null; max_running: number | null; running: number; limited_at: Date | null; limited_by: string | null; max_claims: number | null; claims_per: IntervalValue | null; claims_available: number | null; rate_limited_at: Date | null; rate_limited_by: string | null }
+export interface QueueSet { queue_set: string; queues: number; names: string[]; defined_at: Date; defined_by: string }
 export interface QueueTimeout { queue: string; timeout: IntervalValue; set_at: Date; set_by: string }
 export interface Schedule { name: string; cron: string | null; every: IntervalValue | null; kind: string; payload: any; queue: string; priority: number; max_attempts: number; recovery_policy: string; time_zone: string; catch_up: "all" | "latest" | "none"; slot_key: string | null; paused_at: Date | null; paused_by: string | null; created_at: Date; created_by: string; next_fire_at: Date | null; last_fire_at: Date | null; last_slot: Date | null; last_job_id: JobId | null; last_error: string | null; last_error_at: Date | null }
 export interface ScheduleOptions { cron?: string | null; kind?: string; payload?: Json | null; queue?: string; priority?: number; max_attempts?: number; recovery_policy?: "auto" | "manual"; time_zone?: string; catch_up?: "all" | "latest" | "none"; every?: Duration | null; replace?: boolean; slot_key?: string | null }
@@ -111,7 +112,13 @@ export class Client {
   enqueue(kind: string, payload?: Json | null, options?: { queue?: string; priority?: number; run_at?: Timestamp | null; max_attempts?: number; recovery_policy?: "auto" | "manual"; idempotency_key?: string | null; timeout?: Duration | null; unique_for?: Duration | null }): Promise<JobId>;
   enqueue_many(kinds: string[], payloads?: Json[] | null, options?: { queue?: string; priorities?: number[] | null; run_ats?: (Timestamp | null)[] | null; max_attempts?: number; recovery_policy?: "auto" | "manual"; idempotency_keys?: (string | null)[] | null; timeout?: Duration | null; unique_for?: Duration | null }): Promise<Enqueued[]>;
   // worker
-  claim(worker_id: string, queues?: string[] | null, options?: { lease?: Duration; max_jobs?: number; request_id?: Uuid | null }): Promise<ClaimedJob[]>;
+  /** queues: null for every queue; or options.queue_set (with no queues): a set stored with define_queue_set. */
+  claim(worker_id: string, queues?: string[] | null, options?: { lease?: Duration; max_jobs?: number; request_id?: Uuid | null; queue_set?: string | null }): Promise<ClaimedJob[]>;
+  /** Store (or replace) a set of queues (1..10,000 names) for claim's queue_set; the number of distinct queues. */
+  define_queue_set(queue_set: string, queues: string[]): Promise<number>;
+  /** true when the set existed; claims naming it are refused (22023) afterwards. */
+  drop_queue_set(queue_set: string): Promise<boolean>;
+  queue_sets(): Promise<QueueSet[]>;
   claim_results(worker_id: string, request_ids: Uuid[], options?: { lease?: Duration }): Promise<ClaimedJob[]>;
   /** @deprecated the old name of claim_results */
   claimed(worker_id: string, request_ids: Uuid[], options?: { lease?: Duration }): Promise<ClaimedJob[]>;

@@ -10,13 +10,13 @@ from .errors import (InvalidArgument, InvalidTransition, JobNotFound, LeaseLost,
                      SchemaMismatch, WrongIsolation)
 from .limits import Limits
 from .models import (ActionPreview, ActionResult, Attempt, AuditEntry, Enqueued, Job, JobRecord, Metric, Outcome,
-                     QueueLimit, QueueStats, Reclaimed, Rejection, Schedule)
+                     QueueLimit, QueueSet, QueueStats, Reclaimed, Rejection, Schedule)
 from .worker import Interrupted, PermanentFailure, RetryAfter, Snooze, Worker
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "Worker", "Job", "ActionPreview", "ActionResult", "AuditEntry", "Metric", "JobRecord", "Attempt", "Rejection", "Enqueued", "Outcome", "QueueStats", "QueueLimit", "Reclaimed", "RawJson",
+    "Client", "Worker", "Job", "ActionPreview", "ActionResult", "AuditEntry", "Metric", "JobRecord", "Attempt", "Rejection", "Enqueued", "Outcome", "QueueStats", "QueueLimit", "QueueSet", "Reclaimed", "RawJson",
     "Schedule",
     "PgfenceError", "LeaseLost", "JobNotFound", "InvalidTransition", "InvalidArgument", "WrongIsolation",
     "SchemaMismatch", "Limits", "Interrupted", "PermanentFailure", "RetryAfter", "Snooze", "SCHEMA_VERSION",

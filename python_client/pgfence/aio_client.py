@@ -23,7 +23,7 @@ from .calls import Call
 from .errors import LeaseLost, PgfenceError, translate
 from .limits import Limits
 from .models import (ActionPreview, ActionResult, Attempt, AuditEntry, Enqueued, Job, JobRecord, Metric, Outcome,
-                     QueueLimit, QueueStats, Reclaimed, Rejection, Schedule, SweeperHealth)
+                     QueueLimit, QueueSet, QueueStats, Reclaimed, Rejection, Schedule, SweeperHealth)
 
 log = escaped_logger("pgfence.client")
 
@@ -179,9 +179,23 @@ class AsyncClient:
 
     async def claim(self, worker_id: str, queues: Optional[Sequence[str]] = None, *,
                     lease: timedelta = timedelta(seconds=30), max_jobs: int = 1,
-                    request_id: Optional[uuid.UUID] = None) -> list[Job]:
-        """``pgfence.claim``: up to ``max_jobs`` runnable jobs, each with a fresh token and lease."""
-        return await self._do(calls.claim(worker_id, queues, lease=lease, max_jobs=max_jobs, request_id=request_id))
+                    request_id: Optional[uuid.UUID] = None, queue_set: Optional[str] = None) -> list[Job]:
+        """``pgfence.claim``: up to ``max_jobs`` runnable jobs, each with a fresh token and lease
+        (``queue_set``, instead of ``queues``: a set stored with :meth:`define_queue_set`)."""
+        return await self._do(calls.claim(worker_id, queues, lease=lease, max_jobs=max_jobs, request_id=request_id,
+                                          queue_set=queue_set))
+
+    async def define_queue_set(self, queue_set: str, queues: Sequence[str]) -> int:
+        """``pgfence.define_queue_set``: store (or replace) a set of queues for ``claim(queue_set=...)``."""
+        return await self._do(calls.define_queue_set(queue_set, queues))
+
+    async def drop_queue_set(self, queue_set: str) -> bool:
+        """``pgfence.drop_queue_set``: true when the set existed."""
+        return await self._do(calls.drop_queue_set(queue_set))
+
+    async def queue_sets(self) -> list[QueueSet]:
+        """``pgfence.queue_sets()``: the stored sets of queues, by name."""
+        return await self._do(calls.queue_sets())
 
     async def claim_results(self, worker_id: str, request_ids: Sequence[uuid.UUID], *,
                             lease: timedelta = timedelta(seconds=30)) -> list[Job]:

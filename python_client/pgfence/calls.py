@@ -28,7 +28,7 @@ from psycopg.types.json import Jsonb
 from .errors import JobNotFound, SchemaMismatch
 from .limits import Limits
 from .models import (ActionPreview, ActionResult, Attempt, AuditEntry, Enqueued, Job, JobRecord, Metric, Outcome,
-                     QueueLimit, QueueStats, Reclaimed, Rejection, Schedule, SweeperHealth)
+                     QueueLimit, QueueSet, QueueStats, Reclaimed, Rejection, Schedule, SweeperHealth)
 
 #: The ``pgfence.schema_version()`` this client speaks.
 SCHEMA_VERSION = 3
@@ -146,8 +146,25 @@ def enqueue_many(kinds: Sequence[str], payloads: Optional[Sequence[Any]] = None,
 # -- worker -----------------------------------------------------------------------
 
 def claim(worker_id: str, queues: Optional[Sequence[str]] = None, *, lease: timedelta = timedelta(seconds=30),
-          max_jobs: int = 1, request_id: Optional[uuid.UUID] = None) -> Call[list[Job]]:
-    return Call(_CLAIM, (worker_id, queue_param(queues), lease, max_jobs, request_id), _jobs)
+          max_jobs: int = 1, request_id: Optional[uuid.UUID] = None,
+          queue_set: Optional[str] = None) -> Call[list[Job]]:
+    if queue_set is None:
+        return Call(_CLAIM, (worker_id, queue_param(queues), lease, max_jobs, request_id), _jobs)
+    return Call(_CLAIM_SET, (worker_id, queue_param(queues), lease, max_jobs, request_id, queue_set), _jobs)
+
+
+def define_queue_set(queue_set: str, queues: Sequence[str]) -> Call[int]:
+    return _scalar("SELECT pgfence.define_queue_set(queue_set => %s, queues => %s::text[])",
+                   (queue_set, queue_param(queues)), int)
+
+
+def drop_queue_set(queue_set: str) -> Call[bool]:
+    return _scalar("SELECT pgfence.drop_queue_set(queue_set => %s)", (queue_set,), bool)
+
+
+def queue_sets() -> Call[list[QueueSet]]:
+    return _rows(QueueSet, "SELECT queue_set, queues, names, defined_at, defined_by FROM pgfence.queue_sets()",
+                 positional=True)
 
 
 def queue_param(queues: Optional[Sequence[str]]) -> Any:
@@ -550,6 +567,8 @@ _CLAIM_COLUMNS = ("SELECT id, queue, kind, payload::text, attempts, max_attempts
                   " waited_s FROM ")
 _CLAIM = _CLAIM_COLUMNS + ("pgfence.claim(worker_id => %s, queues => %s::text[], lease => %s, max_jobs => %s,"
                            " request_id => %s)")
+# (queue_set only when given: a server older than it still takes the other claims)
+_CLAIM_SET = _CLAIM[:-1] + ", queue_set => %s)"
 _CLAIM_RESULTS = _CLAIM_COLUMNS + "pgfence.claim_results(worker_id => %s, request_ids => %s::uuid[], lease => %s)"
 _JSONB_OID = 3802
 _decode_json = json.JSONDecoder().decode

@@ -20,7 +20,7 @@ from .calls import SCHEMA_VERSION, Call, RawJson
 from .errors import LeaseLost, PgfenceError, translate
 from .limits import Limits
 from .models import (ActionPreview, ActionResult, Attempt, AuditEntry, Enqueued, Job, JobRecord, Metric, Outcome,
-                     QueueLimit, QueueStats, Reclaimed, Rejection, Schedule, SweeperHealth)
+                     QueueLimit, QueueSet, QueueStats, Reclaimed, Rejection, Schedule, SweeperHealth)
 
 log = escaped_logger("pgfence.client")
 
@@ -199,12 +199,28 @@ class Client:
 
     def claim(self, worker_id: str, queues: Optional[Sequence[str]] = None, *,
               lease: timedelta = timedelta(seconds=30), max_jobs: int = 1,
-              request_id: Optional[uuid.UUID] = None) -> list[Job]:
+              request_id: Optional[uuid.UUID] = None, queue_set: Optional[str] = None) -> list[Job]:
         """``pgfence.claim``: up to ``max_jobs`` runnable jobs, each with a fresh token and lease.
 
         ``request_id`` (a fresh ``uuid.uuid4()`` per call): if the call raises with the
-        connection lost, :meth:`claim_results` tells which jobs it took."""
-        return self._do(calls.claim(worker_id, queues, lease=lease, max_jobs=max_jobs, request_id=request_id))
+        connection lost, :meth:`claim_results` tells which jobs it took. ``queue_set``
+        (instead of ``queues``): the name of a set stored with :meth:`define_queue_set`."""
+        return self._do(calls.claim(worker_id, queues, lease=lease, max_jobs=max_jobs, request_id=request_id,
+                                    queue_set=queue_set))
+
+    def define_queue_set(self, queue_set: str, queues: Sequence[str]) -> int:
+        """``pgfence.define_queue_set``: store (or replace) the set ``queue_set`` of ``queues``
+        (1..10,000 names) on the server, for ``claim(queue_set=...)``, which then neither sends
+        nor checks the list on each call; returns how many distinct queues it holds."""
+        return self._do(calls.define_queue_set(queue_set, queues))
+
+    def drop_queue_set(self, queue_set: str) -> bool:
+        """``pgfence.drop_queue_set``: true when the set existed; claims naming it are refused after."""
+        return self._do(calls.drop_queue_set(queue_set))
+
+    def queue_sets(self) -> list[QueueSet]:
+        """``pgfence.queue_sets()``: the stored sets of queues, by name."""
+        return self._do(calls.queue_sets())
 
     def claim_results(self, worker_id: str, request_ids: Sequence[uuid.UUID], *,
                       lease: timedelta = timedelta(seconds=30)) -> list[Job]:

@@ -127,6 +127,19 @@ class QueueLimit:
 
 
 @dataclass(frozen=True)
+class QueueSet:
+    """One row of ``pgfence.queue_sets()``: a set of queues stored on the server
+    (``define_queue_set``), claimed from with ``claim(queue_set=...)``: its name, how many
+    queues, their names (sorted), when and by whom it was last defined."""
+
+    queue_set: str
+    queues: int
+    names: list[str]
+    defined_at: datetime
+    defined_by: str
+
+
+@dataclass(frozen=True)
 class Schedule:
     """One row of ``pgfence.schedules()``: a schedule, its job options and when it fires.
 

@@ -137,8 +137,8 @@ const API = {
     options: ["queue text", "priorities int[]", "run_ats timestamptz[]", "max_attempts int", "recovery_policy text",
       "idempotency_keys text[]", "timeout interval", "unique_for interval"], returns: "ordinal, id::text AS id, created" },
   // worker
-  claim: { args: ["worker_id text", "queues text[]"], options: ["lease interval", "max_jobs int", "request_id uuid"],
-    returns: JOB_ROW },
+  claim: { args: ["worker_id text", "queues text[]"],
+    options: ["lease interval", "max_jobs int", "request_id uuid", "queue_set text"], returns: JOB_ROW },
   claim_results: { args: ["worker_id text", "request_ids uuid[]"], options: ["lease interval"], returns: JOB_ROW },
   claimed: { args: ["worker_id text", "request_ids uuid[]"], options: ["lease interval"], returns: JOB_ROW,
     deprecated: "claim_results" },
@@ -157,6 +157,10 @@ const API = {
   snooze_many: { args: ["job_ids id[]", "attempt_tokens uuid[]", "delays interval[]"], returns: OUTCOME },
   report_rejection: { args: ["job_id id", "attempt_token uuid", "operation text"], returns: "void" },
   wakeup_tags: { args: ["queues text[]"], returns: "queue, tag" },
+  // sets of queues stored on the server (worker or operator), claimed from with claim(..., { queue_set })
+  define_queue_set: { args: ["queue_set text", "queues text[]"], returns: "scalar", map: asInt },
+  drop_queue_set: { args: ["queue_set text"], returns: "scalar" },
+  queue_sets: { returns: "queue_set, queues, names, defined_at, defined_by" },
   // operator
   reclaim_expired: { options: ["max_jobs int"], returns: "id::text AS id, status, reclaim_count" },
   requeue: { args: ["job_id id"], options: ["note text"], returns: "void" },
