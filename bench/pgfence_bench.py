@@ -1039,7 +1039,8 @@ def claims_by_queue_count(admin_dsn: str, counts: tuple[int, ...] = (1, 100, 100
                                                                              ("controlled", None))
                           ) -> dict[str, Any]:
     """A claim of max_jobs from `jobs` queued jobs spread over N queues, for each N of
-    counts: with queues => NULL and with the explicit list of all N queues. Each call runs
+    counts: with queues => NULL, with the explicit list of all N queues, and with the set of
+    those names stored on the server (queue_set; not before: it is newer). Each call runs
     in a transaction that is rolled back (the jobs stay, every call sees the same
     table); its time is the client's (one round trip, the list sent with it), median and
     p95 over `calls` calls (at most `seconds` per case). Rows locked: while one claim's
@@ -1064,22 +1065,29 @@ def claims_by_queue_count(admin_dsn: str, counts: tuple[int, ...] = (1, 100, 100
     out: dict[str, Any] = {"jobs": jobs, "max_jobs": max_jobs, "cases": []}
     for n in counts:
         names = [f"q{i:05d}" for i in range(n)]
-        for dsn in dbs.values():
+        for version, dsn in dbs.items():
             with connect(dsn) as c:
                 c.execute("TRUNCATE pgfence.jobs")
                 c.execute("INSERT INTO pgfence.jobs (queue, kind) SELECT (%s::text[])[1 + g %% %s], 'k'"
                           " FROM generate_series(0, %s - 1) g", (names, n, jobs))
                 c.execute("VACUUM (ANALYZE) pgfence.jobs")
-        for shape in ("NULL", "list"):
+                if version != "before":
+                    c.execute("SELECT pgfence.define_queue_set('bench-set', %s::text[])", (queue_param(names),))
+        for shape in ("NULL", "list", "set"):
             queues = None if shape == "NULL" else names
             for name, dsn in dbs.items():
+                if shape == "set" and name == "before":
+                    continue  # (no queue_set before)
+                query, params = (("SELECT count(*) FROM pgfence.claim('bench', NULL, '30 seconds', %s,"
+                                  " queue_set => 'bench-set')", (max_jobs,)) if shape == "set" else
+                                 ("SELECT count(*) FROM pgfence.claim('bench', %s::text[], '30 seconds', %s)",
+                                  (queue_param(queues), max_jobs)))
                 with connect(dsn, autocommit=False) as c, connect(dsn) as observer:
                     times: list[float] = []
                     deadline = time.monotonic() + seconds
                     while len(times) < calls and (len(times) < 5 or time.monotonic() < deadline):
                         t = time.perf_counter()
-                        got = c.execute("SELECT count(*) FROM pgfence.claim('bench', %s::text[], '30 seconds', %s)",
-                                        (queue_param(queues), max_jobs)).fetchone()
+                        got = c.execute(query, params).fetchone()
                         times.append(time.perf_counter() - t)
                         if len(times) == 1:
                             returned = int(got[0]) if got else 0

@@ -302,8 +302,9 @@ def claims_table(po: Optional[dict[str, Any]]) -> str:
              " a transaction rolled back (client time: one round trip, the list of queues sent as the Python client"
              " sends it, a long list as an array literal made once per list; median and p95). Extra locked: queued"
              " rows the claim held locks on beyond those it returned, counted from a second session while its"
-             " transaction was open. Ratio: to the same claim (queues => NULL) from one"
-             " queue holding the same jobs, same version.", "",
+             " transaction was open. queue_set: claim(queue_set => ...) naming a set of those names defined once"
+             " with define_queue_set (nothing sent, parsed or checked per call but the name). Ratio: to the same"
+             " claim (queues => NULL) from one queue holding the same jobs, same version.", "",
              "| version | queues | queues => | median ms | p95 ms | returned | extra rows locked | ratio to 1 queue |",
              "|---|---:|---|---:|---:|---:|---:|---:|"]
     for v in versions:
@@ -312,7 +313,7 @@ def claims_table(po: Optional[dict[str, Any]]) -> str:
             if vv != v:
                 continue
             ratio = f"{c['median_ms'] / base['median_ms']:.2f}" if base and base["median_ms"] else "-"
-            what = "NULL" if shape == "NULL" else f"all {n:,} names"
+            what = {"NULL": "NULL", "set": f"queue_set of all {n:,}"}.get(shape, f"all {n:,} names")
             lines.append(f"| {v} | {n:,} | {what} | {c['median_ms']:.2f} | {c['p95_ms']:.2f} | {c['returned']} |"
                          f" {c['locked_extra']:,} | {ratio} |")
     cq = (po or {}).get("capped")
