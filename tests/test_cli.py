@@ -219,6 +219,7 @@ def test_a_bad_handler_spec_is_a_usage_error(dsn: str, spec: str, fragment: str)
     (["enqueue", "k", "--recovery-policy", "sometimes"], "invalid choice"),
     (["worker", HANDLERS, "--concurrency", "0"], "must be at least 1"),
     (["worker", HANDLERS, "--lease", "-1"], "more than 0 seconds"),
+    (["worker", HANDLERS, "--queue", "a", "--queue-set", "s"], "not allowed with argument"),
 ])
 def test_bad_arguments_are_usage_errors(dsn: str, args: list[str], fragment: str) -> None:
     lines = assert_one_error(run_cli(dsn, *args), 2, fragment)
@@ -347,3 +348,9 @@ def test_an_error_from_the_database_is_shown_escaped(dsn: str) -> None:
     r = run_cli(dsn, "enqueue", "k\x1b[2J", "--queue", "q")
     assert r.returncode == 1
     assert _raw_controls(r.stderr) == [] and "\\u001b[2J" in r.stderr
+
+
+def test_worker_options_carry_the_queue_set() -> None:
+    from pgfence.cli import _worker_options, build_parser
+    args = build_parser().parse_args(["worker", HANDLERS, "--queue-set", "tenants"])
+    assert (_worker_options(args)["queue_set"], _worker_options(args)["queues"]) == ("tenants", None)

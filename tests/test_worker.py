@@ -24,7 +24,8 @@ from support.db import LEASE_EXPIRED, RELEASED, backends, terminate_backends, un
 from support.handlers import until_stopped
 from support.processes import worker_process
 from support.workers import job_in, running, start, wait_for, wait_status
-from pgfence import Client, Interrupted, Job, PermanentFailure, RetryAfter, Snooze
+from pgfence import Client, Interrupted, Job, PermanentFailure, RetryAfter, Snooze, Worker
+from pgfence.limits import Limits
 
 
 def cli_flavor(flavor: str) -> list[str]:
@@ -607,3 +608,37 @@ def test_a_handler_that_raises_interrupted_on_stop_gives_its_job_back(
         ("queued", None, 1, "released by worker before completion")
     assert (worker.counters["completed"], worker.counters["released"]) == (0, 1)
     assert [a.outcome for a in client.attempts(job_id)] == ["released"]
+
+
+def test_a_worker_claims_from_a_stored_set_of_queues_and_wakes_on_its_queues(
+        dsn: str, client: Client, queue: str, workers: list[Client], flavor: str) -> None:
+    """Worker(queue_set=...): claims name the set (its queues only), and the listener
+    wakes on the set's queues (a long poll_interval: the job starts well before a poll)."""
+    others = [f"{queue}-{i}" for i in range(40)]
+    name = f"{queue}-set"
+    client.define_queue_set(name, [queue, *others])
+    seen: list[tuple[str, float]] = []
+
+    def record(job: Job) -> None:
+        seen.append((job.queue, time.monotonic()))
+
+    outside = client.enqueue("record", {}, queue=f"{queue}-outside")
+    try:
+        worker = start(dsn, queue, {"record": record}, workers, flavor=flavor, queue_set=name, poll_interval=30.0)
+        with running(worker):
+            time.sleep(0.5)  # (listening by now)
+            ids = [client.enqueue("record", {}, queue=q) for q in (others[7], queue)]
+            # (the claimer's idle wait is 15-30 s: only a wake-up gets them done sooner)
+            done = [wait_status(client, i, "done", timeout=12) for i in ids]
+        assert {d.queue for d in done} == {others[7], queue}
+        assert sorted(q for q, _ in seen) == sorted([others[7], queue])
+        assert client.get_job(outside).status == "queued"  # not in the set
+    finally:
+        client.drop_queue_set(name)
+        for left in client.claim("cleanup", [f"{queue}-outside"]):
+            client.complete(left.id, left.attempt_token)
+
+
+def test_a_worker_takes_queues_or_a_queue_set_not_both(client: Client) -> None:
+    with pytest.raises(ValueError, match="queue_set"):
+        Worker(client, {}, queues=["a"], queue_set="s", limits=Limits())

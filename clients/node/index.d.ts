@@ -205,6 +205,8 @@ export interface Logger { info(message: string): void; warn(message: string): vo
 export interface WorkerOptions {
   /** Queue names to claim from (default: all). */
   queues?: string[] | null;
+  /** Instead of queues: the name of a set of queues stored with define_queue_set. */
+  queueSet?: string | null;
   /** Handlers running at once (default 8). */
   concurrency?: number;
   /** Extra jobs claimed ahead (default 0). */

@@ -86,7 +86,8 @@ class AsyncWorker:
     """
 
     def __init__(self, client: AsyncClient, handlers: Mapping[str, AsyncHandler], *,
-                 queues: Optional[Sequence[str]] = None, concurrency: int = 8, prefetch: int = 0,
+                 queues: Optional[Sequence[str]] = None, queue_set: Optional[str] = None,
+                 concurrency: int = 8, prefetch: int = 0,
                  lease: timedelta = timedelta(seconds=30), poll_interval: float = 1.0,
                  shutdown_grace: float = 30.0, run_sweeper: Optional[bool] = None,
                  sweep_interval: float = 1.0, flush_interval: float = 0.005, flush_batch: int = 500,
@@ -96,9 +97,12 @@ class AsyncWorker:
             raise TypeError("AsyncWorker needs an AsyncClient with its own pool: await AsyncClient.connect(dsn)")
         if concurrency < 1 or prefetch < 0:
             raise ValueError("concurrency must be >= 1 and prefetch >= 0")
+        if queues is not None and queue_set is not None:
+            raise ValueError("pass queues or queue_set, not both")
         self.client = client
         self.handlers = dict(handlers)
         self.queues = None if queues is None else list(queues)
+        self.queue_set = queue_set
         self.concurrency = concurrency
         self.capacity = concurrency + prefetch
         self.lease = lease
@@ -181,7 +185,8 @@ class AsyncWorker:
         self._runners = [asyncio.ensure_future(self._runner()) for _ in range(self.concurrency)]
         threads = self._start_threads(loop)
         log.info("worker %s started (asyncio): queues=%s concurrency=%s prefetch=%s lease=%s", self.worker_id,
-                 self.queues or "all", self.concurrency, self.capacity - self.concurrency, self.lease)
+                 self.queues or (f"set {self.queue_set}" if self.queue_set else "all"), self.concurrency,
+                 self.capacity - self.concurrency, self.lease)
         try:
             try:
                 await self._claim_loop()
@@ -249,7 +254,7 @@ class AsyncWorker:
                 request_id = uuid.uuid4()
                 try:
                     jobs = await self.client.claim(self.worker_id, self.queues, lease=self.lease, max_jobs=want,
-                                                   request_id=request_id)
+                                                   request_id=request_id, queue_set=self.queue_set)
                     backoff = 0.1
                 except RETRYABLE as exc:
                     if may_have_claimed(exc):
@@ -400,7 +405,8 @@ class AsyncWorker:
                     loop.call_soon_threadsafe(self._wake.set)
                 except RuntimeError:  # the loop closed
                     pass
-            listener = Listener(self.client, self.queues, worker_id=self.worker_id, wake=wake, done=self._stop.done)
+            listener = Listener(self.client, self.queues, queue_set=self.queue_set, worker_id=self.worker_id, wake=wake,
+                                done=self._stop.done)
             specs.append(("pgfence-listener", listener.run))
         if self.run_sweeper is not False:
             blocking = BlockingCalls(self.client, loop)

@@ -75,12 +75,13 @@ class Claimer:
     def __init__(self, client: Client, ledger: Ledger, stop: Stop, *, worker_id: str,
                  queues: Optional[Sequence[str]], lease: timedelta, capacity: int, poll_interval: float,
                  counters: dict[str, int], wake: threading.Event, work: threading.Event,
-                 limits: Limits = Limits()) -> None:
+                 limits: Limits = Limits(), queue_set: Optional[str] = None) -> None:
         self.client = client
         self.ledger = ledger
         self.stop = stop
         self.worker_id = worker_id
         self.queues = None if queues is None else list(queues)
+        self.queue_set = queue_set
         self.lease = lease
         self.capacity = capacity
         self.poll_interval = poll_interval
@@ -123,7 +124,7 @@ class Claimer:
                 request_id = uuid.uuid4()
                 try:
                     jobs = self.client.claim(self.worker_id, self.queues, lease=self.lease,
-                                             max_jobs=want, request_id=request_id)
+                                             max_jobs=want, request_id=request_id, queue_set=self.queue_set)
                     backoff = 0.1
                 except RETRYABLE as exc:
                     if may_have_claimed(exc):

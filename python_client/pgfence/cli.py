@@ -167,8 +167,11 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("handlers", metavar="MODULE:HANDLERS",
                    help="import MODULE (the current directory is importable) and use its attribute "
                         "HANDLERS, a dict {kind: callable(job)}; e.g. myapp.jobs:HANDLERS")
-    w.add_argument("--queue", dest="queues", action="append", metavar="QUEUE",
-                   help="claim from this queue (repeatable; default: every queue)")
+    which = w.add_mutually_exclusive_group()
+    which.add_argument("--queue", dest="queues", action="append", metavar="QUEUE",
+                       help="claim from this queue (repeatable; default: every queue)")
+    which.add_argument("--queue-set", metavar="NAME",
+                       help="claim from the queues of this set, stored with pgfence.define_queue_set")
     w.add_argument("--concurrency", type=_positive_int, default=8, help="handler threads (default 8)")
     w.add_argument("--prefetch", type=_nonnegative_int, default=0,
                    help="jobs claimed ahead of free threads (default 0)")
@@ -461,7 +464,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 def _worker_options(args: argparse.Namespace) -> dict[str, Any]:
     """The options of ``pgfence worker`` as Worker's and AsyncWorker's keywords (the same for both)."""
-    return {"queues": args.queues, "concurrency": args.concurrency, "prefetch": args.prefetch,
+    return {"queues": args.queues, "queue_set": args.queue_set, "concurrency": args.concurrency, "prefetch": args.prefetch,
             "lease": timedelta(seconds=args.lease), "poll_interval": args.poll_interval,
             "shutdown_grace": args.shutdown_grace, "run_sweeper": args.sweep, "worker_id": args.worker_id,
             "metrics_port": args.metrics_port, "metrics_bind": args.metrics_bind}

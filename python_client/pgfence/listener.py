@@ -41,14 +41,16 @@ class PoolOwner(Protocol):
 
 class Listener:
     """Wakes the claimer (``wake()``) on NOTIFY pgfence_enqueue for ``queues`` (None:
-    all), until ``done`` is set. ``client``: the worker's Client (or AsyncClient: the
+    all; or the queues of the stored set ``queue_set``, read when it connects), until
+    ``done`` is set. ``client``: the worker's Client (or AsyncClient: the
     asyncio worker runs this listener on a thread), whose pool gives the connection
     arguments."""
 
     def __init__(self, client: PoolOwner, queues: Optional[Sequence[str]], *, worker_id: str,
-                 wake: Callable[[], None], done: threading.Event) -> None:
+                 wake: Callable[[], None], done: threading.Event, queue_set: Optional[str] = None) -> None:
         self.client = client
         self.queues = None if queues is None else list(queues)
+        self.queue_set = queue_set
         self.worker_id = worker_id
         self.wake = wake
         self.done = done
@@ -60,7 +62,7 @@ class Listener:
                 with psycopg.connect(self.conninfo(), **self.connect_kwargs()) as conn:
                     # The channel carries a tag per queue, not its name: ask the database
                     # which tags are ours (None: every notification is ours).
-                    tags = None if self.queues is None else self.wakeup_tags(conn)
+                    tags = None if self.queues is None and self.queue_set is None else self.wakeup_tags(conn)
                     conn.execute("LISTEN pgfence_enqueue")
                     backoff = 0.1
                     self.wake()  # anything sent while we were not listening
@@ -77,7 +79,16 @@ class Listener:
         """The NOTIFY payloads of this worker's queues; None (wake on every notification)
         when the database refuses to say (a role without pgfence_worker's grants, say)."""
         try:
-            return set(Client(conn, check_schema=False).wakeup_tags(self.queues or []).values())
+            client = Client(conn, check_schema=False)
+            names = self.queues or []
+            if self.queue_set is not None:
+                found = [s.names for s in client.queue_sets() if s.queue_set == self.queue_set]
+                if not found:
+                    log.warning("worker %s: queue set %s is not defined; every notification wakes it",
+                                self.worker_id, self.queue_set)
+                    return None
+                names = found[0]
+            return set(client.wakeup_tags(names).values())
         except psycopg.OperationalError:
             raise  # the connection: the listener reconnects
         except (PgfenceError, psycopg.Error) as exc:

@@ -60,6 +60,9 @@ class Worker:
 
     * ``handlers``: ``{kind: callable(job) -> JSON-able result}``.
     * ``queues`` [all queues]: queue names to claim from.
+    * ``queue_set`` [None]: instead of ``queues``, the name of a set of queues stored with
+      :meth:`Client.define_queue_set` (claims send the name, not the list; the listener
+      reads the set's names when it connects).
     * ``concurrency`` [8]: handler threads.
     * ``prefetch`` [0]: extra jobs claimed ahead of free threads (they are leased
       and heartbeated while they wait); raises throughput for short jobs.
@@ -89,7 +92,8 @@ class Worker:
     """
 
     def __init__(self, client: Client, handlers: Mapping[str, Handler], *,
-                 queues: Optional[Sequence[str]] = None, concurrency: int = 8, prefetch: int = 0,
+                 queues: Optional[Sequence[str]] = None, queue_set: Optional[str] = None,
+                 concurrency: int = 8, prefetch: int = 0,
                  lease: timedelta = timedelta(seconds=30), poll_interval: float = 1.0,
                  shutdown_grace: float = 30.0, run_sweeper: Optional[bool] = None,
                  sweep_interval: float = 1.0, flush_interval: float = 0.005, flush_batch: int = 500,
@@ -99,9 +103,12 @@ class Worker:
             raise TypeError("Worker needs a Client with its own pool: Client.connect(dsn)")
         if concurrency < 1 or prefetch < 0:
             raise ValueError("concurrency must be >= 1 and prefetch >= 0")
+        if queues is not None and queue_set is not None:
+            raise ValueError("pass queues or queue_set, not both")
         self.client = client
         self.handlers = dict(handlers)
         self.queues = None if queues is None else list(queues)
+        self.queue_set = queue_set
         self.concurrency = concurrency
         self.capacity = concurrency + prefetch
         self.lease = lease
@@ -133,7 +140,8 @@ class Worker:
         self._threads: list[threading.Thread] = []
         self._claimer = Claimer(client, self._ledger, self._stop, worker_id=self.worker_id, queues=self.queues,
                                 lease=lease, capacity=self.capacity, poll_interval=poll_interval,
-                                counters=self.counters, wake=self._wake, work=self._work, limits=limits)
+                                counters=self.counters, wake=self._wake, work=self._work, limits=limits,
+                                queue_set=queue_set)
         self._reporter = Reporter(client, self._ledger, worker_id=self.worker_id, counters=self.counters,
                                   hurried=self._stop.hurry.is_set, wait=self._stop.hurry.wait, limits=limits,
                                   metrics=self._metrics)
@@ -162,7 +170,8 @@ class Worker:
         try:
             self._start_threads()
             log.info("worker %s started: queues=%s concurrency=%s prefetch=%s lease=%s",
-                     self.worker_id, self.queues or "all", self.concurrency,
+                     self.worker_id, self.queues or (f"set {self.queue_set}" if self.queue_set else "all"),
+                     self.concurrency,
                      self.capacity - self.concurrency, self.lease)
             try:
                 self._claimer.run()
@@ -191,7 +200,8 @@ class Worker:
             ("pgfence-flusher", self._flush_loop), ("pgfence-heartbeat", self._heartbeat_loop)]
         specs += [(f"pgfence-handler-{i}", self._handler_loop) for i in range(self.concurrency)]
         if self.listen:
-            listener = Listener(self.client, self.queues, worker_id=self.worker_id, wake=self._wake.set,
+            listener = Listener(self.client, self.queues, queue_set=self.queue_set, worker_id=self.worker_id,
+                                wake=self._wake.set,
                                 done=self._stop.done)
             specs.append(("pgfence-listener", listener.run))
         if self.run_sweeper is not False:

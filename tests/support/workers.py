@@ -80,11 +80,13 @@ def running(worker: Worker) -> Iterator[WorkerThread]:
 
 def make_worker(dsn: str, queue: str, handlers: dict[str, Any], *, app: Optional[str] = None,
                 **options: Any) -> tuple[Worker, Client]:
-    """A Worker on its own pool (closed by the caller), claiming only from ``queue``."""
+    """A Worker on its own pool (closed by the caller), claiming only from ``queue`` (or,
+    given ``queue_set=``, from that stored set)."""
     wclient = Client.connect(app_dsn(dsn, app) if app else dsn, max_size=8)
     options.setdefault("poll_interval", 0.2)
     options.setdefault("run_sweeper", False)
-    return Worker(wclient, handlers, queues=[queue], **options), wclient
+    options.setdefault("queues", None if "queue_set" in options else [queue])
+    return Worker(wclient, handlers, **options), wclient
 
 
 def start(dsn: str, queue: str, handlers: dict[str, Any], owned: list[Any], *, flavor: str = "threads",
@@ -96,7 +98,8 @@ def start(dsn: str, queue: str, handlers: dict[str, Any], owned: list[Any], *, f
         from .aio import AsyncWorkerOnLoop
         options.setdefault("poll_interval", 0.2)
         options.setdefault("run_sweeper", False)
-        aworker = AsyncWorkerOnLoop(app_dsn(dsn, app) if app else dsn, handlers, queues=[queue], **options)
+        options.setdefault("queues", None if "queue_set" in options else [queue])
+        aworker = AsyncWorkerOnLoop(app_dsn(dsn, app) if app else dsn, handlers, **options)
         owned.append(aworker)
         return aworker
     worker, wclient = make_worker(dsn, queue, handlers, app=app, **options)

@@ -58,21 +58,23 @@ class Worker {
    * @param {import("./client").Client} client a Client with its own pool (Client.connect)
    * @param {Record<string, (job: any) => any>} handlers {kind: async (job) => JSON-able result}
    * @param {object} [options] see docs/node.md (durations in milliseconds):
-   *   queues [all], concurrency [8], prefetch [0], lease [30000], pollInterval [1000],
+   *   queues [all] or queueSet [null: a set stored with define_queue_set], concurrency [8], prefetch [0], lease [30000], pollInterval [1000],
    *   shutdownGrace [30000], flushInterval [5], flushBatch [500], workerId [host:pid:random],
    *   listen [true], runSweeper [null: while sweeper_health() says none runs], sweepInterval [1000],
    *   handleSignals [true], logger [warnings and errors to the console]
    */
   constructor(client, handlers, options = {}) {
     if (!client || !client.pool) throw new TypeError("pgfence: Worker needs a Client with its own pool: await Client.connect(dsn)");
-    const o = { queues: null, concurrency: 8, prefetch: 0, lease: 30000, pollInterval: 1000, shutdownGrace: 30000,
+    const o = { queues: null, queueSet: null, concurrency: 8, prefetch: 0, lease: 30000, pollInterval: 1000, shutdownGrace: 30000,
       flushInterval: 5, flushBatch: 500, workerId: null, listen: true, runSweeper: null, sweepInterval: 1000,
       handleSignals: true, logger: quiet, ...options };
     if (!(o.concurrency >= 1) || !(o.prefetch >= 0)) throw new RangeError("pgfence: concurrency must be >= 1 and prefetch >= 0");
+    if (o.queues !== null && o.queueSet !== null) throw new TypeError("pgfence: pass queues or queueSet, not both");
     if (typeof o.lease !== "number" || !Number.isFinite(o.lease)) throw new TypeError("pgfence: lease is in milliseconds (a number)");
     this.client = client;
     this.handlers = { ...handlers };
     this.queues = o.queues === null ? null : [...o.queues];
+    this.queueSet = o.queueSet;
     this.concurrency = o.concurrency;
     this.capacity = o.concurrency + o.prefetch;
     this.lease = o.lease;
@@ -129,7 +131,7 @@ class Worker {
     const sweeper = this.runSweeper === false ? Promise.resolve() : runSweeper(this.client, this.runSweeper, {
       sweepInterval: this.sweepInterval, workerId: this.workerId, done: () => this.done,
       wait: (ms) => finished.wait(ms), log: this.log }).catch(() => {});
-    this.log.info(`worker ${this.workerId} started: queues=${this.queues ? this.queues.join(",") : "all"} concurrency=${this.concurrency} lease=${this.lease}ms`);
+    this.log.info(`worker ${this.workerId} started: queues=${this.queues ? this.queues.join(",") : this.queueSet !== null ? `set ${this.queueSet}` : "all"} concurrency=${this.concurrency} lease=${this.lease}ms`);
     let failure = null;
     try {
       await this._claimLoop();
@@ -187,7 +189,9 @@ class Worker {
         const want = Math.min(free, this.limits.max_jobs);
         let jobs;
         try {
-          jobs = await this.client.claim(this.workerId, this.queues, { lease: this.lease, max_jobs: want, request_id: requestId });
+          const how = { lease: this.lease, max_jobs: want, request_id: requestId };
+          if (this.queueSet !== null) how.queue_set = this.queueSet;
+          jobs = await this.client.claim(this.workerId, this.queues, how);
           backoff = 100;
         } catch (err) {
           if (!retryable(err)) throw err;
@@ -286,7 +290,13 @@ class Worker {
       try {
         await conn.connect();
         let tags = null;
-        if (this.queues) tags = new Set((await this.client.wakeup_tags(this.queues)).map((r) => r.tag));
+        let names = this.queues;
+        if (this.queueSet !== null) {
+          const set = (await this.client.queue_sets()).find((s) => s.queue_set === this.queueSet);
+          if (set) names = set.names;
+          else this.log.warn(`worker ${this.workerId}: queue set ${JSON.stringify(this.queueSet)} is not defined; every notification wakes it`);
+        }
+        if (names) tags = new Set((await this.client.wakeup_tags(names)).map((r) => r.tag));
         let second = 0, count = 0, paused = false;
         conn.on("notification", (n) => {
           const now = Math.floor(Date.now() / 1000);

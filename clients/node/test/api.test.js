@@ -209,6 +209,7 @@ test("rate limits, queue timeouts, schedules and cron_next map their rows", asyn
 
 test("a set of queues stored on the server: define, claim from it by name, list, drop", async () => {
   const queue = queueName("qset");
+  const other = queueName("qset_b");
   const setName = `${queue}-set`;
   const refused = async (promise) => {
     const err = await promise.catch((e) => e);
@@ -217,13 +218,13 @@ test("a set of queues stored on the server: define, claim from it by name, list,
     assert.match(err.message, /\bqueue_set\b/);
     assert.ok(err.hint);
   };
-  assert.equal(await client.define_queue_set(setName, [queue, `${queue}-b`, queue]), 2);
+  assert.equal(await client.define_queue_set(setName, [queue, other, queue]), 2);
   const qs = (await client.queue_sets()).find((x) => x.queue_set === setName);
-  assert.deepEqual([qs.queues, qs.names], [2, [queue, `${queue}-b`].sort()]);
+  assert.deepEqual([qs.queues, qs.names], [2, [queue, other].sort()]);
   assert.ok(qs.defined_at instanceof Date && typeof qs.defined_by === "string");
-  const inSet = await client.enqueue("k", { s: 1 }, { queue: `${queue}-b` });
+  const inSet = await client.enqueue("k", { s: 1 }, { queue: other });
   const fromSet = await client.claim("w", null, { queue_set: setName, max_jobs: 5 });
-  assert.deepEqual(fromSet.map((j) => [j.id, j.queue]), [[inSet, `${queue}-b`]]);
+  assert.deepEqual(fromSet.map((j) => [j.id, j.queue]), [[inSet, other]]);
   await client.complete(inSet, fromSet[0].attempt_token);
   await refused(client.claim("w", [queue], { queue_set: setName }));
   assert.equal(await client.drop_queue_set(setName), true);

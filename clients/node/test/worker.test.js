@@ -57,6 +57,29 @@ test("a worker drains the queue: completes, fails with the database's decision, 
   assert.equal(w.worker.counters.completed, 30);
 });
 
+test("a worker with queueSet claims from the set's queues only, woken by their notifications", async () => {
+  const queue = queueName("qset");
+  const other = queueName("qset_b");
+  const name = `${queue}-set`;
+  await client.define_queue_set(name, [queue, other]);
+  assert.throws(() => new Worker(client, {}, { queues: [queue], queueSet: name }), /queueSet/);
+  const outside = await client.enqueue("k", {}, { queue: queueName("qset_out") });
+  const seen = [];
+  // (a 30 s poll: only a wake-up runs the jobs within the wait below)
+  const w = await startWorker(queue, { k: async (job) => { seen.push(job.queue); } },
+    { queues: null, queueSet: name, pollInterval: 30000 });
+  try {
+    await sleep(500);
+    const ids = [await client.enqueue("k", {}, { queue: other }), await client.enqueue("k", {}, { queue })];
+    for (const id of ids) await waitFor(async () => (await client.job(id)).status === "done", 12000, `job ${id} done`);
+  } finally {
+    await w.stop();
+    await client.drop_queue_set(name);
+  }
+  assert.deepEqual(seen.sort(), [queue, other].sort());
+  assert.equal((await client.job(outside)).status, "queued");
+});
+
 test("a handler's signal aborts when its lease is lost (cancel), and its late result is void", async () => {
   const queue = queueName("abort");
   const id = await client.enqueue("wait", {}, { queue });
