@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from support.db import assert_error, connect, scratch_database, sqitch_deploy, sql_error
+from support.roles import connect_as, login_roles
 
 Conn = psycopg.Connection[Any]
 
@@ -238,7 +239,7 @@ def test_each_path_reads_the_index_made_for_it(own_dsn: str, db: Conn, shape: st
 # -- sets of queues stored on the server (define_queue_set, claim(queue_set => ...)) ----------
 
 def sets(conn: Conn) -> list[tuple[Any, ...]]:
-    return [tuple(r) for r in conn.execute("SELECT queue_set, queues, names FROM pgfence.queue_sets()")]
+    return [tuple(r) for r in conn.execute("SELECT queue_set, queue_count, names FROM pgfence.queue_sets()")]
 
 
 def test_a_set_is_defined_listed_replaced_and_dropped(db: Conn) -> None:
@@ -295,15 +296,20 @@ def test_a_claim_over_a_set_sees_it_redefined_and_refuses_it_dropped(own_dsn: st
     assert_error(sql_error(db, "SELECT * FROM pgfence.claim('w', queue_set => 'moving')"), "22023", "queue_set")
 
 
-def test_a_claim_over_a_set_keeps_to_paused_and_capped_queues(db: Conn) -> None:
+def test_a_claim_over_a_set_keeps_to_paused_and_capped_queues(own_dsn: str, db: Conn) -> None:
     """With queue controls, the set's names go through the controlled path as the list would."""
     fill(db, 4, 3)
     db.execute("SELECT pgfence.define_queue_set('ctl', ARRAY['q00000', 'q00001', 'q00002'])")
     db.execute("SELECT pgfence.pause_queue('q00000')")
     db.execute("SELECT pgfence.set_queue_limit('q00001', 1)")
     try:
-        got = db.execute("SELECT queue FROM pgfence.claim('w', queue_set => 'ctl', max_jobs => 10)").fetchall()
-        assert sorted(got) == [("q00001",), ("q00002",), ("q00002",), ("q00002",)]
+        with connect(own_dsn, autocommit=False) as c:  # (the list's answer, rolled back)
+            as_list = c.execute("SELECT id, queue FROM pgfence.claim('w', ARRAY['q00000', 'q00001', 'q00002'],"
+                                " max_jobs => 10)").fetchall()
+            c.rollback()
+        got = db.execute("SELECT id, queue FROM pgfence.claim('w', queue_set => 'ctl', max_jobs => 10)").fetchall()
+        assert got == as_list
+        assert sorted(q for _, q in got) == ["q00001", "q00002", "q00002", "q00002"]
         db.execute("SELECT pgfence.define_queue_set('ctl', ARRAY['q00000'])")  # a set of one paused queue
         assert db.execute("SELECT count(*) FROM pgfence.claim('w', queue_set => 'ctl', max_jobs => 10)"
                           ).fetchone() == (0,)
@@ -324,3 +330,109 @@ def test_claim_results_finds_what_a_claim_over_a_set_took(db: Conn) -> None:
     assert sorted(again) == sorted(took)
     assert {r[0] for r in db.execute("SELECT queue FROM pgfence.jobs WHERE id = ANY (%s)",
                                      ([t[0] for t in took],))} <= {f"q{i:05d}" for i in range(0, 20, 2)}
+
+
+def test_a_claim_reads_the_stored_set_once(own_dsn: str, db: Conn) -> None:
+    """claim reads the set's value once ('{}' || members): left as the column's TOAST
+    pointer, every ? of the search read and decompressed it again (a claim over 10,000
+    names took 28 ms). Counted in TOAST blocks read by one claim over a window of 104 jobs
+    of 10,000 listed queues: about the value's own chunks, not one pass per job."""
+    names = fill(db, 10000, 1)
+    db.execute("SELECT pgfence.define_queue_set('big', %s)", (names,))
+    # (the pages its TOAST chunks fill: about 4 chunks of 2 kB a page)
+    pages = db.execute("SELECT ceil(pg_column_size(members) / 8000.0)::int FROM pgfence.queue_sets"
+                       " WHERE queue_set = 'big'").fetchone()[0]  # type: ignore[index]
+    assert pages > 2
+
+    def toast_blocks(c: Conn) -> int:
+        c.execute("SELECT pg_stat_clear_snapshot()")
+        return int(c.execute("SELECT coalesce(toast_blks_hit, 0) + coalesce(toast_blks_read, 0)"
+                             " FROM pg_statio_user_tables WHERE relid = 'pgfence.queue_sets'::regclass"
+                             ).fetchone()[0])  # type: ignore[index]
+
+    with connect(own_dsn, autocommit=False) as c:
+        assert c.execute("SELECT count(*) FROM pgfence.claim('w', queue_set => 'big', max_jobs => 10)"
+                         ).fetchone() == (10,)
+        c.rollback()
+        c.execute("SELECT pg_stat_force_next_flush()")
+        c.commit()
+    before = toast_blocks(db)
+    with connect(own_dsn, autocommit=False) as c:
+        assert c.execute("SELECT count(*) FROM pgfence.claim('w', queue_set => 'big', max_jobs => 10)"
+                         ).fetchone() == (10,)
+        c.rollback()
+        c.execute("SELECT pg_stat_force_next_flush()")
+        c.commit()
+    used = toast_blocks(db) - before
+    assert 0 < used <= 4 * pages, (used, pages)
+
+
+def test_a_set_of_one_queue_reads_that_queues_index(own_dsn: str, db: Conn) -> None:
+    """A set holding one name takes the one-queue path (jobs_claim_idx, that queue's jobs
+    only), as a list of one does."""
+    fill(db, 30, 20)
+    db.execute("SELECT pgfence.define_queue_set('solo', ARRAY['q00003'])")
+    with connect(own_dsn) as c:
+        plans: list[str] = []
+        c.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
+        c.execute("LOAD 'auto_explain'")
+        for setting in ("auto_explain.log_min_duration = 0", "auto_explain.log_nested_statements = on",
+                        "auto_explain.log_level = notice", "client_min_messages = notice"):
+            c.execute(f"SET {setting}")
+        with c.transaction(force_rollback=True):
+            got = c.execute("SELECT queue FROM pgfence.claim('w', queue_set => 'solo', max_jobs => 5)").fetchall()
+    assert got == [("q00003",)] * 5
+    picks = [p for p in plans if "status = 'queued'" in p and "Query Text" in p and "FROM pgfence.jobs j" in p]
+    assert picks and all("using jobs_claim_idx " in p and "jobs_claim_order_idx" not in p for p in picks), picks
+
+
+def test_a_list_with_repeats_claims_what_its_set_does(own_dsn: str, db: Conn) -> None:
+    """20 entries holding 5 distinct names (the list takes the window, its set the heads):
+    the same jobs in the same order."""
+    names = fill(db, 8, 6)
+    listed = (names[:5] * 4)
+    db.execute("SELECT pgfence.define_queue_set('repeats', %s)", (listed,))
+    with connect(own_dsn, autocommit=False) as c:
+        as_list = c.execute("SELECT id FROM pgfence.claim('w', %s, max_jobs => 12)", (listed,)).fetchall()
+        c.rollback()
+        as_set = c.execute("SELECT id FROM pgfence.claim('w', queue_set => 'repeats', max_jobs => 12)").fetchall()
+        c.rollback()
+    assert as_list == as_set and len(as_list) == 12
+
+
+def test_only_its_own_role_or_an_operator_changes_a_set(own_dsn: str, db: Conn) -> None:
+    with login_roles(own_dsn, {"t_qs_a": "pgfence_worker", "t_qs_b": "pgfence_worker",
+                               "t_qs_op": "pgfence_operator"}):
+        with connect_as(own_dsn, "t_qs_a") as a, connect_as(own_dsn, "t_qs_b") as b, \
+                connect_as(own_dsn, "t_qs_op") as op:
+            assert a.execute("SELECT pgfence.define_queue_set('pool-a', ARRAY['x', 'y'])").fetchone() == (2,)
+            for call in ("SELECT pgfence.define_queue_set('pool-a', ARRAY['z'])",
+                         "SELECT pgfence.drop_queue_set('pool-a')"):
+                err = sql_error(b, call)
+                assert_error(err, "42501")
+                assert "t_qs_a" in str(err) and err.diag.message_hint
+            assert sets(db)[[s[0] for s in sets(db)].index("pool-a")] == ("pool-a", 2, ["x", "y"])
+            assert a.execute("SELECT pgfence.define_queue_set('pool-a', ARRAY['x'])").fetchone() == (1,)
+            assert op.execute("SELECT pgfence.define_queue_set('pool-a', ARRAY['w'])").fetchone() == (1,)
+            assert op.execute("SELECT defined_by FROM pgfence.queue_sets() WHERE queue_set = 'pool-a'"
+                              ).fetchone() == ("t_qs_op",)
+            assert_error(sql_error(a, "SELECT pgfence.drop_queue_set('pool-a')"), "42501")  # the operator's now
+            assert op.execute("SELECT pgfence.drop_queue_set('pool-a')").fetchone() == (True,)
+            assert b.execute("SELECT pgfence.drop_queue_set('pool-a')").fetchone() == (False,)
+            db.execute("SELECT pgfence.define_queue_set('pool-b', ARRAY['v'])")  # (a superuser's)
+            assert op.execute("SELECT pgfence.drop_queue_set('pool-b')").fetchone() == (True,)
+
+
+def test_at_most_limits_queue_sets_sets_are_stored(db: Conn) -> None:
+    cap = db.execute("SELECT value FROM pgfence.limits() WHERE name = 'queue_sets'").fetchone()[0]  # type: ignore[index]
+    db.execute("DELETE FROM pgfence.queue_sets")
+    try:
+        db.execute("SELECT pgfence.define_queue_set('cap-' || g, ARRAY['q']) FROM generate_series(1, %s) g", (cap,))
+        err = sql_error(db, "SELECT pgfence.define_queue_set('one-more', ARRAY['q'])")
+        assert_error(err, "54000")
+        assert err.diag.message_hint
+        assert db.execute("SELECT count(*) FROM pgfence.queue_sets").fetchone() == (cap,)
+        # one already stored may still be defined again
+        assert db.execute("SELECT pgfence.define_queue_set('cap-1', ARRAY['a', 'b'])").fetchone() == (2,)
+    finally:
+        db.execute("DELETE FROM pgfence.queue_sets")

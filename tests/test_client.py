@@ -831,7 +831,7 @@ def test_a_set_of_queues_is_defined_claimed_from_listed_and_dropped(client: Any,
     try:
         assert client.define_queue_set(name, [queue, *others, queue]) == 31
         [row] = [s for s in client.queue_sets() if s.queue_set == name]
-        assert (row.queues, row.names) == (31, sorted([queue, *others])) and row.defined_by
+        assert (row.queue_count, row.names) == (31, sorted([queue, *others])) and row.defined_by
         job_id = client.enqueue("k", {"n": 1}, queue=queue)
         client.enqueue("k", {"n": 2}, queue=f"{queue}-not-in-it")
         jobs = client.claim(W, queue_set=name, max_jobs=5)

@@ -571,6 +571,7 @@ CALLS: dict[str, str] = {
     "queue_sets": "SELECT count(*) FROM pgfence.queue_sets()",
     "select_queue_sets": "SELECT count(*) FROM pgfence.queue_sets",
     "insert_queue_sets": "INSERT INTO pgfence.queue_sets VALUES (%(q)s, '{}', 1, now(), 'me')",
+    "_check_set_owner": "SELECT pgfence._check_set_owner(%(q)s, 'someone')",
     "schedule": "SELECT pgfence.schedule(%(q)s, kind => 'k', every => '1 hour', queue => %(q)s, replace => true)",
     "unschedule": "SELECT pgfence.unschedule(%(q)s)",
     "pause_schedule": "SELECT pgfence.pause_schedule('t_no_such_schedule')",

@@ -163,7 +163,7 @@ def drop_queue_set(queue_set: str) -> Call[bool]:
 
 
 def queue_sets() -> Call[list[QueueSet]]:
-    return _rows(QueueSet, "SELECT queue_set, queues, names, defined_at, defined_by FROM pgfence.queue_sets()",
+    return _rows(QueueSet, "SELECT queue_set, queue_count, names, defined_at, defined_by FROM pgfence.queue_sets()",
                  positional=True)
 
 

@@ -133,7 +133,7 @@ class QueueSet:
     queues, their names (sorted), when and by whom it was last defined."""
 
     queue_set: str
-    queues: int
+    queue_count: int
     names: list[str]
     defined_at: datetime
     defined_by: str

@@ -160,7 +160,7 @@ const API = {
   // sets of queues stored on the server (worker or operator), claimed from with claim(..., { queue_set })
   define_queue_set: { args: ["queue_set text", "queues text[]"], returns: "scalar", map: asInt },
   drop_queue_set: { args: ["queue_set text"], returns: "scalar" },
-  queue_sets: { returns: "queue_set, queues, names, defined_at, defined_by" },
+  queue_sets: { returns: "queue_set, queue_count, names, defined_at, defined_by" },
   // operator
   reclaim_expired: { options: ["max_jobs int"], returns: "id::text AS id, status, reclaim_count" },
   requeue: { args: ["job_id id"], options: ["note text"], returns: "void" },

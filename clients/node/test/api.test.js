@@ -220,7 +220,7 @@ test("a set of queues stored on the server: define, claim from it by name, list,
   };
   assert.equal(await client.define_queue_set(setName, [queue, other, queue]), 2);
   const qs = (await client.queue_sets()).find((x) => x.queue_set === setName);
-  assert.deepEqual([qs.queues, qs.names], [2, [queue, other].sort()]);
+  assert.deepEqual([qs.queue_count, qs.names], [2, [queue, other].sort()]);
   assert.ok(qs.defined_at instanceof Date && typeof qs.defined_by === "string");
   const inSet = await client.enqueue("k", { s: 1 }, { queue: other });
   const fromSet = await client.claim("w", null, { queue_set: setName, max_jobs: 5 });

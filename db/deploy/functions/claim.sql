@@ -139,10 +139,11 @@ COMMENT ON FUNCTION pgfence._check_queues(text, text[], text) IS
 
 -- A valid list of queue names as the set claim tests a job's queue against: a jsonb
 -- object whose keys are the names (sorted and deduplicated; ? finds a key by binary
--- search). claim builds it for a list on each call; define_queue_set stores it.
+-- search), every value NULL (a set stored with the names as values too took twice the
+-- room). claim builds it for a list on each call; define_queue_set stores it.
 CREATE OR REPLACE FUNCTION pgfence._queue_set_of(queues text[]) RETURNS jsonb
 LANGUAGE sql IMMUTABLE AS $$
-    SELECT jsonb_object(queues, queues)
+    SELECT jsonb_object(queues, array_fill(NULL::text, ARRAY[cardinality(queues)]))
 $$;
 COMMENT ON FUNCTION pgfence._queue_set_of(text[]) IS
   'Private: a list of queue names as a set (a jsonb object keyed by the names), as claim tests membership.';
@@ -160,7 +161,7 @@ BEGIN
     END IF;
     IF queue_set IS NOT NULL THEN
         IF queues IS NOT NULL THEN
-            PERFORM pgfence._raise_invalid('queue_set', queue_set, 'is given with queues',
+            PERFORM pgfence._raise_invalid('queue_set', quote_literal(queue_set), 'is given with queues',
                 'pass either queues (a list of names) or queue_set (a set made with pgfence.define_queue_set), not both');
         END IF;
         PERFORM pgfence._check_name('queue_set', queue_set);
@@ -388,25 +389,27 @@ BEGIN
                     AND current_setting('transaction_isolation') = 'read committed', false) THEN
         PERFORM pgfence._claim_refuse(worker_id, queues, lease, max_jobs, claim.queue_set);
     END IF;
-    -- A stored set: its names as a set, and how many (one: that queue's own path).
-    -- ('{}' || members: the value read once, whole; a variable holding the column's
-    -- TOAST pointer was read again, and decompressed, by every ? of the search: a
-    -- claim over a set of 10,000 took 28 ms, read once 0.7.)
-    IF claim.queue_set IS NOT NULL THEN
-        SELECT '{}'::jsonb || s.members, s.queues INTO v_set, v_names
-          FROM pgfence.queue_sets s WHERE s.queue_set = claim.queue_set;
-        IF NOT FOUND THEN
-            PERFORM pgfence._raise_invalid('queue_set', claim.queue_set, 'is not defined',
-                'define it first with pgfence.define_queue_set(queue_set, queues), or pass queues');
-        ELSIF v_names = 1 THEN
-            SELECT k INTO v_queue FROM jsonb_object_keys(v_set) AS k;
-        END IF;
-    END IF;
     -- The request's lock first, before any row: claim_results() waits for this claim from
     -- its first statement that touches a table, and both take the advisory lock
     -- before row locks (no lock-order cycle between them).
     IF request_id IS NOT NULL THEN
         PERFORM pgfence._lock_request(request_id);
+    END IF;
+
+    -- A stored set (read after the request's lock): its names as a set, and how many
+    -- (one: that queue's own path).
+    -- ('{}' || members: the value read once, whole; a variable holding the column's
+    -- TOAST pointer was read again, and decompressed, by every ? of the search: a
+    -- claim over a set of 10,000 took 28 ms, read once 0.7.)
+    IF claim.queue_set IS NOT NULL THEN
+        SELECT '{}'::jsonb || s.members, s.queue_count INTO v_set, v_names
+          FROM pgfence.queue_sets s WHERE s.queue_set = claim.queue_set;
+        IF NOT FOUND THEN
+            PERFORM pgfence._raise_invalid('queue_set', quote_literal(claim.queue_set), 'is not defined',
+                'define it first with pgfence.define_queue_set(queue_set, queues), or pass queues');
+        ELSIF v_names = 1 THEN
+            SELECT k INTO v_queue FROM jsonb_object_keys(v_set) AS k;
+        END IF;
     END IF;
 
     -- On-claim recovery: the same rule and SQL as the sweep. _reclaim is called only

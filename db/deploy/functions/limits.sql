@@ -10,7 +10,8 @@
 -- themselves keep their literals (they sit in hot paths, where a literal costs
 -- nothing); tests/test_sql_limits.py holds each row against the behaviour, at the
 -- limit and one past it.
--- Changed after @v0.7.0: snooze_max_s and snoozes_per_job (functions/snooze).
+-- Changed after @v0.7.0: snooze_max_s and snoozes_per_job (functions/snooze), queue_sets
+-- (functions/queue_sets: the most sets of queues stored; its refusal is 54000).
 
 BEGIN;
 
@@ -20,7 +21,8 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT * FROM (VALUES
         ('max_jobs',           1000::bigint, 'jobs one claim may return (claim max_jobs), request ids per claim_results call'),
         ('batch',              10000,        'elements of one batch call: enqueue_many kinds, heartbeat_many/complete_many/fail_many/release_many/snooze_many job_ids; reclaim_expired, purge_finished and sweep batches'),
-        ('queues',             10000,        'queue names in one claim (claim queues)'),
+        ('queues',             10000,        'queue names in one claim (claim queues), and in one set of queues (define_queue_set)'),
+        ('queue_sets',         100,          'sets of queues stored at once (define_queue_set; past it 54000)'),
         ('name_chars',         128,          'characters of a kind, queue or worker_id'),
         ('key_chars',          255,          'characters of an idempotency key'),
         ('payload_bytes',      1048576,      'bytes of a payload (a JSON object), as jsonb, uncompressed'),
@@ -39,7 +41,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     ) AS l(name, value, description)
 $$;
 COMMENT ON FUNCTION pgfence.limits() IS
-$$The limits a caller sizes its work by (name, value, description): max_jobs, batch, queues, name_chars,
+$$The limits a caller sizes its work by (name, value, description): max_jobs, batch, queues, queue_sets, name_chars,
 key_chars, payload_bytes, result_bytes, json_depth, error_chars, max_attempts, lease_min_ms, lease_max_ms,
 retry_in_max_s, rejections_per_job, run_sweeper_ahead_s, sweeper_stale_s, snooze_max_s, snoozes_per_job. Read them rather than copy the
 numbers; a later version may raise one.$$;

@@ -4,7 +4,8 @@
 -- requires: functions/_checks
 --
 -- Sets of queues kept on the server: define_queue_set and drop_queue_set (a worker
--- or an operator), queue_sets() to read them. claim(queue_set => name) claims from
+-- or an operator; a set is changed only by the role that defined it, or an
+-- operator), queue_sets() to read them. claim(queue_set => name) claims from
 -- a set's queues exactly as from the list (functions/claim); the names are checked
 -- (_check_queues, as claim checks a list) and made a set (_queue_set_of) once, here.
 -- A set names queues, not jobs: defining or dropping one changes no job, and a
@@ -12,49 +13,91 @@
 
 BEGIN;
 
--- Define (or define again, replacing its names) a set of queues.
+-- Who may change a stored set: the role that defined it, or an operator (a worker
+-- pool's set is not another pool's to redefine or drop). 42501 otherwise.
+CREATE OR REPLACE FUNCTION pgfence._check_set_owner(queue_set text, defined_by text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF defined_by IS DISTINCT FROM pgfence._invoker()
+       AND NOT EXISTS (SELECT FROM pg_catalog.pg_roles r
+                        WHERE r.rolname = pgfence._invoker()
+                          AND (r.rolsuper OR pg_catalog.pg_has_role(r.oid, 'pgfence_operator', 'USAGE'))) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('pgfence: queue_set %s was defined by %s', pgfence._printable(quote_literal(queue_set)),
+                             pgfence._printable(quote_literal(defined_by))),
+            HINT = 'only the role that defined a set, or an operator, may define it again or drop it; '
+                   'choose another name';
+    END IF;
+END $$;
+COMMENT ON FUNCTION pgfence._check_set_owner(text, text) IS
+  'Private: raise 42501 unless the caller defined the set (defined_by) or is an operator.';
+
+-- Define (or define again, replacing its names) a set of queues. At most 100 sets:
+-- the table is locked against other defines while they are counted (claims only
+-- read it, and are not held).
 CREATE OR REPLACE FUNCTION pgfence.define_queue_set(queue_set text, queues text[]) RETURNS integer
 LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE
     v_set jsonb;
     v_count integer;
+    v_by text;
 BEGIN
     PERFORM pgfence._check_name('queue_set', queue_set);
     PERFORM pgfence._check_queues('queues', queues, '');
     v_set := pgfence._queue_set_of(queues);
     SELECT count(*) INTO v_count FROM jsonb_object_keys(v_set);
-    INSERT INTO pgfence.queue_sets AS s (queue_set, members, queues, defined_at, defined_by)
+    LOCK TABLE pgfence.queue_sets IN SHARE ROW EXCLUSIVE MODE;
+    SELECT s.defined_by INTO v_by FROM pgfence.queue_sets s WHERE s.queue_set = queue_set;
+    IF FOUND THEN
+        PERFORM pgfence._check_set_owner(queue_set, v_by);
+    ELSIF (SELECT count(*) FROM pgfence.queue_sets) >= 100 THEN
+        RAISE EXCEPTION USING ERRCODE = 'program_limit_exceeded',
+            MESSAGE = 'pgfence: 100 sets of queues are stored, the most there may be',
+            HINT = 'drop a set no worker uses (pgfence.queue_sets() lists them), or define this one again '
+                   'under the name of one of yours';
+    END IF;
+    INSERT INTO pgfence.queue_sets AS s (queue_set, members, queue_count, defined_at, defined_by)
     VALUES (queue_set, v_set, v_count, clock_timestamp(), pgfence._invoker())
     ON CONFLICT ON CONSTRAINT queue_sets_pkey DO UPDATE
-        SET members = excluded.members, queues = excluded.queues,
+        SET members = excluded.members, queue_count = excluded.queue_count,
             defined_at = excluded.defined_at, defined_by = excluded.defined_by;
     RETURN v_count;
 END $$;
 COMMENT ON FUNCTION pgfence.define_queue_set(text, text[]) IS
 $$Worker or operator: store the set queue_set (a name) of queues (1..10000 names, checked as claim checks a
-list), replacing the set of that name if there is one; claim(queue_set => queue_set) then claims from those
-queues as from the list, without sending or checking it each time. Returns the number of distinct queues.
-Changes no job. Errors: 22004, 22023.$$;
+list), replacing the set of that name if there is one (only the role that defined it, or an operator, may);
+claim(queue_set => queue_set) then claims from those queues as from the list, without sending or checking it
+each time. At most 100 sets. Returns the number of distinct queues. Changes no job.
+Errors: 22004, 22023, 42501 (another role's set), 54000 (100 sets stored).$$;
 
 -- Drop a set; claims that name it afterwards are refused (22023, not defined).
 CREATE OR REPLACE FUNCTION pgfence.drop_queue_set(queue_set text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
+DECLARE
+    v_by text;
 BEGIN
     PERFORM pgfence._check_name('queue_set', queue_set);
+    LOCK TABLE pgfence.queue_sets IN SHARE ROW EXCLUSIVE MODE;  -- (as define_queue_set: one change at a time)
+    SELECT s.defined_by INTO v_by FROM pgfence.queue_sets s WHERE s.queue_set = queue_set;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM pgfence._check_set_owner(queue_set, v_by);
     DELETE FROM pgfence.queue_sets s WHERE s.queue_set = queue_set;
-    RETURN FOUND;
+    RETURN true;
 END $$;
 COMMENT ON FUNCTION pgfence.drop_queue_set(text) IS
-$$Worker or operator: drop the set queue_set; true if there was one. Claims naming it afterwards are refused
-(22023, not defined); changes no job. Errors: 22004, 22023.$$;
+$$Worker or operator: drop the set queue_set (only the role that defined it, or an operator, may); true if
+there was one. Claims naming it afterwards are refused (22023, not defined); changes no job.
+Errors: 22004, 22023, 42501.$$;
 
 -- The sets, by name, each with its queues (sorted).
 CREATE OR REPLACE FUNCTION pgfence.queue_sets()
-RETURNS TABLE(queue_set text, queues integer, names text[], defined_at timestamptz, defined_by text)
+RETURNS TABLE(queue_set text, queue_count integer, names text[], defined_at timestamptz, defined_by text)
 LANGUAGE sql STABLE AS $$
-    SELECT s.queue_set, s.queues,
+    SELECT s.queue_set, s.queue_count,
            ARRAY(SELECT k FROM jsonb_object_keys(s.members) AS k ORDER BY k COLLATE "C"),
            s.defined_at, s.defined_by
       FROM pgfence.queue_sets s

@@ -2,6 +2,6 @@
 
 BEGIN;
 
-SELECT queue_set, members, queues, defined_at, defined_by FROM pgfence.queue_sets WHERE false;
+SELECT queue_set, members, queue_count, defined_at, defined_by FROM pgfence.queue_sets WHERE false;
 
 ROLLBACK;
