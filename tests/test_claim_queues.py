@@ -221,6 +221,14 @@ def test_each_path_reads_the_index_made_for_it(own_dsn: str, db: Conn, shape: st
     passing over every other queue's jobs: 4 ms for an empty claim instead of 0.35.)"""
     names = fill(db, 30, 20)
     queues: Optional[list[str]] = {"all": None, "one": ["q00003"], "few": names[:4], "many": names}[shape]
+    picks, _ = claim_picks(own_dsn, "SELECT count(*) FROM pgfence.claim('w', %s, '1 minute', 5)", (queues,))
+    used = {name for p in picks for name in ("jobs_claim_order_idx", "jobs_claim_idx") if f"using {name} " in p}
+    assert used == {index}, picks
+
+
+def claim_picks(own_dsn: str, query: str, params: Any = None) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """Run query (a claim) in a transaction rolled back, with auto_explain logging every
+    nested statement: the plans of its pick queries (the queued jobs read), and its rows."""
     with connect(own_dsn) as c:
         plans: list[str] = []
         c.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
@@ -229,11 +237,10 @@ def test_each_path_reads_the_index_made_for_it(own_dsn: str, db: Conn, shape: st
                         "auto_explain.log_level = notice", "client_min_messages = notice"):
             c.execute(f"SET {setting}")
         with c.transaction(force_rollback=True):
-            c.execute("SELECT count(*) FROM pgfence.claim('w', %s, '1 minute', 5)", (queues,))
+            got = [tuple(r) for r in c.execute(query, params).fetchall()]
     picks = [p for p in plans if "status = 'queued'" in p and "Query Text" in p and "FROM pgfence.jobs j" in p]
     assert picks, plans
-    used = {name for p in picks for name in ("jobs_claim_order_idx", "jobs_claim_idx") if f"using {name} " in p}
-    assert used == {index}, picks
+    return picks, got
 
 
 # -- sets of queues stored on the server (define_queue_set, claim(queue_set => ...)) ----------
@@ -372,18 +379,9 @@ def test_a_set_of_one_queue_reads_that_queues_index(own_dsn: str, db: Conn) -> N
     only), as a list of one does."""
     fill(db, 30, 20)
     db.execute("SELECT pgfence.define_queue_set('solo', ARRAY['q00003'])")
-    with connect(own_dsn) as c:
-        plans: list[str] = []
-        c.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
-        c.execute("LOAD 'auto_explain'")
-        for setting in ("auto_explain.log_min_duration = 0", "auto_explain.log_nested_statements = on",
-                        "auto_explain.log_level = notice", "client_min_messages = notice"):
-            c.execute(f"SET {setting}")
-        with c.transaction(force_rollback=True):
-            got = c.execute("SELECT queue FROM pgfence.claim('w', queue_set => 'solo', max_jobs => 5)").fetchall()
+    picks, got = claim_picks(own_dsn, "SELECT queue FROM pgfence.claim('w', queue_set => 'solo', max_jobs => 5)")
     assert got == [("q00003",)] * 5
-    picks = [p for p in plans if "status = 'queued'" in p and "Query Text" in p and "FROM pgfence.jobs j" in p]
-    assert picks and all("using jobs_claim_idx " in p and "jobs_claim_order_idx" not in p for p in picks), picks
+    assert all("using jobs_claim_idx " in p and "jobs_claim_order_idx" not in p for p in picks), picks
 
 
 def test_a_list_with_repeats_claims_what_its_set_does(own_dsn: str, db: Conn) -> None:
