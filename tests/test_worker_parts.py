@@ -23,7 +23,7 @@ import psycopg
 import pytest
 
 from pgfence import Client, Interrupted, Job, Limits, Outcome, PermanentFailure, RawJson, RetryAfter, Snooze
-from pgfence.aio_parts import AsyncReporter
+from pgfence.aio_parts import AsyncReporter, wait_event
 from pgfence.handlers import run_handler
 from pgfence.heartbeats import AFTER_EXPIRY, Heartbeats, chunks, interval
 from pgfence.ledger import Entry, Ledger, LockedLedger, Result
@@ -601,3 +601,29 @@ def test_heartbeats_ask_once_just_after_a_capped_lease_ends_and_never_spin() -> 
     # A new end (a heartbeat that renewed it) is asked about again.
     capped.expires = datetime.now(timezone.utc) + timedelta(seconds=1)
     assert hb.next_wait() < 1.5
+
+
+def test_wait_event_says_set_or_timed_out_and_never_swallows_a_cancel() -> None:
+    """wait_event: True when the event is set, False after the timeout; and a cancel that
+    arrives in the same turn of the loop as the event is set still cancels the waiter
+    (asyncio.wait_for, before Python 3.12, returned True instead, every time: a cancelled
+    AsyncWorker.run() went on claiming when a job finished as it was cancelled)."""
+    async def body() -> tuple[bool, bool, int]:
+        ev = asyncio.Event()
+        timed_out = await wait_event(ev, 0.01)
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.01, ev.set)
+        was_set = await wait_event(ev, 5)
+        kept = 0
+        for _ in range(50):
+            ev = asyncio.Event()
+            task = asyncio.ensure_future(wait_event(ev, 5))
+            await asyncio.sleep(0.001)
+            ev.set()
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                kept += 1
+        return timed_out, was_set, kept
+    assert asyncio.run(body()) == (False, True, 50)

@@ -29,14 +29,20 @@ T = TypeVar("T")
 
 
 async def wait_event(event: asyncio.Event, timeout: float) -> bool:
-    """Wait for ``event`` at most ``timeout`` seconds; True when it is set."""
+    """Wait for ``event`` at most ``timeout`` seconds; True when it is set. A cancellation
+    of the caller always propagates: ``asyncio.wait_for`` (before Python 3.12) returned the
+    result instead when the event was set in the same turn of the loop as the cancel, so a
+    worker whose ``run()`` was cancelled as a job finished (the job sets the claimer's
+    event) went on claiming."""
     if event.is_set():
         return True
+    waiter = asyncio.ensure_future(event.wait())
     try:
-        await asyncio.wait_for(event.wait(), timeout)
-        return True
-    except asyncio.TimeoutError:
-        return False
+        done, _ = await asyncio.wait({waiter}, timeout=timeout)
+    finally:
+        if not waiter.done():
+            waiter.cancel()
+    return bool(done)
 
 
 def is_async(handler: Any) -> bool:
