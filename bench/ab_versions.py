@@ -39,7 +39,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import pgfence_bench as pf  # noqa: E402
-from common import connect, dsn_for_db, log, recreate_database  # noqa: E402
+from common import connect, drop_database, dsn_for_db, log, recreate_database  # noqa: E402
 from run import default_dsn  # noqa: E402
 
 REPO = HERE.parent
@@ -173,9 +173,8 @@ def main() -> int:
                 ratio = statistics.median(res[name][k]) / statistics.median(res[base][k])
                 print(f"{k} {name}/{base}: median ratio {ratio:.3f}, per round",
                       [round(x / y, 3) for x, y in zip(res[name][k], res[base][k])])
-        with connect(admin) as c:
-            for name in names:
-                c.execute(f'DROP DATABASE IF EXISTS "ab_{name}" WITH (FORCE)')
+        for name in names:
+            drop_database(admin, f"ab_{name}")
     finally:
         os.environ.pop("PYTHONPATH", None)
         for wt in worktrees:

@@ -13,7 +13,8 @@ import math
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -69,10 +70,26 @@ def scalar(dsn: str, sql: str, params: Sequence[Any] | None = None) -> Any:
 
 def recreate_database(admin_dsn: str, dbname: str) -> None:
     """DROP (WITH FORCE) and CREATE a scratch database for one peer."""
+    drop_database(admin_dsn, dbname)
     with connect(dsn_for_db(admin_dsn, "postgres")) as conn:
-        ident = pgsql.Identifier(dbname)
-        conn.execute(pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
-        conn.execute(pgsql.SQL("CREATE DATABASE {}").format(ident))
+        conn.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(dbname)))
+
+
+def drop_database(admin_dsn: str, dbname: str) -> None:
+    """DROP (WITH FORCE) a scratch database, if it is there."""
+    with connect(dsn_for_db(admin_dsn, "postgres")) as conn:
+        conn.execute(pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(pgsql.Identifier(dbname)))
+
+
+@contextmanager
+def scratch_database(admin_dsn: str, dbname: str) -> Iterator[str]:
+    """A database of a bench script's own: recreated, its DSN yielded, dropped after
+    (also when the script fails)."""
+    recreate_database(admin_dsn, dbname)
+    try:
+        yield dsn_for_db(admin_dsn, dbname)
+    finally:
+        drop_database(admin_dsn, dbname)
 
 
 def settle(dsn: str, tables: Sequence[str] = (), timeout: float = 30.0) -> None:

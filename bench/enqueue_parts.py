@@ -30,7 +30,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import pgfence_bench as pf  # noqa: E402
-from common import connect, dsn_for_db, recreate_database  # noqa: E402
+from common import connect, dsn_for_db, scratch_database  # noqa: E402
 from run import default_dsn  # noqa: E402
 
 DB = "bench_enqueue_parts"
@@ -75,9 +75,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=10)
     args = ap.parse_args()
     admin = dsn_for_db(default_dsn(), "postgres")
-    recreate_database(admin, DB)
-    dsn = dsn_for_db(admin, DB)
-    try:
+    with scratch_database(admin, DB) as dsn:
         pf._deploy(dsn, None)
         with connect(dsn) as c:
             c.prepare_threshold = None  # (EXPLAIN text sent as is; planning is not in the execution time)
@@ -109,9 +107,6 @@ def main() -> int:
             med = statistics.median(times[name])
             print(f"{name:16s} {med:10.1f} {q[0]:7.1f} {q[2]:7.1f} {med - base:+8.1f}")
         return 0
-    finally:
-        with connect(admin) as a:
-            a.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
 
 
 if __name__ == "__main__":

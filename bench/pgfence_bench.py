@@ -639,7 +639,7 @@ def soak_own_database(admin_dsn: str, seconds: float, depth: int, shape: WorkerS
     pgfence.run_sweeper()` on a connection of its own for the whole run (reclaim passes,
     and every 10 s the purge with the partition maintenance). The database's default
     retention is the soak's too."""
-    from common import dsn_for_db, recreate_database
+    from common import drop_database, dsn_for_db, recreate_database
     db = "bench_soak"
     recreate_database(admin_dsn, db)
     dsn = dsn_for_db(admin_dsn, db)
@@ -668,8 +668,7 @@ def soak_own_database(admin_dsn: str, seconds: float, depth: int, shape: WorkerS
         out["database"] = db
         return out
     finally:
-        with connect(admin_dsn) as a:
-            a.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+        drop_database(admin_dsn, db)
 
 
 def soak(dsn: str, seconds: float, depth: int, shape: WorkerShape, window: float = 10.0,

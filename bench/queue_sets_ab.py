@@ -25,7 +25,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "python_client"))
 
 import pgfence_bench as pf  # noqa: E402
-from common import connect, dsn_for_db, recreate_database  # noqa: E402
+from common import connect, dsn_for_db, scratch_database  # noqa: E402
 from pgfence.calls import queue_param  # noqa: E402
 from run import default_dsn  # noqa: E402
 
@@ -39,9 +39,7 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=40)
     args = ap.parse_args()
     admin = dsn_for_db(default_dsn(), "postgres")
-    recreate_database(admin, DB)
-    dsn = dsn_for_db(admin, DB)
-    try:
+    with scratch_database(admin, DB) as dsn:
         pf._deploy(dsn, None)
         names = [f"q{i:05d}" for i in range(args.queues)]
         with connect(dsn) as c:
@@ -71,9 +69,6 @@ def main() -> int:
         for k in list(cases)[1:]:
             ratio = [a / b for a, b in zip(rounds[k], rounds["one queue"])]
             print(f"{k} / one queue: {statistics.median(ratio):.2f} (rounds {min(ratio):.2f}-{max(ratio):.2f})")
-    finally:
-        with connect(admin) as a:
-            a.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
     return 0
 
 

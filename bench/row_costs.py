@@ -25,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import pgfence_bench as pf  # noqa: E402
-from common import connect, dsn_for_db, recreate_database  # noqa: E402
+from common import connect, dsn_for_db, scratch_database  # noqa: E402
 from run import default_dsn  # noqa: E402
 
 DB = "bench_row_costs"
@@ -38,9 +38,7 @@ def main() -> int:
     args = ap.parse_args()
     n = args.jobs
     admin = dsn_for_db(default_dsn(), "postgres")
-    recreate_database(admin, DB)
-    dsn = dsn_for_db(admin, DB)
-    try:
+    with scratch_database(admin, DB) as dsn:
         pf._deploy(dsn, args.to)
         with connect(dsn) as c:
             c.execute("SELECT pgfence.pause_sweeper()")
@@ -101,9 +99,6 @@ def main() -> int:
                 c.execute("UPDATE pgfence.history_partitions SET upper_bound = lower_bound + interval '1 microsecond'"
                           " WHERE lower_bound <= clock_timestamp()")
             step("purge_finished (10,000/call)", purge)
-    finally:
-        with connect(admin) as a:
-            a.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
     return 0
 
 

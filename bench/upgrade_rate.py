@@ -30,7 +30,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import pgfence_bench as pf  # noqa: E402
-from common import connect, dsn_for_db, recreate_database  # noqa: E402
+from common import connect, dsn_for_db, scratch_database  # noqa: E402
 from run import default_dsn  # noqa: E402
 
 DB = "bench_upgrade"
@@ -63,9 +63,7 @@ def main() -> int:
     n = args.jobs
     tag = "@v0.5.0" if args.step == "history" else "@v0.6.0"
     admin = dsn_for_db(default_dsn(), "postgres")
-    recreate_database(admin, DB)
-    dsn = dsn_for_db(admin, DB)
-    try:
+    with scratch_database(admin, DB) as dsn:
         pf._deploy(dsn, tag)
         with connect(dsn) as c:
             c.execute("SELECT pgfence.pause_sweeper()")
@@ -116,9 +114,6 @@ def main() -> int:
                 return 1
             print(f"{what}: {secs:.1f} s for {n:,} {rows} ({n / secs:,.0f} jobs/s, the whole sqitch run);"
                   f" meanwhile {calls[0]} enqueue+claim pairs, slowest {slowest[0] * 1000:.0f} ms", flush=True)
-    finally:
-        with connect(admin) as a:
-            a.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
     return 0
 
 
