@@ -155,7 +155,22 @@ def pgfence_only_table(po: Optional[dict[str, Any]], cfg: dict[str, Any],
                      f"{fmt_num(d['spread'][1])}; wall clock incl. process start {fmt_num(d['wall_rate'])})"
                      f"{capped} |")
     fl = po.get("latency_floor")
-    if fl:
+    if fl and "floor" in fl:
+        f, m = fl["floor"], fl["pgfence"]
+        gap = fl["p50_gap_ms"]
+        lines.append(f"| latency against its floor, taking turns ({fl['rounds']} rounds, who goes first alternating,"
+                     f" VACUUM (ANALYZE) + CHECKPOINT before each run): the floor is {fl['n']} bare `INSERT INTO"
+                     f" pgfence.jobs` + NOTIFY at {fl['rate']:g}/s (the latency step's producer) and {fl['procs']} idle"
+                     f" processes LISTENing, each claiming one job per notification with a bare one-row SKIP LOCKED"
+                     f" UPDATE (bench/floor_claimer.py: no checks, no reclaim probe, no worker threads); pgfence is"
+                     f" the latency step (prefetch {fl['prefetch']}) | floor p50 {f['p50_ms']:.1f} ms"
+                     f" ({f['p50_ms_spread'][0]:.1f}-{f['p50_ms_spread'][1]:.1f}), p95 {f['p95_ms']:.1f} ms;"
+                     f" pgfence p50 {m['p50_ms']:.1f} ms ({m['p50_ms_spread'][0]:.1f}-{m['p50_ms_spread'][1]:.1f}),"
+                     f" p95 {m['p95_ms']:.1f} ms; p50 gap by round"
+                     f" {', '.join(f'{g:+.2f}' for g in fl['p50_gaps_ms'])} ms |")
+        lines.append(f"| latency target: pgfence's p50 within 0.3 ms of the floor's (the median of the rounds' gaps) |"
+                     f" {'met' if gap <= 0.3 else 'unmet'}: {gap:+.2f} ms |")
+    elif fl:  # (results of an older bench/run.py: one floor run, no turns)
         p50, p95 = by_column.get("latency p50 ms"), by_column.get("latency p95 ms")
         mine = (f"; pgfence's latency step: p50 {fmt_num(p50['pgfence'], 1)} ms, p95 {fmt_num(p95['pgfence'], 1)} ms"
                 if p50 and p95 and p50.get("pgfence") is not None and p95.get("pgfence") is not None else "")
@@ -250,11 +265,17 @@ def soak_rows(sk: Optional[dict[str, Any]], cfg: dict[str, Any]) -> list[str]:
         f" {_mb(b['value'])} MB (at most {_mb(b['limit'])}) |",
     ]
     if sk["history"]:
-        lines.append(f"| soak target: history at the end <= median rate x (retention + one partition width) x"
-                     f" bytes/job | {_met(c)}: {_mb(c['value'])} MB (at most {_mb(c['limit'])}) |")
+        span = (f"the {fmt_num(sk['span_jobs'])} jobs finished in its last {sk['span_seconds']:g} s"
+                if sk.get("span_jobs") is not None else "median rate x (retention + one partition width)")
+        median_rate = (f"; with the median rate x {sk['span_seconds']:g} s instead, at most"
+                       f" {_mb(sk['history_limit_median_rate'])} MB"
+                       if sk.get("history_limit_median_rate") is not None else "")
+        lines.append(f"| soak target: history at the end <= the jobs finished in the last retention + one partition"
+                     f" width x bytes/job | {_met(c)}: {_mb(c['value'])} MB (at most {_mb(c['limit'])}: {span}"
+                     f"{median_rate}) |")
     else:
-        lines.append("| soak target: history at the end <= median rate x (retention + one partition width) x"
-                     " bytes/job | n/a: no history table |")
+        lines.append("| soak target: history at the end <= the jobs finished in the last retention + one partition"
+                     " width x bytes/job | n/a: no history table |")
     lines += [f"| soak error | {e} |" for e in sk.get("errors", [])]
     return lines
 
