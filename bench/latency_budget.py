@@ -20,6 +20,15 @@ every round:
 * hand-off: one ``threading.Event`` wake-up from another thread (the worker has two:
   listener -> claimer, claimer -> handler thread).
 
+Then the same path inside a real ``pgfence.Worker`` (concurrency 8, prefetch 500, as the
+latency step's processes; ``--worker-jobs`` jobs, 100 by default, enqueued at 20/s by a
+producer process of its own): its listener's wake-up and its client's claim are timed
+through wrappers set on that one worker object (the library is not changed), and each
+job's handler start is recorded, so the hand-offs are measured where they happen, with
+the worker's other threads alive: enqueue sent -> listener wakes the claimer; -> the
+claim is sent; the claim's round trip (through the pool, with its request id and the
+max_jobs the worker asks for); the claim's reply -> the handler starts.
+
 Medians and p90 in microseconds, and the differences that add up to the gap between
 pgfence and its floor. Measured, not asserted; a loaded machine inflates every row.
 """
@@ -116,10 +125,94 @@ def summary(xs: list[float]) -> str:
     return f"{statistics.median(xs):8.0f} {xs[int(0.9 * (len(xs) - 1))]:8.0f}"
 
 
+PRODUCER = """
+import json, sys, time
+import psycopg
+dsn, queue, n, rate = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+with psycopg.connect(dsn, autocommit=True) as conn:
+    t0 = time.time()
+    for i in range(n):
+        d = t0 + i / rate - time.time()
+        if d > 0:
+            time.sleep(d)
+        conn.execute(sys.argv[5], (json.dumps({"t": time.time(), "i": i}), queue), prepare=True)
+"""
+
+
+def in_worker(dsn: str, jobs: int) -> dict[str, list[float]]:
+    """The idle latency's steps inside a real Worker (see the module's docstring), in us."""
+    import bisect
+    import subprocess
+    import pgfence.worker as worker_module
+    from pgfence import Worker
+
+    queue = f"budget-worker-{os.getpid()}"
+    wakes: list[float] = []
+    claims: list[tuple[float, float, list[int]]] = []
+    starts: dict[int, tuple[float, float]] = {}
+    client = Client.connect(dsn)
+    claim = client.claim
+
+    def timed_claim(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.time()
+        got = claim(*args, **kwargs)
+        if got:
+            claims.append((t0, time.time(), [j.payload["i"] for j in got]))
+        return got
+    client.claim = timed_claim  # type: ignore[method-assign]
+
+    def handler(job: Any) -> None:
+        starts[job.payload["i"]] = (time.time(), job.payload["t"])
+
+    plain_listener = worker_module.Listener
+
+    class TimedListener(worker_module.Listener):
+        def __init__(self, *args: Any, wake: Callable[[], None], **kwargs: Any) -> None:
+            def timed_wake() -> None:
+                wakes.append(time.time())
+                wake()
+            super().__init__(*args, wake=timed_wake, **kwargs)
+    worker = Worker(client, handlers={"noop": handler}, queues=[queue], concurrency=8, prefetch=500,
+                    poll_interval=0.05)
+    runner = threading.Thread(target=worker.run, daemon=True)
+    worker_module.Listener = TimedListener  # type: ignore[misc]  (for this worker's run() only: restored below)
+    try:
+        runner.start()
+        time.sleep(1.0)
+        worker_module.Listener = plain_listener  # type: ignore[misc]
+        subprocess.run([sys.executable, "-c", PRODUCER, dsn, queue, str(jobs), "20", ENQUEUE], check=True)
+        deadline = time.time() + 10
+        while len(starts) < jobs and time.time() < deadline:
+            time.sleep(0.05)
+    finally:
+        worker_module.Listener = plain_listener  # type: ignore[misc]
+        worker.stop()
+        runner.join(15)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("DELETE FROM pgfence.jobs WHERE queue = %s", (queue,))
+        client.close()
+    wakes.sort()
+    out: dict[str, list[float]] = {k: [] for k in ("enqueue sent -> wake", "wake -> claim sent", "claim round trip",
+                                                    "claim reply -> handler", "enqueue sent -> handler")}
+    for sent, got, ids in claims:
+        if len(ids) != 1 or ids[0] not in starts:
+            continue  # (two jobs in one claim: no single wake-up to pair it with)
+        began, t = starts[ids[0]]
+        k = bisect.bisect_left(wakes, t)
+        if k == len(wakes) or wakes[k] > sent:
+            continue  # claimed by a poll, not after a wake-up
+        for name, us in (("enqueue sent -> wake", wakes[k] - t), ("wake -> claim sent", sent - wakes[k]),
+                         ("claim round trip", got - sent), ("claim reply -> handler", began - got),
+                         ("enqueue sent -> handler", began - t)):
+            out[name].append(us * 1e6)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dsn", default=os.environ.get("PGFENCE_DSN") or "postgresql://postgres@127.0.0.1:54329/pgfence")
     ap.add_argument("--rounds", type=int, default=300)
+    ap.add_argument("--worker-jobs", type=int, default=100)
     a = ap.parse_args()
     queue, channel = f"budget-{os.getpid()}", f"budget_{os.getpid()}"
     m: dict[str, list[float]] = {k: [] for k in (
@@ -199,6 +292,13 @@ def main() -> int:
           f" (server {med['claim server'] - med['floor claim server']:+.0f}),"
           f" client-side claim {med['Client.claim'] - med['claim (raw SQL)']:+.0f},"
           f" hand-offs {2 * h:+.0f}, notify {med['notify'] - med['floor notify']:+.0f}")
+    if a.worker_jobs > 0:
+        w = in_worker(a.dsn, a.worker_jobs)
+        print(f"\nin a Worker (concurrency 8, prefetch 500), {a.worker_jobs} jobs at 20/s, {len(w['claim round trip'])}"
+              f" claimed after a wake-up, one job each; microseconds")
+        print(f"{'step':<24} {'median':>8} {'p90':>8}")
+        for k, xs in w.items():
+            print(f"{k:<24} {summary(xs)}")
     return 0
 
 
