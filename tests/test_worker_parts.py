@@ -23,7 +23,9 @@ import psycopg
 import pytest
 
 from pgfence import Client, Interrupted, Job, Limits, Outcome, PermanentFailure, RawJson, RetryAfter, Snooze
+from pgfence import aio_worker as aio_worker_module
 from pgfence.aio_parts import AsyncReporter, wait_event
+from pgfence.claimer import CLAIM_HOLDOFF, Claimer, holdoff
 from pgfence.handlers import run_handler
 from pgfence.heartbeats import AFTER_EXPIRY, Heartbeats, chunks, interval
 from pgfence.ledger import Entry, Ledger, LockedLedger, Result
@@ -469,6 +471,85 @@ def test_a_heartbeat_round_that_loses_its_connection_ends_quietly() -> None:
     c = counters()
     Heartbeats(calls, ledger, worker_id=W, lease=timedelta(seconds=3), counters=c, limits=Limits(batch=2)).beat()
     assert calls.calls == [[1, 2]] and c["lease_lost"] == 1 and set(ledger.held) == {2, 3, 4, 5}
+
+
+# ------------------------------------------------------------ the claimer ----
+def test_holdoff_follows_only_a_claim_a_wake_up_prompted_and_that_found_too_little() -> None:
+    assert holdoff(drained=True, after_wake=True, waited=0.001) == pytest.approx(CLAIM_HOLDOFF - 0.001)
+    assert holdoff(drained=True, after_wake=True, waited=CLAIM_HOLDOFF + 0.001) == 0
+    assert holdoff(drained=True, after_wake=False, waited=0.0) == 0  # after a poll's claim
+    assert holdoff(drained=False, after_wake=True, waited=0.0) == 0  # the claim got what it asked for
+
+
+class _Marking(threading.Event):
+    """An Event whose timed waits are written into ``marks`` (the claimer's hold-offs)."""
+
+    def __init__(self, marks: list[str]) -> None:
+        super().__init__()
+        self.marks = marks
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        self.marks.append("holdoff")
+        return super().wait(timeout)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["Worker", "AsyncWorker"])
+def test_a_wake_up_right_after_a_polls_empty_claim_is_claimed_at_once(asynchronous: bool) -> None:
+    """Claims that find nothing, each followed at once by a wake-up (a NOTIFY during the
+    claim). The first claim followed a poll (no wake-up before it): the claim after its
+    wake-up is made at once. The second followed a wake-up: the next one waits out
+    CLAIM_HOLDOFF (a flood costs one claim per 5 ms). The old rule held every wake-up
+    within 5 ms of any empty claim, a poll's included, for the rest of the 5 ms."""
+    marks: list[str] = []
+    if not asynchronous:
+        stop = Stop()
+        stop.stopping = _Marking(marks)
+        wake = threading.Event()
+
+        class Calls:
+            def claim(self, *args: Any, **kwargs: Any) -> list[Job]:
+                marks.append("claim")
+                if marks.count("claim") == 3:
+                    stop.stopping.set()
+                wake.set()  # a NOTIFY arrives while it runs
+                return []
+        claimer = Claimer(Calls(), Ledger(), stop, worker_id=W, queues=["q"], lease=timedelta(seconds=30),
+                          capacity=8, poll_interval=30.0, counters={"claimed": 0, "lease_lost": 0}, wake=wake,
+                          work=threading.Event())
+        runner = threading.Thread(target=claimer.run, daemon=True)
+        runner.start()
+        runner.join(10)
+        assert not runner.is_alive()
+    else:
+        async def main() -> None:
+            from pgfence.aio import AsyncWorker
+
+            class AsyncCalls:
+                pool = object()  # (AsyncWorker wants a client with a pool; this loop never uses it)
+
+                async def claim(self, *args: Any, **kwargs: Any) -> list[Job]:
+                    marks.append("claim")
+                    if marks.count("claim") == 3:
+                        worker._stop.stopping.set()
+                        worker._stopping.set()
+                    worker._wake.set()  # a NOTIFY arrives while it runs
+                    return []
+            worker = AsyncWorker(AsyncCalls(), {"k": lambda job: None}, queues=["q"], concurrency=8,  # type: ignore[arg-type]
+                                 poll_interval=30.0, listen=False, run_sweeper=False, limits=Limits())
+            worker._wake, worker._stopping = asyncio.Event(), asyncio.Event()  # (what run() makes on its loop)
+            real_wait = aio_worker_module.wait_event
+
+            async def marking_wait(event: asyncio.Event, timeout: float) -> bool:
+                if event is worker._stopping:
+                    marks.append("holdoff")
+                return await real_wait(event, timeout)
+            aio_worker_module.wait_event = marking_wait  # type: ignore[assignment]
+            try:
+                await asyncio.wait_for(worker._claim_loop(), 10)
+            finally:
+                aio_worker_module.wait_event = real_wait  # type: ignore[assignment]
+        asyncio.run(main())
+    assert marks == ["claim", "claim", "holdoff", "claim", "holdoff"]
 
 
 # ------------------------------------------------------------- stopping ----

@@ -48,7 +48,7 @@ from . import sweeper
 from ._text import escaped_logger
 from .aio_client import AsyncClient
 from .aio_parts import AsyncReporter, BlockingCalls, HandlerThreads, is_async, wait_event
-from .claimer import CLAIM_HOLDOFF, SHUTDOWN_LOOKUP_WAIT, admit, claim_size, idle_wait, may_have_claimed
+from .claimer import SHUTDOWN_LOOKUP_WAIT, admit, claim_size, holdoff, idle_wait, may_have_claimed
 from .handlers import Handler, raised, refusal, returned, run_handler
 from .heartbeats import Rounds, chunks, interval, revoke_refused
 from .ledger import Entry, Ledger, Result
@@ -223,12 +223,13 @@ class AsyncWorker:
 
     async def _claim_loop(self) -> None:
         """Claim until stopping: the loop of :meth:`pgfence.claimer.Claimer.run`, awaited, with
-        its decisions (``claim_size``, ``idle_wait``, ``may_have_claimed``, ``admit``)."""
+        its decisions (``claim_size``, ``idle_wait``, ``holdoff``, ``may_have_claimed``, ``admit``)."""
         assert self.limits is not None
         backoff = 0.1
         threshold = max(1, self.capacity // 2)
         ledger, wake, stopping = self._ledger, self._wake, self._stop.stopping
         max_jobs = self.limits.max_jobs
+        after_wake = False  # the next claim follows a wake-up (see holdoff)
         while not stopping.is_set():
             wake.clear()
             free = ledger.free(self.capacity)
@@ -270,11 +271,11 @@ class AsyncWorker:
                     continue
                 drained = True
             waited_from = time.monotonic()
-            await wait_event(wake, idle_wait(drained, free, self.poll_interval))
-            if drained:
-                rest = CLAIM_HOLDOFF - (time.monotonic() - waited_from)
-                if rest > 0:
-                    await wait_event(self._stopping, rest)
+            woken = await wait_event(wake, idle_wait(drained, free, self.poll_interval))
+            rest = holdoff(drained, after_wake, time.monotonic() - waited_from)
+            if rest > 0:
+                await wait_event(self._stopping, rest)
+            after_wake = woken
 
     async def _recover_unanswered(self, wait: Optional[float] = None) -> None:
         """Take over the jobs of the claim whose reply was lost (see

@@ -27,13 +27,18 @@ const { runHandler } = require("./handlers");
 const { retryable } = require("./retries");
 const { runSweeper } = require("./sweeper");
 
-/** After a claim that found nothing, the next waits at least this long (ms): a burst of wake-ups costs one claim. */
+/**
+ * After a claim that a wake-up prompted and that found less than it asked for, the next waits at
+ * least this long (ms): a burst of wake-ups costs one claim per CLAIM_HOLDOFF (and one per poll). The
+ * first wake-up after a quiet moment, or after a poll's claim that found nothing, is never held up
+ * (as pgfence.claimer.holdoff in the Python worker).
+ */
 const CLAIM_HOLDOFF = 5;
 /** Notifications within one second beyond which the listener stops listening (any role may NOTIFY), and for how long (ms). */
 const NOTIFY_FLOOD = 2000;
 const NOTIFY_FLOOD_PAUSE = 5000;
 
-/** A wake-up that many may ring and one awaits, with a timeout. */
+/** A wake-up that many may ring and one awaits, with a timeout: wait resolves true when rung, false when the time ran out. */
 class Bell {
   constructor() { this._rung = false; this._resolve = null; }
   ring() {
@@ -42,12 +47,17 @@ class Bell {
   }
   clear() { this._rung = false; }
   wait(ms) {
-    if (this._rung) return Promise.resolve();
+    if (this._rung) return Promise.resolve(true);
     return new Promise((resolve) => {
-      const t = setTimeout(() => { this._resolve = null; resolve(); }, ms);
-      this._resolve = () => { clearTimeout(t); resolve(); };
+      const t = setTimeout(() => { this._resolve = null; resolve(false); }, ms);
+      this._resolve = () => { clearTimeout(t); resolve(true); };
     });
   }
+}
+
+/** How much longer to wait before the next claim (ms), the wait after the last one having lasted waited ms (see CLAIM_HOLDOFF). */
+function holdoff(drained, afterWake, waited) {
+  return drained && afterWake ? Math.max(0, CLAIM_HOLDOFF - waited) : 0;
 }
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -164,6 +174,7 @@ class Worker {
   async _claimLoop() {
     let backoff = 100;
     const threshold = Math.max(1, Math.floor(this.capacity / 2));
+    let afterWake = false; // the next claim follows a wake-up (see holdoff)
     while (!this.stopping) {
       this._wake.clear();
       if (this.unanswered !== null && Date.now() > this.unansweredUntil) {
@@ -208,11 +219,10 @@ class Worker {
         drained = true;
       }
       const from = Date.now();
-      await this._wake.wait(drained || free <= 0 ? this.pollInterval * (0.5 + Math.random() / 2) : 50);
-      if (drained && !this.stopping) {
-        const rest = CLAIM_HOLDOFF - (Date.now() - from);
-        if (rest > 0) await sleep(rest);
-      }
+      const woken = await this._wake.wait(drained || free <= 0 ? this.pollInterval * (0.5 + Math.random() / 2) : 50);
+      const rest = holdoff(drained, afterWake, Date.now() - from);
+      if (rest > 0 && !this.stopping) await sleep(rest);
+      afterWake = woken;
     }
   }
 
@@ -373,4 +383,4 @@ class Worker {
   }
 }
 
-module.exports = { Worker, Bell };
+module.exports = { Worker, Bell, holdoff, CLAIM_HOLDOFF };

@@ -363,3 +363,18 @@ test("a handler outliving its 1 s run timeout: its signal aborts just after the 
   assert.equal(w.worker.counters.completed, 0);
   assert.equal(w.worker.counters.lease_lost, 1);
 });
+
+test("the claim hold-off follows only a claim a wake-up prompted and that found too little; Bell.wait says which", async () => {
+  const { Bell, holdoff, CLAIM_HOLDOFF } = require("../lib/worker");
+  assert.equal(holdoff(true, true, 1), CLAIM_HOLDOFF - 1);
+  assert.equal(holdoff(true, true, CLAIM_HOLDOFF + 1), 0);
+  assert.equal(holdoff(true, false, 0), 0); // after a poll's claim: a NOTIFY right after it is claimed at once
+  assert.equal(holdoff(false, true, 0), 0);
+  const bell = new Bell();
+  assert.equal(await bell.wait(1), false);
+  setTimeout(() => bell.ring(), 1);
+  assert.equal(await bell.wait(10000), true);
+  assert.equal(await bell.wait(10000), true); // still rung until cleared
+  bell.clear();
+  assert.equal(await bell.wait(1), false);
+});
