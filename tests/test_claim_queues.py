@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import psycopg
 import pytest
@@ -188,12 +188,61 @@ def test_a_long_list_of_rare_queues_returns_the_first_runnable_jobs_in_claim_ord
     assert_first_runnable_in_claim_order(own_dsn, jobs, queues, max_jobs, via)
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(jobs=st.lists(JOB, min_size=0, max_size=60), shape=st.sampled_from(["all", "one", "few", "many"]),
+       pick=st.lists(st.integers(0, 19), min_size=1, max_size=19, unique=True),
+       paused=st.sets(st.integers(0, 19), max_size=6), max_jobs=st.integers(1, 25),
+       via=st.sampled_from(["list", "set"]))
+def test_with_queue_controls_every_path_returns_the_first_runnable_jobs_of_unpaused_queues(
+        own_dsn: str, jobs: list[tuple[int, int, int]], shape: str, pick: list[int], paused: set[int],
+        max_jobs: int, via: str) -> None:
+    """While a queue has a control (here a cap on a queue no claim names, and paused
+    queues, listed or not), claims pick through _claim_controlled: a stored set whole, a
+    list or one queue as a set, every queue by its window. Each returns the first runnable
+    jobs of its unpaused queues in claim order."""
+    queues: Optional[list[str]]
+    if shape == "all":
+        queues = None
+    elif shape == "one":
+        queues = [f"h{pick[0]}"]
+    elif shape == "few":
+        queues = [f"h{i}" for i in pick[:16]]
+    else:
+        queues = [f"h{i}" for i in range(20)] if len(pick) <= 16 else [f"h{i}" for i in pick] + ["none1", "none2"]
+    assert_first_runnable_in_claim_order(own_dsn, jobs, queues, max_jobs, via,
+                                         paused=[f"h{i}" for i in sorted(paused)], controlled=True)
+
+
+def test_a_claim_over_a_stored_set_passes_it_whole_to_the_controlled_pick(own_dsn: str, db: Conn) -> None:
+    """With a queue control present, claim(queue_set) hands the stored set to
+    _claim_controlled(jsonb, ...) as it is: the set is not turned back into a list of
+    its names (which made a claim over 10,000 names as slow as sending the list)."""
+    names = fill(db, 40, 2)
+    db.execute("SELECT pgfence.define_queue_set('whole', %s)", (names,))
+    with connect(own_dsn, autocommit=False) as c:
+        c.execute("SET LOCAL track_functions = 'all'")
+        c.execute("SELECT pgfence.pause_queue(%s)", (names[0],))
+        got = c.execute("SELECT queue FROM pgfence.claim('w', queue_set => 'whole', max_jobs => 5)").fetchall()
+        calls = dict(c.execute("SELECT f.funcid::regprocedure::text, f.calls FROM pg_stat_xact_user_functions f"
+                               " WHERE f.funcname = '_claim_controlled'").fetchall())
+        c.rollback()
+    assert len(got) == 5 and names[0] not in {q for (q,) in got}
+    assert calls == {"pgfence._claim_controlled(jsonb,integer,integer,timestamp with time zone)": 1}, calls
+
+
 def assert_first_runnable_in_claim_order(own_dsn: str, jobs: list[tuple[int, int, int]],
-                                         queues: Optional[list[str]], max_jobs: int, via: str) -> None:
+                                         queues: Optional[list[str]], max_jobs: int, via: str,
+                                         paused: Sequence[str] = (), controlled: bool = False) -> None:
     """Enqueue jobs (queue h<n>, priority, run_at offset), claim max_jobs from queues (the
     list, or via "set" a set of those names) in a transaction that is rolled back: the
-    claim returns the first runnable ones."""
+    claim returns the first runnable ones. controlled: with a cap on a queue the claim
+    does not name (so the claim picks through _claim_controlled) and the queues `paused`
+    paused, whose jobs it must not return."""
     with connect(own_dsn, autocommit=False) as c:
+        if controlled:
+            c.execute("SELECT pgfence.set_queue_limit('elsewhere', 5)")
+            for q in paused:
+                c.execute("SELECT pgfence.pause_queue(%s)", (q,))
         inserted = []
         for q, priority, offset in jobs:
             job_id = c.execute("SELECT pgfence.enqueue('k', queue => %s, priority => %s,"
@@ -203,7 +252,7 @@ def assert_first_runnable_in_claim_order(own_dsn: str, jobs: list[tuple[int, int
                             " WHERE id = %s", (job_id,)).fetchone()
             assert row is not None
             inserted.append((row[0], f"h{q}", priority, row[1], row[2]))
-        runnable = [j for j in inserted if j[4] and (queues is None or j[1] in queues)]
+        runnable = [j for j in inserted if j[4] and (queues is None or j[1] in queues) and j[1] not in paused]
         want = [j[0] for j in sorted(runnable, key=lambda j: (-j[2], j[3], j[0]))][:max_jobs]
         arg, params = claim_sql(via, queues, c)
         got = [r[0] for r in c.execute(f"SELECT id FROM pgfence.claim('w', {arg}, lease => '1 minute',"

@@ -27,7 +27,10 @@
 -- no moment without claim. Clients that name the columns they read are unaffected.
 -- claim also takes queue_set: the name of a set of queues kept on the server
 -- (tables/queue_sets, defined with define_queue_set), claimed from as its list would
--- be, without sending, parsing and checking the list on every call.
+-- be, without sending, parsing and checking the list on every call; while a queue
+-- has a control, the set goes whole to _claim_controlled(jsonb, ...), which the rework
+-- of functions/queue_controls after @v0.7.0 adds (deployed after this change: before
+-- it, no set can have been defined, since define_queue_set comes later still).
 
 BEGIN;
 
@@ -430,10 +433,12 @@ BEGIN
     -- 1. Pick and lock, in claim order, SKIP LOCKED: only the rows returned. While a
     --    queue is paused or capped, _claim_controlled picks (it keeps to the rules).
     IF EXISTS (SELECT FROM pgfence.queue_controls) THEN
-        v_ids := pgfence._claim_controlled(CASE WHEN v_queue IS NOT NULL THEN ARRAY[v_queue]
-                                                WHEN v_set IS NOT NULL THEN ARRAY(SELECT jsonb_object_keys(v_set))
-                                                ELSE queues END,
-                                           max_jobs, v_now);
+        IF v_set IS NOT NULL AND v_queue IS NULL THEN
+            v_ids := pgfence._claim_controlled(v_set, v_names, max_jobs, v_now);  -- (the stored set, whole)
+        ELSE
+            v_ids := pgfence._claim_controlled(CASE WHEN v_queue IS NOT NULL THEN ARRAY[v_queue] ELSE queues END,
+                                               max_jobs, v_now);
+        END IF;
         -- (it may have waited for another claim of a capped queue: the claim time and
         -- the lease start once the jobs are ours, so an attempt's recorded claim never
         -- precedes the end of the one whose slot it took)

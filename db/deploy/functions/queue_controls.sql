@@ -17,7 +17,8 @@
 -- Changed after @v0.7.0: the rate limit (set_queue_rate_limit, the bucket helpers and
 -- its use in _claim_controlled, queue_limits' new columns: a DROP and CREATE, as its
 -- result changed); resume_queue and set_queue_limit(NULL) keep a row that still holds a
--- rate limit.
+-- rate limit; _claim_controlled takes a set of queues (claim(queue_set) passes its
+-- stored set whole; the list signature of @v0.7.0 stays, for claim's lists).
 
 BEGIN;
 
@@ -197,11 +198,15 @@ COMMENT ON FUNCTION pgfence.queue_limits() IS
 $$Operator: the paused, capped and rate-limited queues (pgfence.queue_controls) with the number of their jobs
 processing now and, for a rate limit, the claims its bucket allows now (claims_available).$$;
 
--- claim's pick while some queue has a control (claim calls it only then): the ids of
--- the jobs locked (FOR NO KEY UPDATE SKIP LOCKED), at most max_jobs, NULL for none.
+-- claim's pick while some queue has a control (claim calls it only then), over a set
+-- of queues (members: a jsonb object keyed by the names, as claim tests them, and names
+-- how many; NULL: every queue): the ids of the jobs locked (FOR NO KEY UPDATE SKIP
+-- LOCKED), at most max_jobs, NULL for none.
 -- The controls are read once; a queue is either claimed in 1 (no control then) or in 2.
---   1. The asked-for queues without a control, as claim takes them: a list through
---      _claim_from_list; every queue (NULL) through a window of the first
+--   1. The asked-for queues without a control, as claim takes them: the set less the
+--      controlled names through _claim_from_set (a stored set of 10,000 names is
+--      neither listed nor copied unless a controlled queue is in it); every queue
+--      (NULL) through a window of the first
 --      4 * max_jobs + 64 runnable jobs in claim order, keeping the uncontrolled ones, or,
 --      when controlled queues fill that window (a paused queue's backlog at the front),
 --      through _claim_from_list over the queues that have queued jobs (one probe of
@@ -218,12 +223,14 @@ processing now and, for a rate limit, the claims its bucket allows now (claims_a
 --      transaction, and never deadlock.
 -- So a claim over several queues takes a capped queue's jobs after the others', not in
 -- strict priority order across them. Paused queues are never read.
-CREATE OR REPLACE FUNCTION pgfence._claim_controlled(queues text[], max_jobs integer, as_of timestamptz)
+CREATE OR REPLACE FUNCTION pgfence._claim_controlled(members jsonb, names integer, max_jobs integer, as_of timestamptz)
 RETURNS bigint[]
 LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := as_of;
     v_ctl jsonb;
+    v_ctl_names text[];
+    v_ctl_listed integer;
     v_limited text[];
     v_free text[];
     v_cand bigint[];
@@ -240,13 +247,19 @@ DECLARE
     v_tokens double precision;
 BEGIN
     SELECT coalesce(jsonb_object_agg(q.queue, true), '{}'),
+           coalesce(array_agg(q.queue) FILTER (WHERE members ? q.queue), '{}'),
+           count(*) FILTER (WHERE members ? q.queue),
            coalesce(array_agg(q.queue ORDER BY q.queue)
                         FILTER (WHERE q.paused_at IS NULL AND (q.max_running IS NOT NULL OR q.max_claims IS NOT NULL)
-                                  AND (queues IS NULL OR q.queue = ANY (queues))), '{}')
-      INTO v_ctl, v_limited
+                                  AND (members IS NULL OR members ? q.queue)), '{}')
+      INTO v_ctl, v_ctl_names, v_ctl_listed, v_limited
       FROM pgfence.queue_controls q;
-    IF queues IS NOT NULL THEN
-        SELECT array_agg(DISTINCT q.name) INTO v_free FROM unnest(queues) AS q(name) WHERE NOT v_ctl ? q.name;
+    IF members IS NOT NULL THEN
+        -- (the set less its controlled names; names - v_ctl_listed of them are left)
+        IF names > v_ctl_listed THEN
+            v_ids := pgfence._claim_from_set(CASE WHEN v_ctl_listed = 0 THEN members ELSE members - v_ctl_names END,
+                                             names - v_ctl_listed, max_jobs, v_now);
+        END IF;
     ELSE
         SELECT (array_agg(w.id ORDER BY w.priority DESC, w.available_at, w.id) FILTER (WHERE NOT v_ctl ? w.queue))[1:max_jobs],
                count(*)
@@ -274,9 +287,9 @@ BEGIN
                      ORDER BY j.id
                        FOR NO KEY UPDATE SKIP LOCKED) l;
         END IF;
-    END IF;
-    IF v_free IS NOT NULL THEN
-        v_ids := pgfence._claim_from_list(v_free, max_jobs, v_now);
+        IF v_free IS NOT NULL THEN
+            v_ids := pgfence._claim_from_list(v_free, max_jobs, v_now);
+        END IF;
     END IF;
     v_ids := coalesce(v_ids, '{}');
 
@@ -320,8 +333,20 @@ BEGIN
     END LOOP;
     RETURN CASE WHEN cardinality(v_ids) > 0 THEN v_ids END;
 END $$;
+COMMENT ON FUNCTION pgfence._claim_controlled(jsonb, integer, integer, timestamptz) IS
+  'Private: claim''s pick over a set of queues (NULL: all) while a queue is paused, capped or rate-limited: nothing from paused queues, at most max_running processing per capped queue and at most its bucket''s allowance per rate-limited queue (its control row locked SKIP LOCKED until the claim commits, the bucket debited by what was taken); the locked ids, or NULL.';
+
+-- The same over a list of queue names (NULL: every queue): claim's one queue and its
+-- lists. (Its signature is @v0.7.0's: a claim of that version still finds it during an
+-- upgrade, and the claim of this one during a revert.)
+CREATE OR REPLACE FUNCTION pgfence._claim_controlled(queues text[], max_jobs integer, as_of timestamptz)
+RETURNS bigint[]
+LANGUAGE sql AS $$
+    SELECT pgfence._claim_controlled(CASE WHEN queues IS NOT NULL THEN pgfence._queue_set_of(queues) END,
+                                     cardinality(queues), max_jobs, as_of)
+$$;
 COMMENT ON FUNCTION pgfence._claim_controlled(text[], integer, timestamptz) IS
-  'Private: claim''s pick while a queue is paused, capped or rate-limited: nothing from paused queues, at most max_running processing per capped queue and at most its bucket''s allowance per rate-limited queue (its control row locked SKIP LOCKED until the claim commits, the bucket debited by what was taken); the locked ids, or NULL.';
+  'Private: _claim_controlled over a list of queue names (NULL: every queue).';
 
 INSERT INTO pgfence.routine_grants (routine, roles) VALUES
     ('pause_queue',          '{pgfence_operator}'),

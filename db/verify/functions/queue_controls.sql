@@ -9,8 +9,9 @@ SELECT 'pgfence.pause_queue(text)'::regprocedure,
        'pgfence.queue_limits()'::regprocedure,
        'pgfence._rate_tokens(integer, interval, double precision, timestamptz, timestamptz)'::regprocedure,
        'pgfence._rate_allowance(integer, interval, double precision, timestamptz, timestamptz)'::regprocedure,
-       'pgfence._claim_controlled(text[], integer, timestamptz)'::regprocedure;
+       'pgfence._claim_controlled(text[], integer, timestamptz)'::regprocedure,
+       'pgfence._claim_controlled(jsonb, integer, integer, timestamptz)'::regprocedure;
 SELECT 1 / count(*) FROM pg_proc
- WHERE oid = 'pgfence._claim_controlled(text[], integer, timestamptz)'::regprocedure AND prosrc LIKE '%max_claims%';
+ WHERE oid = 'pgfence._claim_controlled(jsonb, integer, integer, timestamptz)'::regprocedure AND prosrc LIKE '%max_claims%';
 
 ROLLBACK;
