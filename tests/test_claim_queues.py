@@ -192,14 +192,17 @@ def test_a_long_list_of_rare_queues_returns_the_first_runnable_jobs_in_claim_ord
 @given(jobs=st.lists(JOB, min_size=0, max_size=60), shape=st.sampled_from(["all", "one", "few", "many"]),
        pick=st.lists(st.integers(0, 19), min_size=1, max_size=19, unique=True),
        paused=st.sets(st.integers(0, 19), max_size=6), max_jobs=st.integers(1, 25),
+       capped=st.one_of(st.none(), st.tuples(st.integers(0, 19), st.integers(1, 3))), repeat=st.booleans(),
        via=st.sampled_from(["list", "set"]))
 def test_with_queue_controls_every_path_returns_the_first_runnable_jobs_of_unpaused_queues(
         own_dsn: str, jobs: list[tuple[int, int, int]], shape: str, pick: list[int], paused: set[int],
-        max_jobs: int, via: str) -> None:
-    """While a queue has a control (here a cap on a queue no claim names, and paused
-    queues, listed or not), claims pick through _claim_controlled: a stored set whole, a
-    list or one queue as a set, every queue by its window. Each returns the first runnable
-    jobs of its unpaused queues in claim order."""
+        max_jobs: int, capped: Optional[tuple[int, int]], repeat: bool, via: str) -> None:
+    """While a queue has a control (a cap on a queue no claim names, paused queues,
+    listed or not, maybe a cap on one of them), claims pick through _claim_controlled: a
+    stored set whole, a list (maybe with names repeated) or one queue as a set, every
+    queue by its window. Each returns the first runnable jobs of its unpaused, uncapped
+    queues in claim order, then as many of a capped queue's first ones as its cap and
+    max_jobs allow, all in claim order."""
     queues: Optional[list[str]]
     if shape == "all":
         queues = None
@@ -209,8 +212,11 @@ def test_with_queue_controls_every_path_returns_the_first_runnable_jobs_of_unpau
         queues = [f"h{i}" for i in pick[:16]]
     else:
         queues = [f"h{i}" for i in range(20)] if len(pick) <= 16 else [f"h{i}" for i in pick] + ["none1", "none2"]
+    if repeat and queues is not None:
+        queues = queues + queues[:3]
     assert_first_runnable_in_claim_order(own_dsn, jobs, queues, max_jobs, via,
-                                         paused=[f"h{i}" for i in sorted(paused)], controlled=True)
+                                         paused=[f"h{i}" for i in sorted(paused)], controlled=True,
+                                         capped=None if capped is None else (f"h{capped[0]}", capped[1]))
 
 
 def test_a_claim_over_a_stored_set_passes_it_whole_to_the_controlled_pick(own_dsn: str, db: Conn) -> None:
@@ -232,17 +238,21 @@ def test_a_claim_over_a_stored_set_passes_it_whole_to_the_controlled_pick(own_ds
 
 def assert_first_runnable_in_claim_order(own_dsn: str, jobs: list[tuple[int, int, int]],
                                          queues: Optional[list[str]], max_jobs: int, via: str,
-                                         paused: Sequence[str] = (), controlled: bool = False) -> None:
+                                         paused: Sequence[str] = (), controlled: bool = False,
+                                         capped: Optional[tuple[str, int]] = None) -> None:
     """Enqueue jobs (queue h<n>, priority, run_at offset), claim max_jobs from queues (the
     list, or via "set" a set of those names) in a transaction that is rolled back: the
     claim returns the first runnable ones. controlled: with a cap on a queue the claim
-    does not name (so the claim picks through _claim_controlled) and the queues `paused`
-    paused, whose jobs it must not return."""
+    does not name (so the claim picks through _claim_controlled), the queues `paused`
+    paused, whose jobs it must not return, and `capped` (queue, max_running): that
+    queue's first jobs come after the others', at most max_running of them (none run)."""
     with connect(own_dsn, autocommit=False) as c:
         if controlled:
             c.execute("SELECT pgfence.set_queue_limit('elsewhere', 5)")
             for q in paused:
                 c.execute("SELECT pgfence.pause_queue(%s)", (q,))
+            if capped is not None:
+                c.execute("SELECT pgfence.set_queue_limit(%s, %s)", capped)
         inserted = []
         for q, priority, offset in jobs:
             job_id = c.execute("SELECT pgfence.enqueue('k', queue => %s, priority => %s,"
@@ -252,8 +262,12 @@ def assert_first_runnable_in_claim_order(own_dsn: str, jobs: list[tuple[int, int
                             " WHERE id = %s", (job_id,)).fetchone()
             assert row is not None
             inserted.append((row[0], f"h{q}", priority, row[1], row[2]))
-        runnable = [j for j in inserted if j[4] and (queues is None or j[1] in queues) and j[1] not in paused]
-        want = [j[0] for j in sorted(runnable, key=lambda j: (-j[2], j[3], j[0]))][:max_jobs]
+        runnable = sorted((j for j in inserted if j[4] and (queues is None or j[1] in queues) and j[1] not in paused),
+                          key=lambda j: (-j[2], j[3], j[0]))
+        cap_queue, cap = capped if capped is not None else (None, 0)
+        first = [j for j in runnable if j[1] != cap_queue][:max_jobs]
+        then = [j for j in runnable if j[1] == cap_queue][:min(cap, max_jobs - len(first))]
+        want = [j[0] for j in sorted(first + then, key=lambda j: (-j[2], j[3], j[0]))]
         arg, params = claim_sql(via, queues, c)
         got = [r[0] for r in c.execute(f"SELECT id FROM pgfence.claim('w', {arg}, lease => '1 minute',"
                                        " max_jobs => %s)", (*params, max_jobs))]

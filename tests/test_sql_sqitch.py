@@ -662,6 +662,35 @@ def test_sqitch_upgrade_from_v0_7_0_keeps_snoozes_and_rate_limits_working_and_re
         assert c.execute("SELECT queue, max_running FROM pgfence.queue_limits()").fetchall() == [("capped", 2)]
 
 
+def test_a_claim_over_a_stored_set_works_in_every_revert_step_of_the_controlled_pick(scratch_dsn: str) -> None:
+    """While a queue has a control, claim(queue_set) hands the set to _claim_controlled over
+    a set, which functions/queue_controls adds after functions/claim in the plan. A revert
+    to a change between the two (functions/queue_controls reverted, the new claim kept,
+    the sets still defined) leaves it as a wrapper of the @v0.7.0 list body: the claim
+    still keeps to the paused queue; the revert to @v0.7.0 then drops it with the claim."""
+    target = sqitch_target(scratch_dsn)
+    _ok(sqitch("deploy", target=target), "deploy")
+    set_pick = "pgfence._claim_controlled(jsonb, integer, integer, timestamptz)"
+    with connect(scratch_dsn) as c:
+        c.execute("SELECT pgfence.pause_sweeper()")
+        c.execute("SELECT pgfence.enqueue('k', queue => q) FROM unnest(ARRAY['sa', 'sb', 'sp']) q")
+        c.execute("SELECT pgfence.define_queue_set('ctl', ARRAY['sa', 'sb', 'sp'])")
+        c.execute("SELECT pgfence.pause_queue('sp')")
+        claim = "SELECT queue FROM pgfence.claim('w', queue_set => 'ctl', max_jobs => 5) ORDER BY queue"
+        with c.transaction(force_rollback=True):
+            assert c.execute(claim).fetchall() == [("sa",), ("sb",)]
+    _ok(sqitch("revert", "-y", "--to", "tables/queue_rate_limits", target=target),
+        "revert --to tables/queue_rate_limits (functions/queue_controls reverted, functions/claim kept)")
+    with connect(scratch_dsn) as c:
+        assert c.execute("SELECT l.lanname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang"
+                         " WHERE p.oid = to_regprocedure(%s)", (set_pick,)).fetchone() == ("sql",)
+        with c.transaction(force_rollback=True):
+            assert c.execute(claim).fetchall() == [("sa",), ("sb",)]
+    _ok(sqitch("revert", "-y", "--to", "@v0.7.0", target=target), "revert --to @v0.7.0")
+    with connect(scratch_dsn) as c:
+        assert c.execute("SELECT to_regprocedure(%s)", (set_pick,)).fetchone() == (None,)
+
+
 def test_revert_to_v0_7_0_does_not_hold_again_a_key_whose_unique_for_passed(scratch_dsn: str) -> None:
     """A done job's key whose unique_for has passed is free; `sqitch revert --to @v0.7.0`
     must leave it free. Before the review the revert only dropped held_keys.held_until, so
