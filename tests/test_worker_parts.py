@@ -26,6 +26,7 @@ import pytest
 from pgfence import Client, Interrupted, Job, Limits, Outcome, PermanentFailure, RawJson, RetryAfter, Snooze
 from pgfence import aio_worker as aio_worker_module
 from pgfence.aio_parts import AsyncReporter, wait_event
+from pgfence import claimer as claimer_module
 from pgfence.claimer import CLAIM_HOLDOFF, Claimer, holdoff
 from pgfence.handlers import run_handler
 from pgfence.heartbeats import AFTER_EXPIRY, Heartbeats, chunks, interval
@@ -502,35 +503,33 @@ def test_holdoff_follows_only_a_claim_a_wake_up_prompted_and_that_found_too_litt
     assert holdoff(drained=False, after_wake=True, waited=0.0) == 0  # the claim got what it asked for
 
 
-class _Marking(threading.Event):
-    """An Event whose timed waits are written into ``marks`` (the claimer's hold-offs)."""
-
-    def __init__(self, marks: list[str]) -> None:
-        super().__init__()
-        self.marks = marks
-
-    def wait(self, timeout: Optional[float] = None) -> bool:
-        self.marks.append("holdoff")
-        return super().wait(timeout)
-
-
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["Worker", "AsyncWorker"])
-def test_a_wake_up_right_after_a_polls_empty_claim_is_claimed_at_once(asynchronous: bool) -> None:
+def test_a_wake_up_right_after_a_polls_empty_claim_is_claimed_at_once(
+        asynchronous: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """Claims that find nothing, each followed at once by a wake-up (a NOTIFY during the
-    claim). The first claim followed a poll (no wake-up before it): the claim after its
-    wake-up is made at once. The second followed a wake-up: the next one waits out
-    CLAIM_HOLDOFF (a flood costs one claim per 5 ms). The old rule held every wake-up
-    within 5 ms of any empty claim, a poll's included, for the rest of the 5 ms."""
-    marks: list[str] = []
+    claim). The first claim followed a poll (no wake-up before it): the loop asks holdoff
+    with after_wake False, so the claim after its wake-up is made at once. The next
+    ones followed a wake-up: after_wake True, so the next claim waits out CLAIM_HOLDOFF
+    (a flood costs one claim per 5 ms). The old rule held every wake-up within 5 ms of
+    any empty claim, a poll's included. (holdoff's answers are recorded, not timed: the
+    loop's own pauses are the machine's.)"""
+    asked: list[tuple[bool, bool]] = []
+
+    def recording(drained: bool, after_wake: bool, waited: float) -> float:
+        asked.append((drained, after_wake))
+        return 0.0  # (no wait: the decision is what is tested)
+    monkeypatch.setattr(claimer_module, "holdoff", recording)
+    monkeypatch.setattr(aio_worker_module, "holdoff", recording)
     if not asynchronous:
         stop = Stop()
-        stop.stopping = _Marking(marks)
         wake = threading.Event()
 
         class Calls:
+            claims = 0
+
             def claim(self, *args: Any, **kwargs: Any) -> list[Job]:
-                marks.append("claim")
-                if marks.count("claim") == 3:
+                Calls.claims += 1
+                if Calls.claims == 3:
                     stop.stopping.set()
                 wake.set()  # a NOTIFY arrives while it runs
                 return []
@@ -547,10 +546,11 @@ def test_a_wake_up_right_after_a_polls_empty_claim_is_claimed_at_once(asynchrono
 
             class AsyncCalls:
                 pool = object()  # (AsyncWorker wants a client with a pool; this loop never uses it)
+                claims = 0
 
                 async def claim(self, *args: Any, **kwargs: Any) -> list[Job]:
-                    marks.append("claim")
-                    if marks.count("claim") == 3:
+                    AsyncCalls.claims += 1
+                    if AsyncCalls.claims == 3:
                         worker._stop.stopping.set()
                         worker._stopping.set()
                     worker._wake.set()  # a NOTIFY arrives while it runs
@@ -558,19 +558,9 @@ def test_a_wake_up_right_after_a_polls_empty_claim_is_claimed_at_once(asynchrono
             worker = AsyncWorker(AsyncCalls(), {"k": lambda job: None}, queues=["q"], concurrency=8,  # type: ignore[arg-type]
                                  poll_interval=30.0, listen=False, run_sweeper=False, limits=Limits())
             worker._wake, worker._stopping = asyncio.Event(), asyncio.Event()  # (what run() makes on its loop)
-            real_wait = aio_worker_module.wait_event
-
-            async def marking_wait(event: asyncio.Event, timeout: float) -> bool:
-                if event is worker._stopping:
-                    marks.append("holdoff")
-                return await real_wait(event, timeout)
-            aio_worker_module.wait_event = marking_wait  # type: ignore[assignment]
-            try:
-                await asyncio.wait_for(worker._claim_loop(), 10)
-            finally:
-                aio_worker_module.wait_event = real_wait  # type: ignore[assignment]
+            await asyncio.wait_for(worker._claim_loop(), 10)
         asyncio.run(main())
-    assert marks == ["claim", "claim", "holdoff", "claim", "holdoff"]
+    assert asked == [(True, False), (True, True), (True, True)]
 
 
 # ------------------------------------------------------------- stopping ----
