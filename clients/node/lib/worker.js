@@ -105,6 +105,7 @@ class Worker {
     this.signals = 0;
     this.ledger = new Ledger(() => this.stopping);
     this._wake = new Bell();     // the claimer: a slot freed, a NOTIFY, a stop
+    this._stopped = new Bell();  // a stop only: the claimer's backoff after an error (a NOTIFY flood must not cut it short)
     this._outcome = new Bell();  // the flusher: an outcome is waiting
     this._handlerRuns = new Set();
     this.unanswered = null;      // request id of a claim whose reply was lost
@@ -118,6 +119,7 @@ class Worker {
       for (const e of this.ledger.held.values()) if (!e.controller.signal.aborted) e.controller.abort("shutting down");
     }
     this._wake.ring();
+    this._stopped.ring();
   }
 
   /** Run until stop() (or SIGTERM/SIGINT); resolves when every outcome is reported and every job given back. */
@@ -188,7 +190,7 @@ class Worker {
         } catch (err) {
           if (!retryable(err)) throw err;
           this.log.warn(`worker ${this.workerId}: looking up a claim whose reply was lost failed (${err.message}); retrying in ${backoff} ms`);
-          await this._wake.wait(backoff);
+          await this._stopped.wait(backoff);
           backoff = Math.min(backoff * 2, 5000);
         }
         continue;
@@ -210,7 +212,7 @@ class Worker {
           this.unanswered = requestId;
           this.unansweredUntil = Date.now() + this.lease;
           this.log.warn(`worker ${this.workerId}: claim failed (${err.message}); retrying in ${backoff} ms`);
-          await this._wake.wait(backoff);
+          await this._stopped.wait(backoff);
           backoff = Math.min(backoff * 2, 5000);
           continue;
         }
