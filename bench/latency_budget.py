@@ -121,6 +121,8 @@ def handoff_us(rounds: int) -> list[float]:
 
 
 def summary(xs: list[float]) -> str:
+    if not xs:
+        return f"{'n/a':>8} {'n/a':>8}"
     xs = sorted(xs)
     return f"{statistics.median(xs):8.0f} {xs[int(0.9 * (len(xs) - 1))]:8.0f}"
 

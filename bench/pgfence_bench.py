@@ -828,9 +828,12 @@ def soak(dsn: str, seconds: float, depth: int, shape: WorkerShape, window: float
     # them), counted from the samples (linear between two), x bytes per job. Also the
     # same with the median rate in place of the count (the rate of those last seconds
     # can be well above or below the median; reported beside it, not the target).
+    # (A soak shorter than that span has no such count: history from the workers' start-up,
+    # before the first sample, would be missing from it. The target is then n/a.)
     span = retention_s + width_s
-    span_jobs = windows[-1]["finished"] - _finished_at(windows, windows[-1]["t"] - span)
-    hist_limit = span_jobs * per_job if per_job is not None else None
+    span_jobs = (windows[-1]["finished"] - _finished_at(windows, windows[-1]["t"] - span)
+                 if windows[-1]["t"] >= span else None)
+    hist_limit = span_jobs * per_job if per_job is not None and span_jobs is not None else None
     hist_limit_median = med * span * per_job if per_job is not None else None
     return {"seconds": seconds, "depth": depth, "window": window, "retention": retention,
             "partition_width": partition_width, "partitioned": partitioned, "history": has_history,

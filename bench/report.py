@@ -266,7 +266,9 @@ def soak_rows(sk: Optional[dict[str, Any]], cfg: dict[str, Any]) -> list[str]:
     ]
     if sk["history"]:
         span = (f"the {fmt_num(sk['span_jobs'])} jobs finished in its last {sk['span_seconds']:g} s"
-                if sk.get("span_jobs") is not None else "median rate x (retention + one partition width)")
+                if sk.get("span_jobs") is not None else
+                f"the soak is shorter than retention + one partition width, {sk['span_seconds']:g} s"
+                if "span_seconds" in sk else "median rate x (retention + one partition width)")
         median_rate = (f"; with the median rate x {sk['span_seconds']:g} s instead, at most"
                        f" {_mb(sk['history_limit_median_rate'])} MB"
                        if sk.get("history_limit_median_rate") is not None else "")
