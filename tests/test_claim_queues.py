@@ -164,16 +164,19 @@ JOB = st.tuples(st.integers(0, 19), st.integers(-2, 2), st.sampled_from([-3600, 
 def test_every_path_returns_the_first_runnable_jobs_in_claim_order(
         own_dsn: str, jobs: list[tuple[int, int, int]], shape: str, pick: list[int], max_jobs: int,
         via: str) -> None:
-    queues: Optional[list[str]]
+    assert_first_runnable_in_claim_order(own_dsn, jobs, queues_of(shape, pick), max_jobs, via)
+
+
+def queues_of(shape: str, pick: list[int]) -> Optional[list[str]]:
+    """claim's queues of a shape: all (NULL), one, a few (16 or fewer names), or many (more
+    than 16 names, some with no jobs at all), from the picked queue numbers."""
     if shape == "all":
-        queues = None
-    elif shape == "one":
-        queues = [f"h{pick[0]}"]
-    elif shape == "few":
-        queues = [f"h{i}" for i in pick[:16]]
-    else:  # more than 16 names (some with no jobs at all)
-        queues = [f"h{i}" for i in range(20)] if len(pick) <= 16 else [f"h{i}" for i in pick] + ["none1", "none2"]
-    assert_first_runnable_in_claim_order(own_dsn, jobs, queues, max_jobs, via)
+        return None
+    if shape == "one":
+        return [f"h{pick[0]}"]
+    if shape == "few":
+        return [f"h{i}" for i in pick[:16]]
+    return [f"h{i}" for i in range(20)] if len(pick) <= 16 else [f"h{i}" for i in pick] + ["none1", "none2"]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -203,15 +206,7 @@ def test_with_queue_controls_every_path_returns_the_first_runnable_jobs_of_unpau
     queue by its window. Each returns the first runnable jobs of its unpaused, uncapped
     queues in claim order, then as many of a capped queue's first ones as its cap and
     max_jobs allow, all in claim order."""
-    queues: Optional[list[str]]
-    if shape == "all":
-        queues = None
-    elif shape == "one":
-        queues = [f"h{pick[0]}"]
-    elif shape == "few":
-        queues = [f"h{i}" for i in pick[:16]]
-    else:
-        queues = [f"h{i}" for i in range(20)] if len(pick) <= 16 else [f"h{i}" for i in pick] + ["none1", "none2"]
+    queues = queues_of(shape, pick)
     if repeat and queues is not None:
         queues = queues + queues[:3]
     assert_first_runnable_in_claim_order(own_dsn, jobs, queues, max_jobs, via,
