@@ -338,13 +338,16 @@ COMMENT ON FUNCTION pgfence._claim_controlled(jsonb, integer, integer, timestamp
 
 -- The same over a list of queue names (NULL: every queue): claim's one queue and its
 -- lists. (Its signature is @v0.7.0's: a claim of that version still finds it during an
--- upgrade, and the claim of this one during a revert.)
+-- upgrade, and the claim of this one during a revert. PL/pgSQL, whose body is not
+-- resolved when it is made: _queue_set_of is functions/claim's, which a build from the
+-- newest scripts alone runs after this one.)
 CREATE OR REPLACE FUNCTION pgfence._claim_controlled(queues text[], max_jobs integer, as_of timestamptz)
 RETURNS bigint[]
-LANGUAGE sql AS $$
-    SELECT pgfence._claim_controlled(CASE WHEN queues IS NOT NULL THEN pgfence._queue_set_of(queues) END,
-                                     cardinality(queues), max_jobs, as_of)
-$$;
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN pgfence._claim_controlled(CASE WHEN queues IS NOT NULL THEN pgfence._queue_set_of(queues) END,
+                                     cardinality(queues), max_jobs, as_of);
+END $$;
 COMMENT ON FUNCTION pgfence._claim_controlled(text[], integer, timestamptz) IS
   'Private: _claim_controlled over a list of queue names (NULL: every queue).';
 
