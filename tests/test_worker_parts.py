@@ -11,7 +11,6 @@ reporter and the heartbeats the real Client.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import signal
 import threading
@@ -31,7 +30,6 @@ from pgfence.claimer import CLAIM_HOLDOFF, Claimer, holdoff
 from pgfence.handlers import run_handler
 from pgfence.heartbeats import AFTER_EXPIRY, Heartbeats, chunks, interval
 from pgfence.ledger import Entry, Ledger, LockedLedger, Result
-from pgfence.models import jobs_from_columns
 from pgfence.reporter import MAX_REPORT_BATCH, Reporter, due, split, take_batch
 from pgfence.stopping import Stop, install_signals
 
@@ -45,25 +43,6 @@ def job(job_id: int, attempt: int = 1, kind: str = "k") -> Job:
 
 def counters() -> dict[str, int]:
     return {"claimed": 0, "completed": 0, "failed": 0, "lease_lost": 0, "released": 0, "snoozed": 0}
-
-
-# ------------------------------------------------------------ claimed jobs ----
-def test_jobs_from_columns_makes_the_jobs_job_would() -> None:
-    """The worker's batches of Jobs skip the frozen dataclass's __init__: the same fields,
-    equal Jobs, still frozen, and a ledger still holds them."""
-    lease = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    rows = [(i, f"q{i}", "k", {"i": i} if i % 2 else None, i, 3, uuid.uuid4(), lease,
-             None if i % 3 else "ValueError: no", None if i % 4 else 0.25 * i) for i in range(7)]
-    made = jobs_from_columns(*zip(*rows))
-    assert made == [Job(*row) for row in rows]
-    assert [vars(j) for j in made] == [vars(Job(*row)) for row in rows]  # (the private field too)
-    assert {f.name for f in dataclasses.fields(Job)} == set(vars(made[0]))
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        made[0].kind = "other"  # type: ignore[misc]
-    ledger = Ledger()
-    ledger.admit(made)
-    entry = ledger.take()
-    assert entry is not None and entry.job is made[0] and not made[0].lease_lost and not made[0].should_stop()
 
 
 # ------------------------------------------------------------- the ledger ----

@@ -28,7 +28,7 @@ from psycopg.types.json import Jsonb
 from .errors import JobNotFound, SchemaMismatch
 from .limits import Limits
 from .models import (ActionPreview, ActionResult, Attempt, AuditEntry, Enqueued, Job, JobRecord, Metric, Outcome,
-                     QueueLimit, QueueSet, QueueStats, Reclaimed, Rejection, Schedule, SweeperHealth, jobs_from_columns)
+                     QueueLimit, QueueSet, QueueStats, Reclaimed, Rejection, Schedule, SweeperHealth)
 
 #: The ``pgfence.schema_version()`` this client speaks.
 SCHEMA_VERSION = 3
@@ -225,7 +225,7 @@ def _jobs(rows: list[Any], conn: Any) -> list[Job]:
     except Exception:  # RecursionError, ValueError ...: some payload no decoder here can read
         decoded = [_decode_one(load or _decode_json_text, text) for text in texts]
         payloads, errors = [d[0] for d in decoded], [d[1] for d in decoded]
-    return jobs_from_columns(ids, queue_names, kinds, payloads, attempts, max_attempts, tokens, leases, errors, waited)
+    return list(map(Job, ids, queue_names, kinds, payloads, attempts, max_attempts, tokens, leases, errors, waited))
 
 
 def heartbeat(job_id: int, attempt_token: uuid.UUID, *, lease: timedelta = timedelta(seconds=30)) -> Call[datetime]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Optional, Protocol, Sequence
+from typing import Any, Optional, Protocol
 
 
 class AttemptState(Protocol):
@@ -59,28 +59,6 @@ class Job:
         back); returning normally completes the job with the returned result."""
         attempt = self._attempt
         return attempt is not None and attempt.should_stop()
-
-
-def jobs_from_columns(ids: Sequence[int], queues: Sequence[str], kinds: Sequence[str], payloads: Sequence[Any],
-                      attempts: Sequence[int], max_attempts: Sequence[int], tokens: Sequence[uuid.UUID],
-                      leases: Sequence[datetime], errors: Sequence[Optional[str]],
-                      waited: Sequence[Optional[float]]) -> list[Job]:
-    """The Jobs of claim's columns, each equal to ``Job(*row)``, made at a third of the
-    cost: a frozen dataclass's ``__init__`` sets each field through
-    ``object.__setattr__`` (1.6 us a job in batches of 500, against 0.5 us for its
-    ``__dict__`` set whole; the worker makes one per job it claims). The keys are Job's
-    fields, all of them (a test holds the two ways equal)."""
-    new, put = object.__new__, object.__setattr__
-    out: list[Job] = []
-    append = out.append
-    for i, q, k, p, a, m, t, lease, e, w in zip(ids, queues, kinds, payloads, attempts, max_attempts, tokens,
-                                                leases, errors, waited):
-        job = new(Job)
-        put(job, "__dict__", {"id": i, "queue": q, "kind": k, "payload": p, "attempts": a, "max_attempts": m,
-                              "attempt_token": t, "lease_expires_at": lease, "payload_error": e, "waited_s": w,
-                              "_attempt": None})
-        append(job)
-    return out
 
 
 @dataclass(frozen=True)
