@@ -298,6 +298,18 @@ def median(xs: Sequence[float]) -> float:
     return s[m] if len(s) % 2 else (s[m - 1] + s[m]) / 2
 
 
+def merge_runs(got: list[dict[str, Any]], keys: Sequence[str]) -> Optional[dict[str, Any]]:
+    """One result from several runs: the first run's fields, with each of `keys` the median
+    over the runs, `<key>_spread` [min, max], `runs` and the runs themselves (`each`)."""
+    if not got:
+        return None
+    out = {**got[0], "runs": len(got), "each": got}
+    for k in keys:
+        xs = [r[k] for r in got]
+        out[k], out[f"{k}_spread"] = median(xs), [min(xs), max(xs)]
+    return out
+
+
 def percentile(xs: Sequence[float], q: float) -> float:
     """Linear-interpolated percentile, q in 0..100."""
     s = sorted(xs)

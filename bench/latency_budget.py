@@ -177,11 +177,10 @@ def in_worker(dsn: str, jobs: int) -> dict[str, list[float]]:
     worker = Worker(client, handlers={"noop": handler}, queues=[queue], concurrency=8, prefetch=500,
                     poll_interval=0.05)
     runner = threading.Thread(target=worker.run, daemon=True)
-    worker_module.Listener = TimedListener  # type: ignore[misc]  (for this worker's run() only: restored below)
+    worker_module.Listener = TimedListener  # type: ignore[misc]  (for this worker's run(): restored below)
     try:
         runner.start()
         time.sleep(1.0)
-        worker_module.Listener = plain_listener  # type: ignore[misc]
         subprocess.run([sys.executable, "-c", PRODUCER, dsn, queue, str(jobs), "20", ENQUEUE], check=True)
         deadline = time.time() + 10
         while len(starts) < jobs and time.time() < deadline:

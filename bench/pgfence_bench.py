@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from common import (BENCH_DIR, LOG_DIR, BenchError, connect, delay_summary, dsn_dbname,
-                    log, measure_drain, median, percentile, settle, spawn, stop, wait_lines, wait_ready)
+                    log, measure_drain, median, merge_runs, percentile, settle, spawn, stop, wait_lines, wait_ready)
 
 PY = sys.executable
 WORKER = BENCH_DIR / "pgfence_worker.py"
@@ -261,13 +261,9 @@ def latency_against_floor(dsn: str, shape: WorkerShape, n: int = 100, rate: floa
             else:
                 mine.append(latency(dsn, shape, n, rate, f"pair{r}"))
     gaps = [m["p50_ms"] - f["p50_ms"] for m, f in zip(mine, floors)]
-
-    def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
-        return {k: median([x[k] for x in runs]) for k in ("p50_ms", "p95_ms")} | {
-            f"{k}_spread": [min(x[k] for x in runs), max(x[k] for x in runs)] for k in ("p50_ms", "p95_ms")}
     return {"rounds": rounds, "n": n, "rate": rate, "procs": shape.procs, "prefetch": shape.prefetch,
-            "floor": summary(floors), "pgfence": summary(mine), "p50_gaps_ms": gaps,
-            "p50_gap_ms": median(gaps), "floors": floors, "pgfence_runs": mine}
+            "floor": merge_runs(floors, ("p50_ms", "p95_ms")), "pgfence": merge_runs(mine, ("p50_ms", "p95_ms")),
+            "p50_gaps_ms": gaps, "p50_gap_ms": median(gaps)}
 
 
 # -------------------------------------------------------------------- depth --

@@ -33,7 +33,7 @@ import pgfence_bench as pf  # noqa: E402
 import peers as peers_mod  # noqa: E402
 import report  # noqa: E402
 from common import (LOG_DIR, REPO, RESULTS_DIR, connect, delay_summary, dsn_for_db,  # noqa: E402
-                    kill_all, log, measure_drain, median, run_json, scalar, spawn,
+                    kill_all, log, measure_drain, median, merge_runs, run_json, scalar, spawn,
                     settle, stop, wait_lines, wait_ready)
 
 
@@ -179,18 +179,6 @@ def repeated(row: dict[str, Any], what: str, runs: int, fn: Callable[[int], dict
     return merge_runs([r for i in range(runs)
                        if (r := guarded(row, f"{what} run {i + 1}" if runs > 1 else what, lambda: fn(i))) is not None],
                       keys)
-
-
-def merge_runs(got: list[dict[str, Any]], keys: Sequence[str]) -> Optional[dict[str, Any]]:
-    """One result from several runs: the first run's fields, with each of `keys` the median
-    over the runs, `<key>_spread` [min, max], `runs` and the runs themselves (`each`)."""
-    if not got:
-        return None
-    out = {**got[0], "runs": len(got), "each": got}
-    for k in keys:
-        xs = [r[k] for r in got]
-        out[k], out[f"{k}_spread"] = median(xs), [min(xs), max(xs)]
-    return out
 
 
 def summarize(row: dict[str, Any]) -> None:
