@@ -14,6 +14,7 @@ import asyncio
 import logging
 import signal
 import threading
+import time
 import uuid
 from collections import deque
 from datetime import datetime, timedelta, timezone
@@ -26,7 +27,7 @@ from pgfence import Client, Interrupted, Job, Limits, Outcome, PermanentFailure,
 from pgfence import aio_worker as aio_worker_module
 from pgfence.aio_parts import AsyncReporter, wait_event
 from pgfence import claimer as claimer_module
-from pgfence.claimer import CLAIM_HOLDOFF, Claimer, holdoff
+from pgfence.claimer import CLAIM_HOLDOFF, Claimer, ReadyBell, holdoff
 from pgfence.handlers import run_handler
 from pgfence.heartbeats import AFTER_EXPIRY, Heartbeats, chunks, interval
 from pgfence.ledger import Entry, Ledger, LockedLedger, Result
@@ -514,7 +515,7 @@ def test_a_wake_up_right_after_a_polls_empty_claim_is_claimed_at_once(
                 return []
         claimer = Claimer(Calls(), Ledger(), stop, worker_id=W, queues=["q"], lease=timedelta(seconds=30),
                           capacity=8, poll_interval=30.0, counters={"claimed": 0, "lease_lost": 0}, wake=wake,
-                          work=threading.Event())
+                          work=ReadyBell())
         runner = threading.Thread(target=claimer.run, daemon=True)
         runner.start()
         runner.join(10)
@@ -543,6 +544,42 @@ def test_a_wake_up_right_after_a_polls_empty_claim_is_claimed_at_once(
 
 
 # ------------------------------------------------------------- stopping ----
+def test_the_ready_bell_wakes_one_handler_thread_per_job_and_every_one_at_a_stop() -> None:
+    """ring(n) wakes at most n sleeping handler threads (an Event woke all of them for one
+    job); ring_all() wakes the rest; a thread never sleeps while a job is ready or the
+    worker is stopping, so a ring made before it got to sleep is not missed."""
+    bell, ready, stopping = ReadyBell(), deque[int](), threading.Event()
+    woke: list[str] = []
+
+    def sleeper(name: str) -> None:
+        bell.wait(ready, stopping, 60.0)
+        woke.append(name)
+    threads = [threading.Thread(target=sleeper, args=(f"t{i}",), daemon=True) for i in range(4)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 10
+    while len(bell._cond._waiters) < 4 and time.monotonic() < deadline:  # type: ignore[attr-defined]
+        time.sleep(0.01)
+    assert len(bell._cond._waiters) == 4  # type: ignore[attr-defined]
+    bell.ring(1)
+    while not woke and time.monotonic() < deadline:
+        time.sleep(0.01)
+    bell.ring(2)
+    while len(woke) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(woke) == 3 and sum(t.is_alive() for t in threads) == 1  # (the fourth sleeps on: 60 s)
+    bell.ring_all()
+    for t in threads:
+        t.join(10)
+    assert len(woke) == 4
+    # Nothing to sleep for: a job is ready, or the worker is stopping (no ring needed).
+    ready.append(1)
+    bell.wait(ready, stopping, 60.0)
+    ready.clear()
+    stopping.set()
+    bell.wait(ready, stopping, 60.0)
+
+
 def test_the_first_signal_stops_and_the_second_hurries() -> None:
     stop = Stop()
     assert stop.signal(signal.SIGTERM, W) is False and not stop.hurry.is_set()

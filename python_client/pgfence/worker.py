@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence
 
 from . import sweeper
 from ._text import escaped_logger
-from .claimer import Claimer
+from .claimer import Claimer, ReadyBell
 from .client import Client
 from .handlers import Handler, Interrupted, PermanentFailure, RetryAfter, Snooze, run_handler
 from .heartbeats import Heartbeats
@@ -133,9 +133,9 @@ class Worker:
         if metrics_port is not None:  # (else nothing of it is imported)
             from .worker_metrics import create
             self._metrics = create(self._ledger, self.handlers, port=metrics_port, bind=metrics_bind)
-        # Wake-ups, one event per batch rather than one per job:
+        # Wake-ups: the claimer and the flusher once per batch, the handler threads one per job:
         self._wake = threading.Event()     # the claimer: a slot freed, a NOTIFY, a stop
-        self._work = threading.Event()     # the handler threads: jobs are ready
+        self._work = ReadyBell()           # the handler threads: jobs are ready (one rung per job)
         self._outcome = threading.Event()  # the flusher: an outcome is waiting
         self._threads: list[threading.Thread] = []
         self._claimer = Claimer(client, self._ledger, self._stop, worker_id=self.worker_id, queues=self.queues,
@@ -160,7 +160,7 @@ class Worker:
         handlers finish within ``shutdown_grace``, give the rest back."""
         self._stop.stopping.set()
         self._wake.set()
-        self._work.set()
+        self._work.ring_all()
 
     def run(self) -> None:
         """Run until :meth:`stop` (or SIGTERM/SIGINT when called from the main thread)."""
@@ -178,7 +178,7 @@ class Worker:
             except BaseException:
                 log.exception("worker %s: claiming failed; shutting down", self.worker_id)
                 self._stop.stopping.set()
-                self._work.set()
+                self._work.ring_all()
                 self._shutdown()
                 raise
             self._shutdown()
@@ -222,9 +222,7 @@ class Worker:
             if entry is None:
                 if stopping.is_set():
                     return
-                work.clear()
-                if not ready:
-                    work.wait(0.2)
+                work.wait(ready, stopping, 0.2)
                 continue
             if metrics is None:
                 ledger.finish(run_handler(entry, handlers, worker_id, limits))
