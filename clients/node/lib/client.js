@@ -9,6 +9,7 @@
 const crypto = require("node:crypto");
 const pg = require("pg");
 const { translate, LeaseLost, JobNotFound, SchemaMismatch, PgfenceError } = require("./errors");
+const { markNotSent } = require("./retries");
 
 /** The pgfence.schema_version() this client speaks. */
 const SCHEMA_VERSION = 3;
@@ -303,13 +304,40 @@ class Client {
     }
   }
 
-  /** Run one query on the client's connection or pool; a pgfence SQLSTATE becomes its PgfenceError. */
+  /**
+   * Run one query on the client's connection or pool; a pgfence SQLSTATE becomes its PgfenceError.
+   * On the pool, the connection is taken and given back here, not by pool.query: that one
+   * closes the connection after any error, so every refused call (PF001, 22023) cost a new
+   * connection and its prepared statements; here only a connection that failed (an error
+   * that is not a plain ERROR from the server) is dropped. An error met while taking a
+   * connection is marked (notSent in ./retries): the call never reached the database.
+   */
   async query(text, values = [], name = undefined) {
     const config = this.prepared && name ? { name, text, values } : { text, values };
+    if (this.connection) {
+      try {
+        return await this.connection.query(config);
+      } catch (err) {
+        throw translate(err) ?? err;
+      }
+    }
+    let conn;
     try {
-      return await (this.connection ?? this.pool).query(config);
+      conn = await this.pool.connect();
     } catch (err) {
+      throw markNotSent(err);
+    }
+    let failed;
+    const onError = (err) => { failed ??= err; }; // (the connection died while it was ours)
+    conn.on("error", onError);
+    try {
+      return await conn.query(config);
+    } catch (err) {
+      if (err?.severity !== "ERROR") failed ??= err;
       throw translate(err) ?? err;
+    } finally {
+      conn.removeListener("error", onError);
+      conn.release(failed);
     }
   }
 

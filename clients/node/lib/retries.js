@@ -13,10 +13,23 @@ function retryable(err) {
   return /^(08|53|57P|58)/.test(code) || ["40001", "40P01", "55P03", "55000"].includes(code);
 }
 
+const NOT_SENT = Symbol("pgfence.notSent");
+
+/** Mark an error met while taking a connection from the pool: the call never reached the database. */
+function markNotSent(err) {
+  if (err !== null && typeof err === "object") err[NOT_SENT] = true;
+  return err;
+}
+
+/** The call that raised err never reached the database (no connection was had): it cannot have committed. */
+function notSent(err) {
+  return Boolean(err) && err[NOT_SENT] === true;
+}
+
 /** The database refused a value (class 22: a result or error text it cannot store). */
 function dataError(err) {
   return Boolean(err) && typeof err.code === "string" && err.code.startsWith("22")
     || (err instanceof PgfenceError && typeof err.sqlstate === "string" && err.sqlstate.startsWith("22"));
 }
 
-module.exports = { retryable, dataError };
+module.exports = { retryable, dataError, markNotSent, notSent };

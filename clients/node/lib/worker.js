@@ -24,7 +24,7 @@ const { Ledger } = require("./ledger");
 const { Reporter } = require("./reporter");
 const { Heartbeats } = require("./heartbeats");
 const { runHandler } = require("./handlers");
-const { retryable } = require("./retries");
+const { retryable, notSent } = require("./retries");
 const { runSweeper } = require("./sweeper");
 
 /**
@@ -208,9 +208,12 @@ class Worker {
           backoff = 100;
         } catch (err) {
           if (!retryable(err)) throw err;
-          // It may have committed without its reply: ask claim_results before claiming again.
-          this.unanswered = requestId;
-          this.unansweredUntil = Date.now() + this.lease;
+          // It may have committed without its reply: ask claim_results before claiming again
+          // (not when no connection was had: the claim never reached the database).
+          if (!notSent(err)) {
+            this.unanswered = requestId;
+            this.unansweredUntil = Date.now() + this.lease;
+          }
           this.log.warn(`worker ${this.workerId}: claim failed (${err.message}); retrying in ${backoff} ms`);
           await this._stopped.wait(backoff);
           backoff = Math.min(backoff * 2, 5000);

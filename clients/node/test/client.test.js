@@ -118,6 +118,31 @@ test("a zombie is fenced with PF001 after reclaim, and its refusal is recorded",
   assert.equal((await client.job(job.id)).result, null);
 });
 
+test("a refused call keeps its pooled connection; one that could not get a connection says it never reached the database", async () => {
+  const { notSent } = require("../lib/retries");
+  const one = await Client.connect(DSN, { max: 1 });
+  try {
+    const pid = async () => (await one.query("SELECT pg_backend_pid() AS pid")).rows[0].pid;
+    const before = await pid();
+    const queue = queueName("refused_keeps_conn");
+    const id = await one.enqueue("k", {}, { queue });
+    await assert.rejects(one.complete(id, crypto.randomUUID(), {}), (err) => err instanceof PgfenceError && !notSent(err));
+    await assert.rejects(one.enqueue("k", {}, { queue, max_attempts: 0 }), InvalidArgument);
+    assert.equal(await pid(), before, "the same connection answers after two refusals");
+    assert.equal(one.pool.totalCount, 1);
+  } finally {
+    await one.close();
+  }
+  const nowhere = await Client.connect({ host: "127.0.0.1", port: 1, database: "nowhere", connectionTimeoutMillis: 2000 },
+    { checkSchema: false, max: 1 });
+  try {
+    const err = await nowhere.stats().catch((e) => e);
+    assert.ok(err instanceof Error && notSent(err), `not sent: ${err}`);
+  } finally {
+    await nowhere.close();
+  }
+});
+
 test("a zombie is fenced after takeover: the new attempt's result stands", async () => {
   const queue = queueName("zombie_takeover");
   const old = await staleAttempt(queue);

@@ -129,6 +129,29 @@ test("stop(): unstarted jobs go back uncounted, an interrupted one by the reclai
   assert.equal(w.worker.counters.released, 3);
 });
 
+test("a claim that got no connection is not looked up as a lost reply", async () => {
+  // (a pool of one connection, held elsewhere: the claim times out waiting for it)
+  const wclient = await Client.connect({ connectionString: DSN, connectionTimeoutMillis: 300 }, { max: 1 });
+  const warnings = [];
+  const worker = new Worker(wclient, { k: async () => {} }, {
+    queues: [queueName("no_connection")], pollInterval: 100, handleSignals: false, listen: false, runSweeper: false,
+    logger: { warn: (m) => warnings.push(m) } });
+  const running = worker.run();
+  let held;
+  try {
+    await waitFor(() => worker.counters !== undefined && warnings.length === 0, 5000, "the worker to start");
+    await sleep(300);
+    held = await wclient.pool.connect();
+    await waitFor(() => warnings.some((m) => m.includes("claim failed")), 10000, "a failed claim");
+    assert.equal(worker.unanswered, null);
+  } finally {
+    held?.release();
+    worker.stop();
+    await running;
+    await wclient.close();
+  }
+});
+
 test("a lost claim reply: the worker asks claim_results and runs those jobs", async () => {
   const queue = queueName("lost_reply_worker");
   const ids = (await client.enqueue_many(["ok", "ok", "ok"], null, { queue })).map((r) => r.id);
