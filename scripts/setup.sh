@@ -10,7 +10,8 @@
 #                   not used)
 #   python:         $REPO/.venv with psycopg, psycopg-pool, pytest, pytest-timeout, hypothesis,
 #                   mypy, testcontainers, fastapi + uvicorn + httpx (examples/fastapi_app.py and
-#                   its test), playwright, prometheus_client (the tests' parser), and
+#                   its test), httpx2 (what starlette's TestClient asks for since 1.x: with
+#                   httpx alone it warns), playwright, prometheus_client (the tests' parser), and
 #                   `pip install -e python_client[dashboard]` (starlette, uvicorn, jinja2, ...)
 #   node:           `npm ci` in clients/node from its committed package-lock.json (pg, and
 #                   typescript for the declarations check), when node and npm are installed
@@ -116,7 +117,7 @@ fi
 VENV="$REPO/.venv"
 STAMP="$VENV/.stamp"
 PY_DEPS=("psycopg[binary]>=3.1" "psycopg-pool>=3.2" "pytest>=8" "pytest-timeout" "hypothesis>=6" "mypy" "testcontainers>=4"
-         "fastapi>=0.100" "uvicorn>=0.23" "httpx>=0.24" "playwright>=1.43" "prometheus_client>=0.17")
+         "fastapi>=0.100" "uvicorn>=0.23" "httpx>=0.24" "httpx2>=2" "playwright>=1.43" "prometheus_client>=0.17")
 
 if [[ ! -x "$VENV/bin/python" ]] || ! "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
   log "creating $VENV"
