@@ -12,6 +12,17 @@ const { translate, LeaseLost, JobNotFound, SchemaMismatch, PgfenceError } = requ
 const { markNotSent } = require("./retries");
 
 /** The pgfence.schema_version() this client speaks. */
+/**
+ * Whether a pooled connection that raised err may serve the next call: err is one of
+ * pgfence's answers (PFxxx, or class 22: a value refused) and the connection is idle
+ * (not in a failed transaction). The code, not the severity, which lc_messages translates.
+ */
+function keepsConnection(err, conn) {
+  const code = typeof err?.code === "string" ? err.code : "";
+  return /^(PF|22)/.test(code) && typeof conn.getTransactionStatus === "function"
+    && conn.getTransactionStatus() === "I";
+}
+
 const SCHEMA_VERSION = 3;
 
 // -- argument types: how a JavaScript value is sent, and the SQL type it is cast to --
@@ -308,9 +319,12 @@ class Client {
    * Run one query on the client's connection or pool; a pgfence SQLSTATE becomes its PgfenceError.
    * On the pool, the connection is taken and given back here, not by pool.query: that one
    * closes the connection after any error, so every refused call (PF001, 22023) cost a new
-   * connection and its prepared statements; here only a connection that failed (an error
-   * that is not a plain ERROR from the server) is dropped. An error met while taking a
-   * connection is marked (notSent in ./retries): the call never reached the database.
+   * connection and its prepared statements. Here a connection is kept after pgfence's
+   * answers only (SQLSTATE PFxxx, or class 22: a refused value), and only when it says it is
+   * idle again; after anything else it is dropped as before, since some errors stay with the
+   * session (0A000 a cached plan whose result type changed, 26000 a prepared statement gone,
+   * 25P02 an aborted transaction) and only a new connection clears them. An error met while
+   * taking a connection is marked (notSent in ./retries): the call never reached the database.
    */
   async query(text, values = [], name = undefined) {
     const config = this.prepared && name ? { name, text, values } : { text, values };
@@ -333,7 +347,7 @@ class Client {
     try {
       return await conn.query(config);
     } catch (err) {
-      if (err?.severity !== "ERROR") failed ??= err;
+      if (!keepsConnection(err, conn)) failed ??= err;
       throw translate(err) ?? err;
     } finally {
       conn.removeListener("error", onError);

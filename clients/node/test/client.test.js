@@ -130,6 +130,14 @@ test("a refused call keeps its pooled connection; one that could not get a conne
     await assert.rejects(one.enqueue("k", {}, { queue, max_attempts: 0 }), InvalidArgument);
     assert.equal(await pid(), before, "the same connection answers after two refusals");
     assert.equal(one.pool.totalCount, 1);
+    // An error that stays with the session drops the connection, as pool.query did: a
+    // prepared statement gone (26000) would otherwise fail every later call of it.
+    const named = () => one.query("SELECT 41 + 1 AS v", [], "pgfence_test_named");
+    assert.equal((await named()).rows[0].v, 42);
+    await one.query("DEALLOCATE ALL");
+    await assert.rejects(named(), (err) => err.code === "26000");
+    assert.equal((await named()).rows[0].v, 42, "a new connection prepares it again");
+    assert.notEqual(await pid(), before);
   } finally {
     await one.close();
   }

@@ -139,8 +139,7 @@ test("a claim that got no connection is not looked up as a lost reply", async ()
   const running = worker.run();
   let held;
   try {
-    await waitFor(() => worker.counters !== undefined && warnings.length === 0, 5000, "the worker to start");
-    await sleep(300);
+    await waitFor(() => worker.limits !== undefined, 10000, "the worker to read its limits");
     held = await wclient.pool.connect();
     await waitFor(() => warnings.some((m) => m.includes("claim failed")), 10000, "a failed claim");
     assert.equal(worker.unanswered, null);
