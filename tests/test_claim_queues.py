@@ -321,6 +321,30 @@ def test_a_set_is_defined_listed_replaced_and_dropped(db: Conn) -> None:
     assert sets(db) == [("s-a", 1, ["x"])]
 
 
+def test_defining_or_dropping_a_set_notifies_its_own_tag_and_a_refused_change_does_not(own_dsn: str, db: Conn) -> None:
+    """What a worker's listener wakes on to read its set again: the wake-up tag of
+    chr(1) || the set's name (no queue's tag can equal it), on commit of a define or of a
+    drop that dropped a set; nothing for a drop of no set or a refused define."""
+    tag = db.execute("SELECT tag FROM pgfence.wakeup_tags(ARRAY[chr(1) || 's-tagged'])").fetchone()[0]
+    assert tag not in {t for (t,) in db.execute("SELECT tag FROM pgfence.wakeup_tags(ARRAY['s-tagged', ''])")}
+    with connect(own_dsn) as listen:
+        listen.execute("LISTEN pgfence_enqueue")
+
+        def heard() -> list[str]:
+            return [n.payload for n in listen.notifies(timeout=1.0)]
+        db.execute("SELECT pgfence.define_queue_set('s-tagged', ARRAY['q1'])")
+        db.execute("SELECT pgfence.define_queue_set('s-tagged', ARRAY['q1', 'q2'])")
+        assert heard() == [tag, tag]
+        with db.transaction():
+            db.execute("SELECT pgfence.define_queue_set('s-tagged', ARRAY['q3'])")
+            assert heard() == []  # (not before the commit)
+        assert heard() == [tag]
+        assert sql_error(db, "SELECT pgfence.define_queue_set('s-tagged', ARRAY[NULL::text])").sqlstate == "22004"
+        assert db.execute("SELECT pgfence.drop_queue_set('s-tagged'), pgfence.drop_queue_set('s-tagged')"
+                          ).fetchone() == (True, False)
+        assert heard() == [tag]
+
+
 @pytest.mark.parametrize(("call", "params", "sqlstate", "names"), [
     ("SELECT pgfence.define_queue_set(%s, %s)", (None, ["q"]), "22004", "queue_set"),
     ("SELECT pgfence.define_queue_set(%s, %s)", ("", ["q"]), "22023", "queue_set"),

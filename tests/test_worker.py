@@ -639,6 +639,29 @@ def test_a_worker_claims_from_a_stored_set_of_queues_and_wakes_on_its_queues(
             client.complete(left.id, left.attempt_token)
 
 
+def test_a_worker_on_a_stored_set_wakes_on_the_queues_the_set_is_defined_again_with(
+        dsn: str, client: Client, queue: str, workers: list[Client], flavor: str) -> None:
+    """define_queue_set notifies the set's own tag: the listener of a running worker reads
+    the set's queues again, so a queue added to the set, or the queues of a set defined
+    again over others, wake it (a long poll_interval: only a wake-up gets the job done
+    within the wait; before, the listener kept the tags it read when it connected)."""
+    name, added, other = f"{queue}-set", f"{queue}-added", f"{queue}-other"
+    client.define_queue_set(name, [queue])
+    try:
+        worker = start(dsn, queue, {"noop": lambda job: None}, workers, flavor=flavor, queue_set=name,
+                       poll_interval=30.0)
+        with running(worker):
+            time.sleep(0.5)  # (listening by now)
+            client.define_queue_set(name, [queue, added])
+            time.sleep(0.5)  # (the listener has read the set again)
+            wait_status(client, client.enqueue("noop", {}, queue=added), "done", timeout=12)
+            client.define_queue_set(name, [other])
+            time.sleep(0.5)
+            wait_status(client, client.enqueue("noop", {}, queue=other), "done", timeout=12)
+    finally:
+        client.drop_queue_set(name)
+
+
 def test_a_worker_takes_queues_or_a_queue_set_not_both(client: Client) -> None:
     with pytest.raises(ValueError, match="queue_set"):
         Worker(client, {}, queues=["a"], queue_set="s", limits=Limits())

@@ -3,7 +3,9 @@
 It holds its own connection (the pool's arguments, autocommit), LISTENs on
 ``pgfence_enqueue`` and wakes the claimer on each notification that carries one of its
 queues' tags (``pgfence.wakeup_tags``; every notification when the database will not
-say, or when the worker claims from every queue). A notification is a hint only: any
+say, or when the worker claims from every queue). A worker claiming from a stored set
+also listens for the set's own tag (what define_queue_set and drop_queue_set send:
+``set_change_name``), and then reads the set's queues and their tags again. A notification is a hint only: any
 role may NOTIFY the channel, so wake-ups are coalesced by the claimer, and a flood
 (more than NOTIFY_FLOOD a second) makes the listener stop listening for
 NOTIFY_FLOOD_PAUSE seconds while the claimer polls. A lost connection is reconnected
@@ -29,6 +31,13 @@ log = escaped_logger("pgfence.worker")
 #: (any role may NOTIFY pgfence_enqueue), and for how long (seconds).
 NOTIFY_FLOOD = 2000
 NOTIFY_FLOOD_PAUSE = 5.0
+
+
+def set_change_name(queue_set: str) -> str:
+    """The name whose wake-up tag (``pgfence.wakeup_tags``) is the NOTIFY payload of a change
+    to the stored set ``queue_set`` (defined again, or dropped): a control character, which
+    no queue name may hold, then the set's name (``pgfence._queue_set_tag``)."""
+    return "\x01" + queue_set
 
 
 class PoolOwner(Protocol):
@@ -62,11 +71,12 @@ class Listener:
                 with psycopg.connect(self.conninfo(), **self.connect_kwargs()) as conn:
                     # The channel carries a tag per queue, not its name: ask the database
                     # which tags are ours (None: every notification is ours).
+                    set_tag = None if self.queue_set is None else self.set_tag(conn)
                     tags = None if self.queues is None and self.queue_set is None else self.wakeup_tags(conn)
                     conn.execute("LISTEN pgfence_enqueue")
                     backoff = 0.1
                     self.wake()  # anything sent while we were not listening
-                    self.listen(conn, tags)
+                    self.listen(conn, tags, set_tag)
             except psycopg.Error as exc:
                 if self.done.is_set():
                     return
@@ -75,17 +85,33 @@ class Listener:
                 self.done.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
 
-    def wakeup_tags(self, conn: psycopg.Connection[Any]) -> Optional[set[str]]:
+    def set_tag(self, conn: psycopg.Connection[Any]) -> Optional[str]:
+        """The NOTIFY payload of a change to this worker's stored set; None when the database
+        refuses to say (the set's changes then reach this worker at its next connection)."""
+        assert self.queue_set is not None
+        name = set_change_name(self.queue_set)
+        try:
+            return Client(conn, check_schema=False).wakeup_tags([name]).get(name)
+        except psycopg.OperationalError:
+            raise  # the connection: the listener reconnects
+        except (PgfenceError, psycopg.Error) as exc:
+            log.warning("worker %s: cannot read the wake-up tag of queue set %s (%s); it is read again at the next "
+                        "connection only", self.worker_id, self.queue_set, str(exc).strip())
+            return None
+
+    def wakeup_tags(self, conn: psycopg.Connection[Any], warn: bool = True) -> Optional[set[str]]:
         """The NOTIFY payloads of this worker's queues; None (wake on every notification)
-        when the database refuses to say (a role without pgfence_worker's grants, say)."""
+        when the database refuses to say (a role without pgfence_worker's grants, say), or
+        the worker's stored set is not defined (``warn``: log that)."""
         try:
             client = Client(conn, check_schema=False)
             names = self.queues or []
             if self.queue_set is not None:
                 found = [s.names for s in client.queue_sets() if s.queue_set == self.queue_set]
                 if not found:
-                    log.warning("worker %s: queue set %s is not defined; every notification wakes it",
-                                self.worker_id, self.queue_set)
+                    if warn:
+                        log.warning("worker %s: queue set %s is not defined; every notification wakes it",
+                                    self.worker_id, self.queue_set)
                     return None
                 names = found[0]
             return set(client.wakeup_tags(names).values())
@@ -96,24 +122,37 @@ class Listener:
                         self.worker_id, str(exc).strip())
             return None
 
-    def listen(self, conn: psycopg.Connection[Any], tags: Optional[set[str]]) -> None:
-        """Wake the claimer on each notification that carries one of ``tags``. Any role may
-        NOTIFY on the channel: more than NOTIFY_FLOOD notifications within a second make the
-        listener stop listening for NOTIFY_FLOOD_PAUSE seconds (the claimer polls meanwhile),
-        so a flood costs this process a bounded share of a core, and the server holds no
-        notification queue for it."""
+    def listen(self, conn: psycopg.Connection[Any], tags: Optional[set[str]], set_tag: Optional[str] = None) -> None:
+        """Wake the claimer on each notification that carries one of ``tags``; on one that
+        carries ``set_tag`` (the worker's stored set was defined again or dropped), read the
+        set's tags again and wake the claimer. Any role may NOTIFY on the channel: more than
+        NOTIFY_FLOOD notifications within a second make the listener stop listening for
+        NOTIFY_FLOOD_PAUSE seconds (the claimer polls meanwhile), so a flood costs this
+        process a bounded share of a core, and the server holds no notification queue for
+        it (a flood of set_tag costs one read of the set per notification until then)."""
         window_start, seen = time.monotonic(), 0
         while not self.done.is_set():
+            set_changed = flooded = False
             for note in conn.notifies(timeout=0.5):
-                if tags is None or note.payload in tags:
+                if set_tag is not None and note.payload == set_tag:
+                    set_changed = True
+                elif tags is None or note.payload in tags:
                     self.wake()
                 seen += 1
                 if seen > NOTIFY_FLOOD:
                     now = time.monotonic()
                     if now - window_start < 1.0:
+                        flooded = True
                         break
                     window_start, seen = now, 0
-            else:
+                if set_changed:
+                    break  # (the set is read on this connection, outside the notifies() generator)
+            if set_changed:
+                tags = self.wakeup_tags(conn, warn=tags is not None)
+                log.info("worker %s: queue set %s changed; waking on %s", self.worker_id, self.queue_set,
+                         "every notification" if tags is None else f"the tags of {len(tags)} queues")
+                self.wake()
+            if not flooded:
                 continue
             conn.execute("UNLISTEN pgfence_enqueue")
             log.warning("worker %s: more than %s notifications on pgfence_enqueue within a second; not listening for "
@@ -139,4 +178,4 @@ class Listener:
         return kwargs
 
 
-__all__ = ["Listener", "NOTIFY_FLOOD", "NOTIFY_FLOOD_PAUSE"]
+__all__ = ["Listener", "NOTIFY_FLOOD", "NOTIFY_FLOOD_PAUSE", "set_change_name"]

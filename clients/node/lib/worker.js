@@ -37,6 +37,9 @@ const CLAIM_HOLDOFF = 5;
 /** Notifications within one second beyond which the listener stops listening (any role may NOTIFY), and for how long (ms). */
 const NOTIFY_FLOOD = 2000;
 const NOTIFY_FLOOD_PAUSE = 5000;
+// The wake-up tag of a change to stored set S (pgfence._queue_set_tag) is that of the name
+// SET_CHANGE + S: a control character, which no queue name may hold.
+const SET_CHANGE = "\x01";
 
 /** A wake-up that many may ring and one awaits, with a timeout: wait resolves true when rung, false when the time ran out. */
 class Bell {
@@ -304,14 +307,40 @@ class Worker {
       this._listenClient = conn;
       try {
         await conn.connect();
-        let tags = null;
-        let names = this.queues;
-        if (this.queueSet !== null) {
-          const set = (await this.client.queue_sets()).find((s) => s.queue_set === this.queueSet);
-          if (set) names = set.names;
-          else this.log.warn(`worker ${this.workerId}: queue set ${JSON.stringify(this.queueSet)} is not defined; every notification wakes it`);
-        }
-        if (names) tags = new Set((await this.client.wakeup_tags(names)).map((r) => r.tag));
+        // The tags to wake on; a worker on a stored set reads them again when the set's own
+        // tag arrives (define_queue_set, drop_queue_set: the tag of SET_CHANGE + the set's name).
+        const readTags = async (warn) => {
+          let names = this.queues;
+          if (this.queueSet !== null) {
+            const set = (await this.client.queue_sets()).find((s) => s.queue_set === this.queueSet);
+            if (set) names = set.names;
+            else if (warn) this.log.warn(`worker ${this.workerId}: queue set ${JSON.stringify(this.queueSet)} is not defined; every notification wakes it`);
+          }
+          return names ? new Set((await this.client.wakeup_tags(names)).map((r) => r.tag)) : null;
+        };
+        let tags = await readTags(true);
+        const setTag = this.queueSet === null ? null
+          : (await this.client.wakeup_tags([SET_CHANGE + this.queueSet]))[0]?.tag ?? null;
+        let rereading = null; // (one read of the set at a time; a change meanwhile reads it once more)
+        const reread = () => {
+          if (rereading) { rereading.again = true; return; }
+          rereading = { again: false };
+          const run = async () => {
+            do {
+              rereading.again = false;
+              try {
+                tags = await readTags(tags !== null);
+                this.log.info(`worker ${this.workerId}: queue set ${JSON.stringify(this.queueSet)} changed; waking on ${tags === null ? "every notification" : `the tags of ${tags.size} queues`}`);
+              } catch (err) {
+                this.log.warn(`worker ${this.workerId}: reading queue set ${JSON.stringify(this.queueSet)} again failed (${err.message}); waking on every notification until it is read`);
+                tags = null;
+              }
+              this._wake.ring();
+            } while (rereading.again && !this.stopping);
+            rereading = null;
+          };
+          run();
+        };
         let second = 0, count = 0, paused = false;
         conn.on("notification", (n) => {
           const now = Math.floor(Date.now() / 1000);
@@ -327,7 +356,9 @@ class Worker {
               if (!this.stopping) conn.query("LISTEN pgfence_enqueue").then(() => this._wake.ring(), () => {});
             }, NOTIFY_FLOOD_PAUSE).unref();
           }
-          if (!paused && (tags === null || tags.has(n.payload))) this._wake.ring();
+          if (paused) return;
+          if (setTag !== null && n.payload === setTag) reread();
+          else if (tags === null || tags.has(n.payload)) this._wake.ring();
         });
         await conn.query("LISTEN pgfence_enqueue");
         this._wake.ring(); // whatever was enqueued while nobody listened

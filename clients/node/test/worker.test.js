@@ -80,6 +80,30 @@ test("a worker with queueSet claims from the set's queues only, woken by their n
   assert.equal((await client.job(outside)).status, "queued");
 });
 
+test("a worker with queueSet wakes on the queues its set is defined again with (the set's own tag)", async () => {
+  const queue = queueName("qset_again");
+  const added = queueName("qset_added");
+  const other = queueName("qset_other");
+  const name = `${queue}-set`;
+  await client.define_queue_set(name, [queue]);
+  // (a 30 s poll: only a wake-up runs the jobs within the wait below)
+  const w = await startWorker(queue, { k: async () => {} }, { queues: null, queueSet: name, pollInterval: 30000 });
+  try {
+    await sleep(500);
+    await client.define_queue_set(name, [queue, added]);
+    await sleep(500); // (the listener has read the set again)
+    const first = await client.enqueue("k", {}, { queue: added });
+    await waitFor(async () => (await client.job(first)).status === "done", 12000, `job ${first} done`);
+    await client.define_queue_set(name, [other]);
+    await sleep(500);
+    const second = await client.enqueue("k", {}, { queue: other });
+    await waitFor(async () => (await client.job(second)).status === "done", 12000, `job ${second} done`);
+  } finally {
+    await w.stop();
+    await client.drop_queue_set(name);
+  }
+});
+
 test("a handler's signal aborts when its lease is lost (cancel), and its late result is void", async () => {
   const queue = queueName("abort");
   const id = await client.enqueue("wait", {}, { queue });

@@ -9,7 +9,10 @@
 -- a set's queues exactly as from the list (functions/claim); the names are checked
 -- (_check_queues, as claim checks a list) and made a set (_queue_set_of) once, here.
 -- A set names queues, not jobs: defining or dropping one changes no job, and a
--- claim already running keeps the set it read.
+-- claim already running keeps the set it read. Defining or dropping one notifies
+-- pgfence_enqueue with the set's wake-up tag (_queue_set_tag): a worker claiming from
+-- the set listens for it and reads the set's queues again (their tags are what it wakes
+-- on), so a queue added to the set wakes it from then on.
 
 BEGIN;
 
@@ -31,6 +34,16 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION pgfence._check_set_owner(text, text) IS
   'Private: raise 42501 unless the caller defined the set (defined_by) or is an operator.';
+
+-- The wake-up tag of a set's changes: that of a name no queue can have (a control
+-- character, which names may not hold, then the set's name), so a worker gets it from
+-- wakeup_tags(ARRAY[chr(1) || queue_set]) and it never equals a queue's tag.
+CREATE OR REPLACE FUNCTION pgfence._queue_set_tag(queue_set text) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT pgfence._wakeup_tag(chr(1) || queue_set)
+$$;
+COMMENT ON FUNCTION pgfence._queue_set_tag(text) IS
+  'Private: the NOTIFY pgfence_enqueue payload of a change to the set queue_set: the wake-up tag of chr(1) || queue_set.';
 
 -- Define (or define again, replacing its names) a set of queues. At most 100 sets:
 -- the table is locked against other defines while they are counted (claims only
@@ -62,14 +75,16 @@ BEGIN
     ON CONFLICT ON CONSTRAINT queue_sets_pkey DO UPDATE
         SET members = excluded.members, queue_count = excluded.queue_count,
             defined_at = excluded.defined_at, defined_by = excluded.defined_by;
+    PERFORM pg_notify('pgfence_enqueue', pgfence._queue_set_tag(queue_set));  -- (its workers read it again)
     RETURN v_count;
 END $$;
 COMMENT ON FUNCTION pgfence.define_queue_set(text, text[]) IS
 $$Worker or operator: store the set queue_set (a name) of queues (1..10000 names, checked as claim checks a
 list), replacing the set of that name if there is one (only the role that defined it, or an operator, may);
 claim(queue_set => queue_set) then claims from those queues as from the list, without sending or checking it
-each time. At most 100 sets. Returns the number of distinct queues. Changes no job.
-Errors: 22004, 22023, 42501 (another role's set), 54000 (100 sets stored).$$;
+each time. At most 100 sets. Returns the number of distinct queues. Changes no job. On commit, notifies
+pgfence_enqueue with the set's tag (wakeup_tags(ARRAY[chr(1) || queue_set])): workers claiming from the set
+read its queues again. Errors: 22004, 22023, 42501 (another role's set), 54000 (100 sets stored).$$;
 
 -- Drop a set; claims that name it afterwards are refused (22023, not defined).
 CREATE OR REPLACE FUNCTION pgfence.drop_queue_set(queue_set text) RETURNS boolean
@@ -86,12 +101,13 @@ BEGIN
     END IF;
     PERFORM pgfence._check_set_owner(queue_set, v_by);
     DELETE FROM pgfence.queue_sets s WHERE s.queue_set = queue_set;
+    PERFORM pg_notify('pgfence_enqueue', pgfence._queue_set_tag(queue_set));
     RETURN true;
 END $$;
 COMMENT ON FUNCTION pgfence.drop_queue_set(text) IS
 $$Worker or operator: drop the set queue_set (only the role that defined it, or an operator, may); true if
-there was one. Claims naming it afterwards are refused (22023, not defined); changes no job.
-Errors: 22004, 22023, 42501.$$;
+there was one. Claims naming it afterwards are refused (22023, not defined); changes no job. On commit (when
+there was one), notifies pgfence_enqueue with the set's tag, as define_queue_set. Errors: 22004, 22023, 42501.$$;
 
 -- The sets, by name, each with its queues (sorted).
 CREATE OR REPLACE FUNCTION pgfence.queue_sets()
