@@ -159,6 +159,48 @@ def test_a_notify_flood_costs_the_worker_a_bounded_number_of_claims(
         client.close()
 
 
+def test_a_flood_of_a_sets_tag_costs_a_read_a_second_and_the_flood_pause(
+        dsn: str, conn: Conn, outsider: Conn, queue: str, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Anyone who heard a set's tag (define_queue_set sends it) may send it again: the
+    worker's listener reads the set at most once per SET_REREAD, counts the tag toward
+    the flood pause like any notification, and the set's jobs still run after."""
+    caplog.set_level("WARNING", logger="pgfence.worker")
+    reads: list[float] = []
+    real = listener_module.Listener.wakeup_tags
+
+    def counting(self: Any, *args: Any, **kwargs: Any) -> Any:
+        reads.append(time.monotonic())
+        return real(self, *args, **kwargs)
+    monkeypatch.setattr(listener_module.Listener, "wakeup_tags", counting)
+    name = f"{queue}-set"
+    conn.execute("SELECT pgfence.define_queue_set(%s, ARRAY[%s])", (name, queue))
+    client = Client.connect(dsn, max_size=4)
+    try:
+        worker = Worker(client, {"k": echo}, queue_set=name, poll_interval=5.0, run_sweeper=False)
+        with running(worker):
+            [tag] = client.wakeup_tags([listener_module.set_change_name(name)]).values()
+            time.sleep(0.5)
+            before = len(reads)
+            started = time.monotonic()
+            # (one notification per transaction: the same payload twice in one is sent once)
+            outsider.execute(sql.SQL("DO $$ BEGIN FOR i IN 1..6000 LOOP PERFORM pg_notify('pgfence_enqueue', {});"
+                                     " COMMIT; END LOOP; END $$").format(sql.Literal(tag)))
+            took = time.monotonic() - started
+            time.sleep(1.5)
+            during = len(reads) - before
+            bound = (time.monotonic() - started) / listener_module.SET_REREAD + 3
+            assert 1 <= during <= bound, f"{during} reads of the set in {time.monotonic() - started:.1f}s"
+            if 6000 / took > listener_module.NOTIFY_FLOOD:
+                assert "not listening for" in caplog.text
+            job_id = conn.execute("SELECT pgfence.enqueue('k', queue => %s)", (queue,)).fetchone()[0]  # type: ignore[index]
+            wait_for(lambda: conn.execute("SELECT status = 'done' FROM pgfence.all_jobs WHERE id = %s",
+                                          (job_id,)).fetchone() == (True,), 12, "the set's job after the flood")
+    finally:
+        client.close()
+        conn.execute("SELECT pgfence.drop_queue_set(%s)", (name,))
+
+
 def test_a_worker_ignores_other_queues_tags(dsn: str, conn: Conn, queue: str) -> None:
     client, claims = counting_client(dsn)
     try:

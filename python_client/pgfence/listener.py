@@ -31,6 +31,9 @@ log = escaped_logger("pgfence.worker")
 #: (any role may NOTIFY pgfence_enqueue), and for how long (seconds).
 NOTIFY_FLOOD = 2000
 NOTIFY_FLOOD_PAUSE = 5.0
+#: The shortest time (seconds) between two reads of the worker's stored set after its
+#: tag arrived: a burst of its notifications (anyone may send them) costs one read a second.
+SET_REREAD = 1.0
 
 
 def set_change_name(queue_set: str) -> str:
@@ -70,10 +73,11 @@ class Listener:
             try:
                 with psycopg.connect(self.conninfo(), **self.connect_kwargs()) as conn:
                     # The channel carries a tag per queue, not its name: ask the database
-                    # which tags are ours (None: every notification is ours).
+                    # which tags are ours (None: every notification is ours). LISTEN first,
+                    # so a set defined again while they are read is heard.
+                    conn.execute("LISTEN pgfence_enqueue")
                     set_tag = None if self.queue_set is None else self.set_tag(conn)
                     tags = None if self.queues is None and self.queue_set is None else self.wakeup_tags(conn)
-                    conn.execute("LISTEN pgfence_enqueue")
                     backoff = 0.1
                     self.wake()  # anything sent while we were not listening
                     self.listen(conn, tags, set_tag)
@@ -123,17 +127,21 @@ class Listener:
             return None
 
     def listen(self, conn: psycopg.Connection[Any], tags: Optional[set[str]], set_tag: Optional[str] = None) -> None:
-        """Wake the claimer on each notification that carries one of ``tags``; on one that
-        carries ``set_tag`` (the worker's stored set was defined again or dropped), read the
-        set's tags again and wake the claimer. Any role may NOTIFY on the channel: more than
-        NOTIFY_FLOOD notifications within a second make the listener stop listening for
-        NOTIFY_FLOOD_PAUSE seconds (the claimer polls meanwhile), so a flood costs this
+        """Wake the claimer on each notification that carries one of ``tags``; after one
+        that carries ``set_tag`` (the worker's stored set was defined again or dropped),
+        read the set's tags again and wake the claimer, at most once per SET_REREAD s (the
+        notifications of that second coalesce into the next read). Any role may NOTIFY
+        on the channel: more than NOTIFY_FLOOD notifications within a second (set_tag's
+        included) make the listener stop listening for NOTIFY_FLOOD_PAUSE seconds (the
+        claimer polls meanwhile, and the set is read again after), so a flood costs this
         process a bounded share of a core, and the server holds no notification queue for
-        it (a flood of set_tag costs one read of the set per notification until then)."""
+        it."""
         window_start, seen = time.monotonic(), 0
+        set_changed, next_read = False, 0.0
         while not self.done.is_set():
-            set_changed = flooded = False
-            for note in conn.notifies(timeout=0.5):
+            flooded = False
+            wait = 0.5 if not set_changed else max(0.0, next_read - time.monotonic())
+            for note in conn.notifies(timeout=wait):
                 if set_tag is not None and note.payload == set_tag:
                     set_changed = True
                 elif tags is None or note.payload in tags:
@@ -145,13 +153,13 @@ class Listener:
                         flooded = True
                         break
                     window_start, seen = now, 0
-                if set_changed:
-                    break  # (the set is read on this connection, outside the notifies() generator)
-            if set_changed:
-                tags = self.wakeup_tags(conn, warn=tags is not None)
-                log.info("worker %s: queue set %s changed; waking on %s", self.worker_id, self.queue_set,
-                         "every notification" if tags is None else f"the tags of {len(tags)} queues")
-                self.wake()
+                if set_changed and time.monotonic() >= next_read:
+                    break
+            # (A break drops the rest of what notifies() had taken: the read below, or the
+            # end of a flood pause, wakes the claimer for whatever that was.)
+            if set_changed and (flooded or time.monotonic() >= next_read):
+                tags = self.reread(conn, tags)
+                set_changed, next_read = False, time.monotonic() + SET_REREAD
             if not flooded:
                 continue
             conn.execute("UNLISTEN pgfence_enqueue")
@@ -160,8 +168,20 @@ class Listener:
             if self.done.wait(NOTIFY_FLOOD_PAUSE):
                 return
             conn.execute("LISTEN pgfence_enqueue")
+            if set_tag is not None:
+                tags = self.reread(conn, tags)  # (a change during the pause was not heard)
             self.wake()
             window_start, seen = time.monotonic(), 0
+
+    def reread(self, conn: psycopg.Connection[Any], tags: Optional[set[str]]) -> Optional[set[str]]:
+        """The worker's set read again (after its tag arrived): its queues' tags, and a
+        wake-up for the claimer."""
+        tags_now = self.wakeup_tags(conn, warn=tags is not None)
+        if tags_now != tags:
+            log.info("worker %s: queue set %s changed; waking on %s", self.worker_id, self.queue_set,
+                     "every notification" if tags_now is None else f"the tags of {len(tags_now)} queues")
+        self.wake()
+        return tags_now
 
     def conninfo(self) -> str:
         assert self.client.pool is not None
@@ -178,4 +198,4 @@ class Listener:
         return kwargs
 
 
-__all__ = ["Listener", "NOTIFY_FLOOD", "NOTIFY_FLOOD_PAUSE", "set_change_name"]
+__all__ = ["Listener", "NOTIFY_FLOOD", "NOTIFY_FLOOD_PAUSE", "SET_REREAD", "set_change_name"]

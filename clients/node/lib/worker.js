@@ -40,6 +40,8 @@ const NOTIFY_FLOOD_PAUSE = 5000;
 // The wake-up tag of a change to stored set S (pgfence._queue_set_tag) is that of the name
 // SET_CHANGE + S: a control character, which no queue name may hold.
 const SET_CHANGE = "\x01";
+/** The shortest time (ms) between two reads of a worker's stored set after its tag arrived (anyone may send it). */
+const SET_REREAD = 1000;
 
 /** A wake-up that many may ring and one awaits, with a timeout: wait resolves true when rung, false when the time ran out. */
 class Bell {
@@ -318,26 +320,41 @@ class Worker {
           }
           return names ? new Set((await this.client.wakeup_tags(names)).map((r) => r.tag)) : null;
         };
+        // LISTEN first, so that a set defined again while its tags are read is heard (read
+        // once more below: what arrives before the handler is set is only noted).
+        let early = false;
+        const noteEarly = () => { early = true; };
+        conn.on("notification", noteEarly);
+        await conn.query("LISTEN pgfence_enqueue");
         let tags = await readTags(true);
         const setTag = this.queueSet === null ? null
           : (await this.client.wakeup_tags([SET_CHANGE + this.queueSet]))[0]?.tag ?? null;
-        let rereading = null; // (one read of the set at a time; a change meanwhile reads it once more)
+        // The set read again after its tag arrived: one read at a time, at most one per
+        // SET_REREAD ms; the tags that arrive meanwhile make one more read.
+        let reading = false, again = false, nextRead = 0;
         const reread = () => {
-          if (rereading) { rereading.again = true; return; }
-          rereading = { again: false };
+          if (reading) { again = true; return; }
+          reading = true;
           const run = async () => {
             do {
-              rereading.again = false;
+              again = false;
+              const wait = nextRead - Date.now();
+              if (wait > 0) await sleep(wait);
+              if (this.done || this.stopping) break;
               try {
-                tags = await readTags(tags !== null);
-                this.log.info(`worker ${this.workerId}: queue set ${JSON.stringify(this.queueSet)} changed; waking on ${tags === null ? "every notification" : `the tags of ${tags.size} queues`}`);
+                const now = await readTags(tags !== null);
+                if (now === null ? tags !== null : tags === null || now.size !== tags.size || [...now].some((t) => !tags.has(t))) {
+                  this.log.info(`worker ${this.workerId}: queue set ${JSON.stringify(this.queueSet)} changed; waking on ${now === null ? "every notification" : `the tags of ${now.size} queues`}`);
+                }
+                tags = now;
               } catch (err) {
                 this.log.warn(`worker ${this.workerId}: reading queue set ${JSON.stringify(this.queueSet)} again failed (${err.message}); waking on every notification until it is read`);
                 tags = null;
               }
+              nextRead = Date.now() + SET_REREAD;
               this._wake.ring();
-            } while (rereading.again && !this.stopping);
-            rereading = null;
+            } while (again);
+            reading = false;
           };
           run();
         };
@@ -353,14 +370,16 @@ class Worker {
             conn.query("UNLISTEN pgfence_enqueue").catch(() => {});
             setTimeout(() => {
               paused = false;
-              if (!this.stopping) conn.query("LISTEN pgfence_enqueue").then(() => this._wake.ring(), () => {});
+              // (a change to the set during the pause was not heard: read it again)
+              if (!this.stopping) conn.query("LISTEN pgfence_enqueue").then(() => (setTag !== null ? reread() : this._wake.ring()), () => {});
             }, NOTIFY_FLOOD_PAUSE).unref();
           }
           if (paused) return;
           if (setTag !== null && n.payload === setTag) reread();
           else if (tags === null || tags.has(n.payload)) this._wake.ring();
         });
-        await conn.query("LISTEN pgfence_enqueue");
+        conn.removeListener("notification", noteEarly);
+        if (early && setTag !== null) reread();
         this._wake.ring(); // whatever was enqueued while nobody listened
         backoff = 500;
         await new Promise((resolve) => { conn.once("end", resolve); conn.once("error", resolve); });

@@ -104,6 +104,31 @@ test("a worker with queueSet wakes on the queues its set is defined again with (
   }
 });
 
+test("a flood of a set's tag costs a worker at most a read of the set a second", async () => {
+  const queue = queueName("qset_flood");
+  const name = `${queue}-set`;
+  await client.define_queue_set(name, [queue]);
+  const w = await startWorker(queue, { k: async () => {} }, { queues: null, queueSet: name, pollInterval: 30000 });
+  let reads = 0;
+  const real = w.worker.client.queue_sets.bind(w.worker.client);
+  w.worker.client.queue_sets = async (...args) => { reads += 1; return real(...args); };
+  try {
+    await sleep(500);
+    const [{ tag }] = await client.wakeup_tags(["\x01" + name]);
+    const started = Date.now();
+    // (one notification per transaction: the same payload twice in one is sent once)
+    await client.query(`DO $$ BEGIN FOR i IN 1..3000 LOOP PERFORM pg_notify('pgfence_enqueue', '${tag}'); COMMIT; END LOOP; END $$`);
+    await sleep(1500);
+    const bound = (Date.now() - started) / 1000 + 3;
+    assert.ok(reads >= 1 && reads <= bound, `${reads} reads of the set (at most ${bound.toFixed(1)})`);
+    const id = await client.enqueue("k", {}, { queue });
+    await waitFor(async () => (await client.job(id)).status === "done", 12000, `job ${id} done`);
+  } finally {
+    await w.stop();
+    await client.drop_queue_set(name);
+  }
+});
+
 test("a handler's signal aborts when its lease is lost (cancel), and its late result is void", async () => {
   const queue = queueName("abort");
   const id = await client.enqueue("wait", {}, { queue });
