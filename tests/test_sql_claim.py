@@ -13,7 +13,7 @@ import pytest
 from support.api import (claim, claim_job, complete, enqueue, lease_expired_under_lock, reclaim_expired,
                          reclaimed_ids, release, wait_lease_expired)
 from support.db import assert_error, connect, job, now, one, queue_count, queue_jobs, rows, sql_error
-from support.roles import grantless_login
+from support.roles import connect_as, grantless_login, login_roles
 from support.workers import start_and_join, wait_for
 
 # Queue lookups scan only this test's jobs (by primary key range): see support.db.
@@ -397,6 +397,22 @@ def test_no_role_can_hold_the_lock_of_a_request_id(dsn: str, conn: Conn, queue: 
                        (str(request),))
         with connect(dsn) as c:
             c.execute("SET statement_timeout = '20s'")  # (a parked claim fails the test, it does not hang it)
+            assert _ids(claim(c, [queue], request_id=request)) == [job_id]
+
+
+def test_a_worker_cannot_learn_the_lock_of_a_request_id_from_wakeup_tags(dsn: str, conn: Conn, queue: str) -> None:
+    """wakeup_tags(names) shows left(md5(secret || name), 16) for any name a worker passes;
+    the request lock's key was that of '/claim/' || the request id, so a worker role that
+    knew a request id could hold its lock and park the claim (review finding). The lock
+    now takes the digest's other half."""
+    job_id = enqueue(conn, queue)
+    request = uuid.uuid4()
+    with login_roles(dsn, {"t_lock_worker": "pgfence_worker"}), connect_as(dsn, "t_lock_worker") as locker:
+        [tag] = [r[0] for r in locker.execute("SELECT tag FROM pgfence.wakeup_tags(ARRAY[%s])",
+                                              (f"/claim/{request}",))]
+        locker.execute("SELECT pg_advisory_lock(('x' || %s)::bit(64)::bigint)", (tag,))
+        with connect(dsn) as c:
+            c.execute("SET statement_timeout = '10s'")  # (a parked claim fails the test, it does not hang it)
             assert _ids(claim(c, [queue], request_id=request)) == [job_id]
 
 

@@ -65,11 +65,14 @@ COMMENT ON FUNCTION pgfence._request_token(text, bigint, integer) IS
 -- (tables/secret_key): any role may take advisory locks, and with a public key (it was
 -- hashtext of the request id) it could hold the lock of a request id it knows, or
 -- thousands of the 2^32 keys at random, and park the claims that landed on them.
+-- The key is the second half of the digest: wakeup_tags(names) shows the first half of
+-- md5(key || name) for any name a worker passes, '/claim/' || a request id included
+-- (the first half was the key until a review found that).
 -- PL/pgSQL: the key is read when the lock is taken, never a constant of a plan.
 CREATE OR REPLACE FUNCTION pgfence._lock_request(request_id uuid) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_advisory_xact_lock(('x' || left(md5(k.key || '/claim/' || request_id::text), 16))::bit(64)::bigint)
+    PERFORM pg_advisory_xact_lock(('x' || substr(md5(k.key || '/claim/' || request_id::text), 17, 16))::bit(64)::bigint)
        FROM pgfence.secret_key k;
 END $$;
 COMMENT ON FUNCTION pgfence._lock_request(uuid) IS
