@@ -36,6 +36,13 @@ NOTIFY_FLOOD_PAUSE = 5.0
 SET_REREAD = 1.0
 
 
+def relisten(conn: psycopg.Connection[Any]) -> None:
+    """LISTEN again (it changes nothing) after other statements on the listening
+    connection: its last statement is then LISTEN, which is how pg_stat_activity shows
+    the worker's listening session to an operator (and to the chaos suite that ends it)."""
+    conn.execute("LISTEN pgfence_enqueue")
+
+
 def set_change_name(queue_set: str) -> str:
     """The name whose wake-up tag (``pgfence.wakeup_tags``) is the NOTIFY payload of a change
     to the stored set ``queue_set`` (defined again, or dropped): a control character, which
@@ -78,6 +85,7 @@ class Listener:
                     conn.execute("LISTEN pgfence_enqueue")
                     set_tag = None if self.queue_set is None else self.set_tag(conn)
                     tags = None if self.queues is None and self.queue_set is None else self.wakeup_tags(conn)
+                    relisten(conn)
                     backoff = 0.1
                     self.wake()  # anything sent while we were not listening
                     self.listen(conn, tags, set_tag)
@@ -177,6 +185,7 @@ class Listener:
         """The worker's set read again (after its tag arrived): its queues' tags, and a
         wake-up for the claimer."""
         tags_now = self.wakeup_tags(conn, warn=tags is not None)
+        relisten(conn)
         if tags_now != tags:
             log.info("worker %s: queue set %s changed; waking on %s", self.worker_id, self.queue_set,
                      "every notification" if tags_now is None else f"the tags of {len(tags_now)} queues")
