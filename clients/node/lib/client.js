@@ -9,21 +9,20 @@
 const crypto = require("node:crypto");
 const pg = require("pg");
 const { translate, LeaseLost, JobNotFound, SchemaMismatch, PgfenceError } = require("./errors");
-const { markNotSent } = require("./retries");
+const { dataError, markNotSent } = require("./retries");
 
 /** The pgfence.schema_version() this client speaks. */
+const SCHEMA_VERSION = 3;
+
 /**
  * Whether a pooled connection that raised err may serve the next call: err is one of
- * pgfence's answers (PFxxx, or class 22: a value refused) and the connection is idle
- * (not in a failed transaction). The code, not the severity, which lc_messages translates.
+ * pgfence's answers (PFxxx, or class 22: a value refused, dataError) and the connection is
+ * idle (not in a failed transaction). The code, not the severity, which lc_messages translates.
  */
 function keepsConnection(err, conn) {
-  const code = typeof err?.code === "string" ? err.code : "";
-  return /^(PF|22)/.test(code) && typeof conn.getTransactionStatus === "function"
-    && conn.getTransactionStatus() === "I";
+  const pgfenceAnswer = (typeof err?.code === "string" && err.code.startsWith("PF")) || dataError(err);
+  return pgfenceAnswer && typeof conn.getTransactionStatus === "function" && conn.getTransactionStatus() === "I";
 }
-
-const SCHEMA_VERSION = 3;
 
 // -- argument types: how a JavaScript value is sent, and the SQL type it is cast to --
 //
