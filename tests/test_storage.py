@@ -241,6 +241,34 @@ def test_partitions_are_made_ahead_for_the_longest_retention(history_db: str) ->
         c.execute("DELETE FROM pgfence.retention WHERE queue = 'long'")
 
 
+def test_partitions_are_not_vacuumed_for_inserts_and_summarize_their_brin_index(history_db: str) -> None:
+    """A partition is only appended to and then dropped whole: autovacuum does not vacuum
+    it for its inserts (that read every page the drain wrote, holding a worker of the
+    database), analyzes it when it has grown fivefold rather than by a tenth (the planner
+    needs its statistics to read a time range through the BRIN index), and its BRIN index
+    on finished_at, attached to the parent's, summarizes each filled range itself
+    (autosummarize), which vacuum did before. The default partition, which the maintenance
+    deletes from, keeps autovacuum as is."""
+    with connection(history_db) as c:
+        c.execute("SELECT pgfence.maintain_history()")
+        made = rows(c, """
+            SELECT c.relname AS name, c.reloptions AS opts, t.reloptions AS toast_opts,
+                   (SELECT array_agg(ic.reloptions::text) FROM pg_index x JOIN pg_class ic ON ic.oid = x.indexrelid
+                     JOIN pg_am am ON am.oid = ic.relam WHERE x.indrelid = c.oid AND am.amname = 'brin') AS brin_opts,
+                   (SELECT array_agg(i2.inhparent::regclass::text) FROM pg_index x JOIN pg_inherits i2 ON i2.inhrelid = x.indexrelid
+                     JOIN pg_class ic ON ic.oid = x.indexrelid JOIN pg_am am ON am.oid = ic.relam
+                     WHERE x.indrelid = c.oid AND am.amname = 'brin') AS brin_parent
+              FROM pgfence.history_partitions h JOIN pg_class c ON c.oid = ('pgfence.' || quote_ident(h.name))::regclass
+              LEFT JOIN pg_class t ON t.oid = c.reltoastrelid""")
+        assert made
+        for m in made:
+            assert m["opts"] == ["autovacuum_vacuum_insert_threshold=-1", "autovacuum_analyze_scale_factor=4"], m
+            assert m["toast_opts"] in (None, ["autovacuum_vacuum_insert_threshold=-1"]), m
+            assert m["brin_opts"] == ["{autosummarize=on}"], m  # one BRIN index, not a second one
+            assert m["brin_parent"] == ["pgfence.finished_jobs_finished_idx"], m
+        assert one(c, "SELECT reloptions FROM pg_class WHERE oid = 'pgfence.finished_jobs_default'::regclass") is None
+
+
 def test_an_expired_partition_is_dropped_whole_with_its_jobs_keys_and_rejections(history_db: str) -> None:
     with connection(history_db) as c:
         c.execute("SELECT pgfence.set_retention('brief', interval '0', interval '0')")
@@ -475,9 +503,10 @@ def test_the_partition_routine_takes_table_names_only_from_dates(conn: Conn) -> 
     assert one(conn, "SELECT pronargs FROM pg_proc WHERE oid = 'pgfence._maintain_history()'::regprocedure") == 0
     formats = re.findall(r"EXECUTE\s+format\((.*?)\)\s*(?:USING[^;]*|INTO\s+v_\w+)?;", src, re.S)
     # (7, and since the metric totals 5 more: the lock and the count of a partition before its
-    # drop, and again before its truncate; whether it is empty, once the parent is locked)
-    assert len(formats) == 12, formats
-    assert len(re.findall(r"\bEXECUTE\b", src)) == 12  # (every EXECUTE is one of those)
+    # drop, and again before its truncate; whether it is empty, once the parent is locked;
+    # and the new partition's BRIN index, named by PostgreSQL after it)
+    assert len(formats) == 13, formats
+    assert len(re.findall(r"\bEXECUTE\b", src)) == 13  # (every EXECUTE is one of those)
     for f in formats:
         literal = "".join(re.findall(r"'([^']*)'", f))
         assert re.findall(r"%[A-Za-z]", literal) in (["%I"], ["%I", "%L", "%L"]), f

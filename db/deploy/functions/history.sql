@@ -12,7 +12,13 @@
 -- jobs, their ended attempts by outcome) in the transaction that drops or truncates it,
 -- with the partition locked first (nothing lands in it between the count and the
 -- drop), and so are the default partition's rows it deletes: the counters of
--- pgfence.metrics() never go backwards when history goes.
+-- pgfence.metrics() never go backwards when history goes. A partition is made with
+-- autovacuum_vacuum_insert_threshold = -1 (no vacuum for its inserts) and
+-- autovacuum_analyze_scale_factor = 4 (analyzed when it has grown fivefold), and its own
+-- BRIN index on finished_at with autosummarize = on, attached to the parent's; the
+-- partitions made before get the same settings (and lose them on revert).
+
+\ir ../../include/lock_retry.sql
 
 BEGIN;
 
@@ -206,8 +212,21 @@ BEGIN
             -- partition check once the attach commits.
             LOCK TABLE pgfence.finished_jobs IN SHARE ROW EXCLUSIVE MODE;
             LOCK TABLE pgfence.finished_jobs_default IN ACCESS EXCLUSIVE MODE;
+            -- Never vacuumed for its inserts (it is only appended to, then dropped whole):
+            -- such a vacuum reads every page the completions wrote, throttled, holding an
+            -- autovacuum worker of the database meanwhile, while pgfence.jobs gathers dead
+            -- rows (docs/performance.md, "Autovacuum that keeps up"). Analyzed when it has
+            -- grown fivefold since the last ANALYZE, not by a tenth: the planner needs its
+            -- statistics to read a range of finished_at through the BRIN index, not all of
+            -- it. That index, which the ATTACH below takes as the partition's of
+            -- finished_jobs_finished_idx, summarizes each filled range of pages itself
+            -- (autosummarize), which vacuum did.
             EXECUTE format('CREATE TABLE pgfence.%I (LIKE pgfence.finished_jobs INCLUDING DEFAULTS'
-                           ' INCLUDING CONSTRAINTS INCLUDING STORAGE)', v_name);
+                           ' INCLUDING CONSTRAINTS INCLUDING STORAGE)'
+                           ' WITH (autovacuum_vacuum_insert_threshold = -1, autovacuum_analyze_scale_factor = 4,'
+                           ' toast.autovacuum_vacuum_insert_threshold = -1)',
+                           v_name);
+            EXECUTE format('CREATE INDEX ON pgfence.%I USING brin (finished_at) WITH (autosummarize = on)', v_name);
             EXECUTE format('WITH m AS (DELETE FROM pgfence.finished_jobs_default d'
                            ' WHERE d.purge_at >= $1 AND d.purge_at < $2 RETURNING d.*)'
                            ' INSERT INTO pgfence.%I SELECT * FROM m', v_name) USING v_lower, v_upper;
@@ -308,5 +327,26 @@ SELECT pgfence._apply_privileges();
 -- land in the default partition, which that purge empties into them.
 SELECT pgfence.maintain_history()
  WHERE (SELECT n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname = 'pgfence') = 'pgfence_owner'::regrole;
+
+-- The partitions made before (by an earlier version, or by the earlier scripts of this
+-- deploy) get the settings of those made from now on: a catalog change each, the
+-- BRIN index's under an ACCESS EXCLUSIVE lock of that index for an instant (completions
+-- into its partition wait that long), taken with pg_temp.locked's retries.
+SELECT pg_temp.locked(ARRAY(
+    SELECT st FROM (
+        SELECT c.relname AS part, 1 AS k,
+               format('ALTER TABLE pgfence.%I SET (autovacuum_vacuum_insert_threshold = -1,'
+                      ' autovacuum_analyze_scale_factor = 4, toast.autovacuum_vacuum_insert_threshold = -1)',
+                      c.relname) AS st
+          FROM pg_catalog.pg_inherits i JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+         WHERE i.inhparent = 'pgfence.finished_jobs'::regclass AND c.relname <> 'finished_jobs_default'
+        UNION ALL
+        SELECT c.relname, 2, format('ALTER INDEX pgfence.%I SET (autosummarize = on)', ic.relname)
+          FROM pg_catalog.pg_inherits ii
+          JOIN pg_catalog.pg_class ic ON ic.oid = ii.inhrelid
+          JOIN pg_catalog.pg_index x ON x.indexrelid = ic.oid
+          JOIN pg_catalog.pg_class c ON c.oid = x.indrelid
+         WHERE ii.inhparent = 'pgfence.finished_jobs_finished_idx'::regclass AND c.relname <> 'finished_jobs_default'
+    ) s ORDER BY s.part, s.k));
 
 COMMIT;
