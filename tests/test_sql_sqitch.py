@@ -471,6 +471,16 @@ def catalog(c: Conn) -> dict[str, Any]:
     }
 
 
+# The history partitions' settings (functions/history after @v0.7.0), per partition: the
+# table's reloptions and its BRIN index's, the default partition left out.
+PARTITION_SETTINGS = """
+    SELECT c.relname, c.reloptions::text, ic.reloptions::text
+      FROM pg_inherits ii JOIN pg_class ic ON ic.oid = ii.inhrelid
+      JOIN pg_index x ON x.indexrelid = ic.oid JOIN pg_class c ON c.oid = x.indrelid
+     WHERE ii.inhparent = 'pgfence.finished_jobs_finished_idx'::regclass
+       AND c.relname <> 'finished_jobs_default' ORDER BY 1"""
+
+
 def test_sqitch_upgrades_a_database_deployed_at_v0_7_0_and_reverts_to_it(scratch_dsn: str) -> None:
     """The flow-control changes after @v0.7.0 deploy over a database in use and revert to
     it exactly: a lease taken before the upgrade completes after it, a paused and a
@@ -497,10 +507,16 @@ def test_sqitch_upgrades_a_database_deployed_at_v0_7_0_and_reverts_to_it(scratch
         c.execute("SELECT pgfence.complete(%s, %s)", (live, token))  # the lease from before the upgrade
         assert c.execute("SELECT status FROM pgfence.all_jobs WHERE id = %s", (live,)).fetchone() == ("done",)
         assert c.execute("SELECT pgfence.enqueue('k', queue => 'up7', idempotency_key => 'q')").fetchone() == (queued,)
+        # The partitions @v0.7.0 made got the settings of those made from now on.
+        parts = c.execute(PARTITION_SETTINGS).fetchall()
+        assert parts and all(p[1:] == ("{autovacuum_vacuum_insert_threshold=-1,autovacuum_analyze_scale_factor=4}",
+                                       "{autosummarize=on}") for p in parts), parts
 
     _ok(sqitch("revert", "-y", "--to", "@v0.7.0", target=target), "revert --to @v0.7.0")
     _ok(sqitch("verify", target=target), "verify (reverted)")
     with connect(scratch_dsn) as c:
+        parts = c.execute(PARTITION_SETTINGS).fetchall()
+        assert parts and all(p[1:] == (None, None) for p in parts), parts  # autovacuum's defaults again
         after = catalog(c)
         for part in before:
             assert after[part] == before[part], part

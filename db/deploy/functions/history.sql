@@ -216,21 +216,23 @@ BEGIN
             -- such a vacuum reads every page the completions wrote, throttled, holding an
             -- autovacuum worker of the database meanwhile, while pgfence.jobs gathers dead
             -- rows (docs/performance.md, "Autovacuum that keeps up"). Analyzed when it has
-            -- grown fivefold since the last ANALYZE, not by a tenth: the planner needs its
+            -- grown fivefold since the last ANALYZE (the first after 50 rows), not by a
+            -- tenth: the planner needs its
             -- statistics to read a range of finished_at through the BRIN index, not all of
-            -- it. That index, which the ATTACH below takes as the partition's of
-            -- finished_jobs_finished_idx, summarizes each filled range of pages itself
-            -- (autosummarize), which vacuum did.
+            -- it. Its BRIN index, made below and taken by the attach as the partition's
+            -- of finished_jobs_finished_idx, summarizes each filled range of pages
+            -- itself (autosummarize), which vacuum did.
             EXECUTE format('CREATE TABLE pgfence.%I (LIKE pgfence.finished_jobs INCLUDING DEFAULTS'
                            ' INCLUDING CONSTRAINTS INCLUDING STORAGE)'
                            ' WITH (autovacuum_vacuum_insert_threshold = -1, autovacuum_analyze_scale_factor = 4,'
                            ' toast.autovacuum_vacuum_insert_threshold = -1)',
                            v_name);
-            EXECUTE format('CREATE INDEX ON pgfence.%I USING brin (finished_at) WITH (autosummarize = on)', v_name);
             EXECUTE format('WITH m AS (DELETE FROM pgfence.finished_jobs_default d'
                            ' WHERE d.purge_at >= $1 AND d.purge_at < $2 RETURNING d.*)'
                            ' INSERT INTO pgfence.%I SELECT * FROM m', v_name) USING v_lower, v_upper;
             GET DIAGNOSTICS v_n = ROW_COUNT;
+            -- (after the move: building it summarizes the rows moved in)
+            EXECUTE format('CREATE INDEX ON pgfence.%I USING brin (finished_at) WITH (autosummarize = on)', v_name);
             EXECUTE format('ALTER TABLE pgfence.finished_jobs ATTACH PARTITION pgfence.%I FOR VALUES FROM (%L) TO (%L)',
                            v_name, pgfence._utc_literal(v_lower), pgfence._utc_literal(v_upper));
             INSERT INTO pgfence.history_partitions (lower_bound, upper_bound, name) VALUES (v_lower, v_upper, v_name);
@@ -328,25 +330,25 @@ SELECT pgfence._apply_privileges();
 SELECT pgfence.maintain_history()
  WHERE (SELECT n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname = 'pgfence') = 'pgfence_owner'::regrole;
 
--- The partitions made before (by an earlier version, or by the earlier scripts of this
--- deploy) get the settings of those made from now on: a catalog change each, the
--- BRIN index's under an ACCESS EXCLUSIVE lock of that index for an instant (completions
--- into its partition wait that long), taken with pg_temp.locked's retries.
-SELECT pg_temp.locked(ARRAY(
-    SELECT st FROM (
-        SELECT c.relname AS part, 1 AS k,
-               format('ALTER TABLE pgfence.%I SET (autovacuum_vacuum_insert_threshold = -1,'
-                      ' autovacuum_analyze_scale_factor = 4, toast.autovacuum_vacuum_insert_threshold = -1)',
-                      c.relname) AS st
-          FROM pg_catalog.pg_inherits i JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
-         WHERE i.inhparent = 'pgfence.finished_jobs'::regclass AND c.relname <> 'finished_jobs_default'
-        UNION ALL
-        SELECT c.relname, 2, format('ALTER INDEX pgfence.%I SET (autosummarize = on)', ic.relname)
-          FROM pg_catalog.pg_inherits ii
-          JOIN pg_catalog.pg_class ic ON ic.oid = ii.inhrelid
-          JOIN pg_catalog.pg_index x ON x.indexrelid = ic.oid
-          JOIN pg_catalog.pg_class c ON c.oid = x.indrelid
-         WHERE ii.inhparent = 'pgfence.finished_jobs_finished_idx'::regclass AND c.relname <> 'finished_jobs_default'
-    ) s ORDER BY s.part, s.k));
-
 COMMIT;
+
+-- The partitions made before (by an earlier version, or by the earlier scripts of this
+-- deploy) get the settings of those made from now on, each in a transaction of its own:
+-- the table's (SHARE UPDATE EXCLUSIVE: completions go on; waits behind an autovacuum
+-- of it) and then its BRIN index's (ACCESS EXCLUSIVE on that index for an instant:
+-- completions into the partition wait that long), with pg_temp.locked's retries. Then
+-- the ranges of pages filled since the partition's last vacuum are summarized.
+SELECT format('SELECT pg_temp.locked(ARRAY[%L, %L])',
+              format('ALTER TABLE %s SET (autovacuum_vacuum_insert_threshold = -1,'
+                     ' autovacuum_analyze_scale_factor = 4, toast.autovacuum_vacuum_insert_threshold = -1)',
+                     c.oid::regclass),
+              format('ALTER INDEX %s SET (autosummarize = on)', ic.oid::regclass)),
+       format('SELECT FROM pg_catalog.brin_summarize_new_values(%L::regclass)', ic.oid::regclass)
+  FROM pg_catalog.pg_inherits ii
+  JOIN pg_catalog.pg_class ic ON ic.oid = ii.inhrelid
+  JOIN pg_catalog.pg_index x ON x.indexrelid = ic.oid
+  JOIN pg_catalog.pg_class c ON c.oid = x.indrelid
+ WHERE ii.inhparent = 'pgfence.finished_jobs_finished_idx'::regclass
+   AND c.oid <> 'pgfence.finished_jobs_default'::regclass
+ ORDER BY c.relname
+\gexec
