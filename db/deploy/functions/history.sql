@@ -217,11 +217,10 @@ BEGIN
             -- autovacuum worker of the database meanwhile, while pgfence.jobs gathers dead
             -- rows (docs/performance.md, "Autovacuum that keeps up"). Analyzed when it has
             -- grown fivefold since the last ANALYZE (the first after 50 rows), not by a
-            -- tenth: the planner needs its
-            -- statistics to read a range of finished_at through the BRIN index, not all of
-            -- it. Its BRIN index, made below and taken by the attach as the partition's
-            -- of finished_jobs_finished_idx, summarizes each filled range of pages
-            -- itself (autosummarize), which vacuum did.
+            -- tenth: the planner needs its statistics to read a range of finished_at
+            -- through the BRIN index, not all of it. Its BRIN index, made below and taken
+            -- by the attach as the partition's of finished_jobs_finished_idx, summarizes
+            -- each filled range of pages itself (autosummarize), which vacuum did.
             EXECUTE format('CREATE TABLE pgfence.%I (LIKE pgfence.finished_jobs INCLUDING DEFAULTS'
                            ' INCLUDING CONSTRAINTS INCLUDING STORAGE)'
                            ' WITH (autovacuum_vacuum_insert_threshold = -1, autovacuum_analyze_scale_factor = 4,'
