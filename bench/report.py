@@ -56,18 +56,28 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out.append({"column": name, "pgfence": pv, "pgfence_variant": pr[label] if pr else None,
                     "best_peer": orow[label] if orow else None, "peer_value": ov,
                     "ratio": (pv / ov) if pv is not None and ov else None, "lower_is_better": lower,
-                    "turn_ratios": (turn_ratios(pr["single"], orow["single"])
-                                    if name.startswith("single") and pr and orow else [])})
+                    "turn_ratios": (turn_ratios(TURNS[name](pr), TURNS[name](orow), TURN_KEYS[name])
+                                    if name in TURNS and pr and orow else [])})
     return out
 
 
-def turn_ratios(mine: Optional[dict[str, Any]], peer: Optional[dict[str, Any]]) -> list[float]:
-    """Single enqueue, pgfence's rate over the peer's turn by turn (the two ran minutes
-    apart at most; a turn either lost is left out)."""
-    if not mine or not peer:
-        return []
-    theirs = {r["turn"]: r["rate"] for r in peer.get("each", []) if "turn" in r}
-    return [r["rate"] / theirs[r["turn"]] for r in mine.get("each", []) if r.get("turn") in theirs and theirs[r["turn"]]]
+#: Where each column's runs are, each with its round (``turn``: the systems took turns,
+#: bench/run.py), and the figure of a run.
+TURNS: dict[str, Callable[[dict[str, Any]], list[dict[str, Any]]]] = {
+    "single enqueue/s": lambda r: (r.get("single") or {}).get("each", []),
+    "drain jobs/s": lambda r: r.get("drain_runs", []),
+    "latency p50 ms": lambda r: (r.get("latency") or {}).get("each", []),
+    "latency p95 ms": lambda r: (r.get("latency") or {}).get("each", []),
+}
+TURN_KEYS = {"single enqueue/s": "rate", "drain jobs/s": "rate", "latency p50 ms": "p50_ms",
+             "latency p95 ms": "p95_ms"}
+
+
+def turn_ratios(mine: list[dict[str, Any]], peer: list[dict[str, Any]], key: str = "rate") -> list[float]:
+    """pgfence's figure over the peer's, round by round (the two ran minutes apart at
+    most; a round either lost, or run before rounds were recorded, is left out)."""
+    theirs = {r["turn"]: r[key] for r in peer if "turn" in r}
+    return [r[key] / theirs[r["turn"]] for r in mine if r.get("turn") in theirs and theirs[r["turn"]]]
 
 
 def with_spread(result: Optional[dict[str, Any]], key: str, digits: int) -> str:
@@ -428,13 +438,14 @@ def render(results: dict[str, Any]) -> str:
         " within ~20 ms without loading the server). A drain is capped at"
         f" {cfg['drain_timeout']:.0f} s (later runs of a variant that hit the cap:"
         f" {min(cfg['drain_timeout'], cfg['drain_timeout_after_cap']):.0f} s): a capped run reports"
-        " finished/elapsed and is marked 'capped'.",
+        " finished/elapsed and is marked 'capped'. The systems take turns: round i runs one drain of every row,"
+        " who goes first rotating (the ratio to the best peer also round by round).",
         "- pgfence (asyncio worker): the shape of pgfence's largest prefetch, the worker processes running"
         " `pgfence.aio.AsyncWorker` with an `async def` no-op handler instead of `pgfence.Worker` (reported"
         " beside the threaded worker; nothing is asserted about it).",
         f"- latency: idle workers, {cfg['lat_n']} jobs enqueued at {cfg['lat_rate']:g}/s, payload carries"
         " time.time() at enqueue; the handler records now - t. p50/p95 over the jobs of a run, with fresh"
-        f" workers; the median of {cfg['single_runs']} runs.",
+        f" workers; the median of {cfg['single_runs']} runs, the systems taking turns as in the drain.",
         "",
         "| system | settings |", "|---|---|",
         *[f"| {r['variant']} | {r['settings']} |" for r in rows],

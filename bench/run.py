@@ -173,14 +173,6 @@ def drain_cap(cfg: Config, row: dict[str, Any]) -> float:
     return cfg.drain_timeout
 
 
-def repeated(row: dict[str, Any], what: str, runs: int, fn: Callable[[int], dict[str, Any]],
-             keys: Sequence[str]) -> Optional[dict[str, Any]]:
-    """fn(i) for i in range(runs), each guarded, merged by `merge_runs`."""
-    return merge_runs([r for i in range(runs)
-                       if (r := guarded(row, f"{what} run {i + 1}" if runs > 1 else what, lambda: fn(i))) is not None],
-                      keys)
-
-
 def summarize(row: dict[str, Any]) -> None:
     rates = [r["rate"] for r in row["drain_runs"]]
     row["drain"] = ({"median": median(rates), "min": min(rates), "max": max(rates), "runs": len(rates),
@@ -189,48 +181,81 @@ def summarize(row: dict[str, Any]) -> None:
     row["batch"] = {"median": median(brates), "runs": len(brates)} if brates else None
 
 
-# ---------------------------------------------------------------- pgfence --
-def run_pgfence(cfg: Config, dsn: str, version: str) -> list[dict[str, Any]]:
-    rows = []
-    for p in cfg.pgfence_prefetch:
-        shape = pf.WorkerShape(procs=cfg.procs, concurrency=cfg.concurrency, prefetch=p, poll_interval=0.05)
-        desc = (f"pgfence.Worker(Client.connect(dsn), concurrency={cfg.concurrency}, prefetch={p},"
-                f" poll_interval=0.05)")
-        rows.append(pgfence_row(cfg, dsn, version, shape, f"pgfence (prefetch {p})", desc, f"p{p}"))
-    # The asyncio worker, the same shape as the threaded one with the largest prefetch
-    # (reported beside it, not asserted).
-    p = max(cfg.pgfence_prefetch)
-    shape = pf.WorkerShape(procs=cfg.procs, concurrency=cfg.concurrency, prefetch=p, poll_interval=0.05,
-                           asyncio=True)
-    desc = (f"pgfence.aio.AsyncWorker(await AsyncClient.connect(dsn), concurrency={cfg.concurrency}, prefetch={p},"
-            f" poll_interval=0.05), async def handlers")
-    rows.append(pgfence_row(cfg, dsn, version, shape, "pgfence (asyncio worker)", desc, f"a{p}"))
-    return rows
+# ------------------------------------------------------------- contenders --
+@dataclass
+class Contender:
+    """One row of the main table and how to measure it: ``drain(i)`` runs its i-th drain
+    (batch enqueue, then the drain: ``(batch, drain)`` result dicts), ``latency(i)`` its
+    i-th latency run (None: no latency step for this row)."""
+    row: dict[str, Any]
+    drain: Callable[[int], tuple[dict[str, Any], dict[str, Any]]]
+    latency: Optional[Callable[[int], dict[str, Any]]] = None
 
 
-def pgfence_row(cfg: Config, dsn: str, version: str, shape: Any, variant: str, desc: str,
-                tag: str) -> dict[str, Any]:
-    """One pgfence row of the main table: drains and latency of worker processes of ``shape``."""
-    row = new_row("pgfence", variant, version, f"{desc}; enqueue: pgfence.Client")
+def take_turns(cfg: Config, contenders: Sequence[Contender]) -> None:
+    """The drains, then the latency runs, of every row taking turns: round i runs one
+    drain of each (who goes first rotating each round), so that a slow spell of this
+    shared machine hits every system alike. One block per system put up to ten minutes
+    between pgfence's drains and the best peer's, and the drain ratio of two full runs 40
+    minutes apart read 1.21 and 0.99. Each run carries its round (``turn``): the report
+    pairs pgfence's with the best peer's round by round."""
+    n = len(contenders)
     for i in range(cfg.drain_runs):
-        log(f"{row['variant']}: batch enqueue {cfg.drain_n:,} + drain, run {i + 1}/{cfg.drain_runs}")
-        cap = drain_cap(cfg, row)
-        r = guarded(row, f"drain run {i + 1}",
-                    lambda: pf.batch_then_drain(dsn, cfg.drain_n, shape, cap, f"{tag}r{i}"))
-        if r:
-            row["batch_runs"].append(r["batch"])
-            row["drain_runs"].append(r["drain"])
-            log(f"  batch {r['batch']['rate']:,.0f}/s, drain {r['drain']['rate']:,.0f} jobs/s"
-                f" ({r['drain']['seconds']:.2f} s){' TIMED OUT' if r['drain']['timed_out'] else ''}")
-    log(f"{row['variant']}: latency, {cfg.lat_n} jobs at {cfg.lat_rate:g}/s, {cfg.single_runs} run(s)")
-    row["latency"] = repeated(row, "latency", cfg.single_runs,
-                              lambda i: pf.latency(dsn, shape, cfg.lat_n, cfg.lat_rate, f"{tag}r{i}"),
-                              ["p50_ms", "p95_ms"])
-    summarize(row)
-    return row
+        for c in (contenders[i % n:] + contenders[:i % n]) if n else []:
+            row = c.row
+            log(f"{row['variant']}: batch enqueue {cfg.drain_n:,} + drain, round {i + 1}/{cfg.drain_runs}")
+            r = guarded(row, f"drain run {i + 1}", lambda: c.drain(i))
+            if r:
+                row["batch_runs"].append(r[0])
+                row["drain_runs"].append({**r[1], "turn": i})
+                d = r[1]
+                log(f"  batch {r[0]['rate']:,.0f}/s, drain {d['rate']:,.0f} jobs/s ({d['seconds']:.2f} s)"
+                    f"{' TIMED OUT: %d/%d finished' % (d['finished'], d['jobs']) if d['timed_out'] else ''}")
+    lat = [c for c in contenders if c.latency is not None]
+    got: dict[int, list[dict[str, Any]]] = {id(c): [] for c in lat}
+    for i in range(cfg.single_runs):
+        for c in (lat[i % len(lat):] + lat[:i % len(lat)]) if lat else []:
+            log(f"{c.row['variant']}: latency, {cfg.lat_n} jobs at {cfg.lat_rate:g}/s, round {i + 1}/{cfg.single_runs}")
+            r = guarded(c.row, f"latency run {i + 1}" if cfg.single_runs > 1 else "latency",
+                        lambda: c.latency(i))  # type: ignore[misc]
+            if r is not None:
+                got[id(c)].append({**r, "turn": i})
+                log(f"  p50 {r['p50_ms']:.2f} ms, p95 {r['p95_ms']:.2f} ms")
+    for c in lat:
+        c.row["latency"] = merge_runs(got[id(c)], ["p50_ms", "p95_ms"])
+    for c in contenders:
+        summarize(c.row)
 
 
-def run_pgfence_node(cfg: Config, dsn: str, version: str) -> list[dict[str, Any]]:
+def pgfence_contenders(cfg: Config, dsn: str, version: str) -> list[Contender]:
+    """pgfence's rows: the threaded worker at each prefetch, and the asyncio worker in the
+    largest prefetch's shape (reported beside it, not asserted)."""
+    out = []
+    shapes = [(pf.WorkerShape(procs=cfg.procs, concurrency=cfg.concurrency, prefetch=p, poll_interval=0.05),
+               f"pgfence (prefetch {p})",
+               f"pgfence.Worker(Client.connect(dsn), concurrency={cfg.concurrency}, prefetch={p}, poll_interval=0.05)",
+               f"p{p}") for p in cfg.pgfence_prefetch]
+    p = max(cfg.pgfence_prefetch)
+    shapes.append((pf.WorkerShape(procs=cfg.procs, concurrency=cfg.concurrency, prefetch=p, poll_interval=0.05,
+                                  asyncio=True),
+                   "pgfence (asyncio worker)",
+                   f"pgfence.aio.AsyncWorker(await AsyncClient.connect(dsn), concurrency={cfg.concurrency},"
+                   f" prefetch={p}, poll_interval=0.05), async def handlers", f"a{p}"))
+    for shape, variant, desc, tag in shapes:
+        row = new_row("pgfence", variant, version, f"{desc}; enqueue: pgfence.Client")
+
+        def drain(i: int, shape: Any = shape, tag: str = tag, row: dict[str, Any] = row
+                  ) -> tuple[dict[str, Any], dict[str, Any]]:
+            r = pf.batch_then_drain(dsn, cfg.drain_n, shape, drain_cap(cfg, row), f"{tag}r{i}")
+            return r["batch"], r["drain"]
+
+        def latency(i: int, shape: Any = shape, tag: str = tag) -> dict[str, Any]:
+            return pf.latency(dsn, shape, cfg.lat_n, cfg.lat_rate, f"{tag}r{i}")
+        out.append(Contender(row, drain, latency))
+    return out
+
+
+def pgfence_node_contender(cfg: Config, dsn: str, version: str) -> Contender:
     """The Node.js worker's drain, in the threaded worker's shape (the largest prefetch):
     reported beside it, not compared with the peers (system "pgfence-node")."""
     p = max(cfg.pgfence_prefetch)
@@ -238,18 +263,11 @@ def run_pgfence_node(cfg: Config, dsn: str, version: str) -> list[dict[str, Any]
     row = new_row("pgfence-node", f"pgfence (Node worker, prefetch {p})", version,
                   f"clients/node Worker(await Client.connect(dsn), {{concurrency: {cfg.concurrency}, prefetch: {p},"
                   " pollInterval: 50}); enqueue: pgfence.Client (Python)")
-    for i in range(cfg.drain_runs):
-        log(f"{row['variant']}: batch enqueue {cfg.drain_n:,} + drain, run {i + 1}/{cfg.drain_runs}")
-        cap = drain_cap(cfg, row)
-        r = guarded(row, f"drain run {i + 1}",
-                    lambda: pf.batch_then_drain(dsn, cfg.drain_n, shape, cap, f"node-p{p}r{i}", worker="node"))
-        if r:
-            row["batch_runs"].append(r["batch"])
-            row["drain_runs"].append(r["drain"])
-            log(f"  drain {r['drain']['rate']:,.0f} jobs/s ({r['drain']['seconds']:.2f} s)"
-                f"{' TIMED OUT' if r['drain']['timed_out'] else ''}")
-    summarize(row)
-    return [row]
+
+    def drain(i: int) -> tuple[dict[str, Any], dict[str, Any]]:
+        r = pf.batch_then_drain(dsn, cfg.drain_n, shape, drain_cap(cfg, row), f"node-p{p}r{i}", worker="node")
+        return r["batch"], r["drain"]
+    return Contender(row, drain)
 
 
 def merge_depth_runs(results: list[dict[str, Any]], prefetch: int) -> dict[str, Any]:
@@ -435,9 +453,12 @@ def peer_latency(peer: peers_mod.Peer, pdsn: str, variant: peers_mod.Variant, cf
     return delay_summary(outs, cfg.lat_n, f"{variant.name} latency")
 
 
-def run_peer(peer: peers_mod.Peer, cfg: Config, admin_dsn: str) -> list[dict[str, Any]]:
+def peer_contenders(peer: peers_mod.Peer, cfg: Config, admin_dsn: str) -> tuple[list[Contender], list[dict[str, Any]]]:
+    """A peer's rows, its schema installed in its own database: the contenders, and the
+    rows whose setup failed (reported with the error, not measured)."""
     rows = [new_row(peer.name, v.name, peer.version, v.settings) for v in peer.variants]
     log(f"{peer.name} {peer.version}: database {peer.db}, schema install")
+
     def setup() -> bool:
         peer.setup(admin_dsn)
         return True
@@ -446,16 +467,16 @@ def run_peer(peer: peers_mod.Peer, cfg: Config, admin_dsn: str) -> list[dict[str
             r["errors"] = list(rows[0]["errors"])
         for r in rows:
             summarize(r)
-        return rows
+        return [], rows
     pdsn = peer.dsn(admin_dsn)
     peer.reset(pdsn)
-    for row, variant in zip(rows, peer.variants):
-        for i in range(cfg.drain_runs):
-            tag = f"-{peer.variants.index(variant)}r{i}"
-            log(f"{variant.name}: batch enqueue {cfg.drain_n:,} + drain, run {i + 1}/{cfg.drain_runs}")
-
-            def one_run() -> tuple[dict[str, Any], dict[str, Any]]:
-                peer.reset(pdsn)
+    out = []
+    for k, (row, variant) in enumerate(zip(rows, peer.variants)):
+        def drain(i: int, row: dict[str, Any] = row, variant: peers_mod.Variant = variant, k: int = k
+                  ) -> tuple[dict[str, Any], dict[str, Any]]:
+            tag = f"-{k}r{i}"
+            peer.reset(pdsn)
+            try:
                 b = peer.batch(pdsn, cfg.drain_n, cfg.batch, timeout=600, tag=tag)
                 settle(pdsn)
                 poll = connect(pdsn)
@@ -472,22 +493,18 @@ def run_peer(peer: peers_mod.Peer, cfg: Config, admin_dsn: str) -> list[dict[str
                                       drain_cap(cfg, row))
                 finally:
                     poll.close()
-                return b, asdict(d)
-            r = guarded(row, f"drain run {i + 1}", one_run)
-            if r:
-                row["batch_runs"].append(r[0])
-                row["drain_runs"].append(r[1])
-                log(f"  batch {r[0]['rate']:,.0f}/s, drain {r[1]['rate']:,.0f} jobs/s ({r[1]['seconds']:.2f} s)"
-                    f"{' TIMED OUT: %d/%d finished' % (r[1]['finished'], r[1]['jobs']) if r[1]['timed_out'] else ''}")
-        peer.reset(pdsn)
-        log(f"{variant.name}: latency, {cfg.lat_n} jobs at {cfg.lat_rate:g}/s, {cfg.single_runs} run(s)")
-        row["latency"] = repeated(row, "latency", cfg.single_runs,
-                                  lambda i: peer_latency(peer, pdsn, variant, cfg,
-                                                         f"-{peer.variants.index(variant)}r{i}"),
-                                  ["p50_ms", "p95_ms"])
-        summarize(row)
-    peer.reset(pdsn)
-    return rows
+            finally:
+                peer.reset(pdsn)  # (its rows gone before another system's turn)
+            return b, asdict(d)
+
+        def latency(i: int, variant: peers_mod.Variant = variant, k: int = k) -> dict[str, Any]:
+            peer.reset(pdsn)
+            try:
+                return peer_latency(peer, pdsn, variant, cfg, f"-{k}r{i}")
+            finally:
+                peer.reset(pdsn)
+        out.append(Contender(row, drain, latency))
+    return out, []
 
 
 # ------------------------------------------------------------------- main --
@@ -542,18 +559,23 @@ def main() -> int:
                                                              ("pgqueuer", "procrastinate", "asyncpg", "psycopg",
                                                               "psycopg-pool")),
         }
-        rows: list[dict[str, Any]] = []
+        contenders: list[Contender] = []
+        not_run: list[dict[str, Any]] = []
         if "pgfence" in wanted:
-            rows += run_pgfence(cfg, a.dsn, pgfence_version)
+            contenders += pgfence_contenders(cfg, a.dsn, pgfence_version)
         if "pgfence-node" in wanted:
             if shutil.which("node") and (REPO / "clients" / "node" / "node_modules" / "pg").is_dir():
-                rows += run_pgfence_node(cfg, a.dsn, pgfence_version)
+                contenders.append(pgfence_node_contender(cfg, a.dsn, pgfence_version))
             else:
                 results["notes"].append("pgfence (Node worker): skipped, node or clients/node/node_modules missing"
                                         " (make setup)")
         for p in peer_list:
             if p.name in wanted:
-                rows += run_peer(p, cfg, a.dsn)
+                got, failed = peer_contenders(p, cfg, a.dsn)
+                contenders += got
+                not_run += failed
+        take_turns(cfg, contenders)
+        rows = [c.row for c in contenders] + not_run
         single_enqueue_turns(cfg, a.dsn, rows, peer_list)
         results["rows"] = rows
         if "pgbench" in wanted:

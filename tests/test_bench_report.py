@@ -1,0 +1,51 @@
+"""The benchmark report pairs pgfence's runs with the best peer's round by round.
+
+`bench/run.py` has every system take turns (round i runs one drain, one latency run and
+one single enqueue step of each row); `bench/report.py` gives the ratio to the best peer
+both as the ratio of medians and round by round. These tests feed the report made-up rows:
+no database, no workers.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+
+import report  # noqa: E402
+
+
+def row(system: str, variant: str, drains: list[tuple[int, float]], p50s: list[tuple[int, float]]) -> dict:
+    rates = [r for _, r in drains]
+    lat = [{"turn": t, "p50_ms": p, "p95_ms": p * 2} for t, p in p50s]
+    return {"system": system, "variant": variant, "errors": [], "single": None,
+            "drain_runs": [{"turn": t, "rate": r} for t, r in drains],
+            "drain": {"median": sorted(rates)[len(rates) // 2]} if rates else None,
+            "latency": ({"p50_ms": sorted(x["p50_ms"] for x in lat)[len(lat) // 2],
+                         "p95_ms": sorted(x["p95_ms"] for x in lat)[len(lat) // 2], "each": lat} if lat else None)}
+
+
+def test_turn_ratios_pair_by_round_and_leave_out_a_lost_one() -> None:
+    mine = [{"turn": 0, "rate": 100.0}, {"turn": 1, "rate": 90.0}, {"turn": 2, "rate": 80.0}]
+    peer = [{"turn": 0, "rate": 50.0}, {"turn": 2, "rate": 40.0}, {"rate": 1.0}]  # round 1 lost; one without a round
+    assert report.turn_ratios(mine, peer) == [2.0, 2.0]
+    assert report.turn_ratios(mine, []) == []
+
+
+def test_drain_and_latency_ratios_are_also_given_round_by_round() -> None:
+    rows = [row("pgfence", "pgfence (prefetch 500)", [(0, 60.0), (1, 30.0), (2, 45.0)], [(0, 2.0), (1, 3.0)]),
+            row("pgfence", "pgfence (prefetch 8)", [(0, 10.0), (1, 10.0), (2, 10.0)], [(0, 9.0), (1, 9.0)]),
+            row("graphile-worker", "graphile-worker", [(0, 30.0), (1, 30.0), (2, 30.0)], [(0, 4.0), (1, 1.5)]),
+            row("pgqueuer", "pgqueuer", [(0, 20.0), (1, 20.0), (2, 20.0)], [(0, 5.0), (1, 5.0)])]
+    by = {x["column"]: x for x in report.ratios(rows)}
+    drain = by["drain jobs/s"]
+    assert (drain["pgfence_variant"], drain["best_peer"]) == ("pgfence (prefetch 500)", "graphile-worker")
+    assert drain["ratio"] == pytest.approx(1.5)
+    assert drain["turn_ratios"] == pytest.approx([2.0, 1.0, 1.5])
+    p50 = by["latency p50 ms"]
+    assert (p50["pgfence_variant"], p50["best_peer"]) == ("pgfence (prefetch 500)", "graphile-worker")
+    assert p50["turn_ratios"] == pytest.approx([0.5, 2.0])
+    table = report.ratio_table(report.ratios(rows))
+    assert "turn by turn: median 1.50 (1.00-2.00, 3 turns)" in table
