@@ -54,6 +54,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "python_client"))
 from pgfence import Client, calls  # noqa: E402
 
+sys.path.insert(0, str(REPO / "bench"))
+from run import default_dsn  # noqa: E402
+
 ENQUEUE = "SELECT pgfence.enqueue(kind => 'noop', payload => %s::jsonb, queue => %s)"
 FLOOR_ENQUEUE = ("WITH j AS (INSERT INTO pgfence.jobs (queue, kind, payload) VALUES (%s, 'noop', %s::jsonb)"
                  " RETURNING id) SELECT pg_notify(%s, '') FROM j")
@@ -211,7 +214,8 @@ def in_worker(dsn: str, jobs: int) -> dict[str, list[float]]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dsn", default=os.environ.get("PGFENCE_DSN") or "postgresql://postgres@127.0.0.1:54329/pgfence")
+    ap.add_argument("--dsn", default=os.environ.get("PGFENCE_DSN") or default_dsn(),
+                    help="default: $PGFENCE_DSN, else the cluster `make db` started")
     ap.add_argument("--rounds", type=int, default=300)
     ap.add_argument("--worker-jobs", type=int, default=100)
     a = ap.parse_args()
