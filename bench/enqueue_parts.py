@@ -34,7 +34,7 @@ from common import connect, dsn_for_db, scratch_database  # noqa: E402
 from run import default_dsn  # noqa: E402
 
 DB = "bench_enqueue_parts"
-CHECKS = "    IF NOT coalesce(pgfence._name_ok(kind)"
+CHECKS = "    v_bad := NOT coalesce(pgfence._name_ok(kind)"
 TIMEOUT = "    -- The run timeout"
 TAG = "pg_notify('pgfence_enqueue', pgfence._wakeup_tag(enqueue.queue))"
 LOOKUP = "SELECT t.timeout INTO v_timeout FROM pgfence.queue_timeouts t WHERE t.queue = enqueue.queue;"
