@@ -485,6 +485,24 @@ def test_the_row_rules_agree_with_the_checks_they_replaced(conn: Conn, status: s
         assert err.sqlstate == "23514" and err.diag.constraint_name == broken[0], (broken, err)
 
 
+_INT32 = st.one_of(st.integers(-2**31, 2**31 - 1), st.sampled_from([0, 1, -1, 11, -11, 12, -12, 29, 30, 31, -30]))
+_MICROS = st.one_of(st.integers(-2**63 + 1, 2**63 - 1),
+                    st.sampled_from([0, 1, -1, 999_999, 1_000_000, -1_000_000, 86_400_000_000, -86_400_000_000,
+                                     86_400_000_001, -86_399_999_999, 3_600_000_000, -59_999_999]))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(months=_INT32, days=_INT32, micros=_MICROS)
+def test_interval_signs_agree_is_true_exactly_when_the_parts_share_a_sign(conn: Conn, months: int, days: int,
+                                                                          micros: int) -> None:
+    """pgfence._interval_signs_agree (the bound checks of every lease, timeout, retry
+    delay and retention inline it) is true exactly when the interval's months, days and
+    time are all >= 0 or all <= 0, at the edges of each part's range too."""
+    agree = one(conn, "SELECT pgfence._interval_signs_agree(make_interval(months => %s) + make_interval(days => %s)"
+                      " + (%s::text || ' microseconds')::interval)", (months, days, micros))
+    assert agree is ((months >= 0 and days >= 0 and micros >= 0) or (months <= 0 and days <= 0 and micros <= 0))
+
+
 # Names for lists: mostly plain (the fast path), with what must fall back to the check of
 # each name: the separator and the NULL marker of the joined text, NULL, '', 129
 # characters, spaces at either end and inside, non-ASCII, a bidi control, a modifier.
