@@ -15,7 +15,7 @@ enqueues, each committed (pf.single_enqueue: this checkout's Client, the version
 SQL), and with --steps ...,enqueue_sql the server's time per single enqueue: 5,000
 `pgfence.enqueue` calls in one DO block, each committed, synchronous_commit off (no
 round trip, no client, no WAL flush: the steadiest of these numbers), and with
-claim_sql the same for 5,000 one-job claims (of 5,000 jobs queued for it). Jobs are enqueued with SQL (enqueue_many), the same for
+claim_sql the same for 5,000 one-job claims (of 5,000 jobs queued for it), each with a fresh request id as a worker's. Jobs are enqueued with SQL (enqueue_many), the same for
 every version; each version's workers run its own client (PYTHONPATH). Prints the
 medians with min-max and every ratio to the first version, round by round. Example
 (the security and structure issues):
@@ -80,12 +80,12 @@ def enqueue_server_us(dsn: str, n: int) -> float:
 
 def claim_server_us(dsn: str, n: int) -> float:
     """Server time per one-job claim, each in a transaction of its own, from a queue of n
-    jobs (enqueued and vacuumed first)."""
+    jobs (enqueued and vacuumed first), with a fresh request id as the worker's claims."""
     queue = f"ab-claim-sql-{os.getpid()}"
     sql_batch_enqueue(dsn, queue, n)
     with connect(dsn) as c:
         c.execute("VACUUM (ANALYZE) pgfence.jobs")
-    return _server_us(dsn, queue, n, f"PERFORM pgfence.claim('ab', ARRAY['{queue}'], '10 minutes', 1)")
+    return _server_us(dsn, queue, n, f"PERFORM pgfence.claim('ab', ARRAY['{queue}'], '10 minutes', 1, gen_random_uuid())")
 
 
 # The steps that measure one number per round: (step, result key, measure(dsn), how it is said).

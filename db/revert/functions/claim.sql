@@ -18,5 +18,6 @@ DROP FUNCTION IF EXISTS pgfence._claim_controlled(jsonb, integer, integer, times
 DROP FUNCTION IF EXISTS pgfence._queue_set_of(text[]);
 DROP FUNCTION IF EXISTS pgfence._check_queues(text, text[], text);
 DROP FUNCTION IF EXISTS pgfence._names_ok(text[]);
+DROP FUNCTION IF EXISTS pgfence._request_lock_key(text, uuid);
 
 \ir ../../deploy/functions/claim@v0.7.0.sql

@@ -5,6 +5,7 @@ BEGIN;
 SELECT 'pgfence.claim(text, text[], interval, integer, uuid, text)'::regprocedure,
        'pgfence.claimed(text, uuid[], interval)'::regprocedure,
        'pgfence._lock_request(uuid)'::regprocedure,
+       'pgfence._request_lock_key(text, uuid)'::regprocedure,
        'pgfence._request_prefix(uuid, timestamptz)'::regprocedure,
        'pgfence._request_token(text, bigint, integer)'::regprocedure,
        'pgfence._names_ok(text[])'::regprocedure;
