@@ -5,7 +5,10 @@ single calls are reported with report_rejection); and the retention purge delete
 finished jobs with both, per queue and status, freeing their idempotency keys."""
 from __future__ import annotations
 
+import datetime as dt
 import secrets
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -469,6 +472,98 @@ def test_a_purged_jobs_idempotency_key_can_be_reused(conn: Conn, q: str, sweep_p
     second = enqueue(conn, q, idempotency_key="k1")
     assert second != first
     assert job(conn, second)["status"] == "queued"
+
+
+def test_the_purge_never_frees_a_key_a_completion_is_holding_again(conn: Conn, tx_conn: Conn, dsn: str, q: str,
+                                                                  sweep_paused: Conn) -> None:
+    """A done job's key past its retention is in held_keys until the purge deletes it; a
+    new job with that key completing meanwhile takes the row over (new job, new
+    purge_at). A purge that read the old row and waits for that completion must
+    leave the row it took over: the purge's DELETE named the past purge_at only in its
+    subquery, which the re-check after the wait does not read again, and so freed the key
+    of a job kept for an hour; an enqueue with the key then made a second job."""
+    conn.execute("SELECT pgfence.set_retention(%s, '0 seconds', '1 hour')", (q,))
+    first = enqueue(conn, q, idempotency_key="k1", unique_for="1 hour")
+    complete(conn, first, claim_job(conn, q, first, lease="1 hour"))
+    # As the clock would: the first's unique_for has passed (the key is free), its row
+    # is still there (past its purge_at too, for the purge to delete).
+    conn.execute("UPDATE pgfence.held_keys SET held_until = clock_timestamp() - interval '1 second'"
+                 " WHERE queue = %s AND idempotency_key = 'k1'", (q,))
+    conn.execute("SELECT pgfence.set_retention(%s, '1 hour', '1 hour')", (q,))
+    second = enqueue(conn, q, idempotency_key="k1")
+    assert second != first
+    token = claim_job(conn, q, second, lease="1 hour")
+    complete(tx_conn, second, token)  # (holds the key's row, taken over, until it commits)
+    errors: list[BaseException] = []
+
+    def purge() -> None:
+        try:
+            with connection(dsn) as p:
+                p.execute("SELECT pgfence.purge_finished(10000)")
+        except BaseException as exc:  # noqa: BLE001 (reported by the test)
+            errors.append(exc)
+    purger = threading.Thread(target=purge)
+    purger.start()
+    try:
+        deadline = time.monotonic() + 30
+        while one(conn, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                        " AND query = 'SELECT pgfence.purge_finished(10000)'") == 0:
+            assert time.monotonic() < deadline and purger.is_alive(), "the purge did not wait for the completion"
+            time.sleep(0.01)
+        tx_conn.commit()
+    finally:
+        tx_conn.rollback()  # (after a failure: the purge and the teardown would wait for it)
+        purger.join(30)
+    assert not purger.is_alive() and not errors, errors
+    assert rows(conn, "SELECT job_id FROM pgfence.held_keys WHERE queue = %s AND idempotency_key = 'k1'",
+                (q,)) == [{"job_id": second}]
+    assert enqueue(conn, q, idempotency_key="k1") == second
+
+
+@pytest.mark.parametrize("call", ["SELECT pgfence.purge_finished()", "SELECT * FROM pgfence.maintain_history()"])
+def test_the_purge_and_the_partition_maintenance_refuse_a_snapshot_older_than_the_call(
+        conn: Conn, tx_conn: Conn, q: str, call: str) -> None:
+    """Under REPEATABLE READ the maintenance's statements saw the transaction's snapshot,
+    which hid completions committed after it: a partition within its retention looked
+    empty and was dropped with them. Both entry points refuse it (PF004) and change
+    nothing."""
+    conn.execute("SELECT pgfence.set_retention(%s, '1 hour', '1 hour')", (q,))
+    done = enqueue(conn, q)
+    tx_conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    tx_conn.execute("SELECT count(*) FROM pgfence.retention")  # (the snapshot is taken)
+    complete(conn, done, claim_job(conn, q, done, lease="1 hour"))
+    err = sql_error(tx_conn, call)
+    assert_error(err, "PF004", call.split("pgfence.")[1].split("(")[0])
+    tx_conn.rollback()
+    assert one(conn, "SELECT count(*) FROM pgfence.finished_jobs WHERE id = %s", (done,)) == 1
+
+
+def test_a_retention_is_counted_in_utc_whatever_the_sessions_time_zone(conn: Conn, q: str) -> None:
+    """A day is 24 hours in UTC; in the session's zone it is 23 or 25 across a
+    daylight-saving change, and a done job's purge_at (finished_at + its retention)
+    depended on the completing session's TimeZone: a worker in New York kept a job with
+    a 150-day retention an hour less than one in UTC (the sweeper's partitions ahead,
+    made in its own zone, were off by as much). Now every retention is counted in UTC."""
+    conn.execute("SET TimeZone = 'America/New_York'")
+    # 2026-03-08 is a change in New York: a day there lasts 23 hours
+    assert one(conn, "SELECT timestamptz '2026-03-07 12:00+00' + interval '1 day'"
+                     " - timestamptz '2026-03-07 12:00+00'") == dt.timedelta(hours=23)
+    assert one(conn, "SELECT pgfence._utc_plus('2026-03-07 12:00+00', '1 day')"
+                     " - timestamptz '2026-03-07 12:00+00'") == dt.timedelta(days=1)
+    assert one(conn, "SELECT pgfence._utc_plus('2026-11-01 04:00+00', '-1 mon')") == \
+        dt.datetime(2026, 10, 1, 4, tzinfo=dt.timezone.utc)
+    # The completing session in a zone whose summer time starts in two days (a POSIX
+    # rule by day of the year), so that the 30 days of retention span a change on any date
+    day = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=2)).timetuple().tm_yday
+    start = min(day, 365)
+    end = (start - 1 + 60) % 365 + 1  # (ends after the 30 days)
+    conn.execute(f"SET TimeZone = 'AAA0BBB,J{start},J{end}'")
+    assert one(conn, "SELECT now() + interval '30 days' - now()") != dt.timedelta(days=30)  # (the control)
+    conn.execute("SELECT pgfence.set_retention(%s, '30 days', '1 hour')", (q,))
+    done = enqueue(conn, q)
+    complete(conn, done, claim_job(conn, q, done, lease="1 hour"))
+    assert one(conn, "SELECT purge_at - finished_at FROM pgfence.finished_jobs WHERE id = %s",
+               (done,)) == dt.timedelta(days=30)
 
 
 @pytest.mark.parametrize(("done", "failed", "sqlstate", "names"), [

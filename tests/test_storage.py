@@ -19,8 +19,8 @@ import psycopg
 import pytest
 
 from support.api import claim_job, complete, enqueue, fail
-from support.db import (Conn, assert_error, connect, connection, job, one, rows, scratch_database, sql_error,
-                        sqitch, sqitch_target)
+from support.db import (Conn, assert_error, connect, connection, expire_history, job, one, rows, scratch_database,
+                        sql_error, sqitch, sqitch_target)
 from support.roles import login_roles, set_role
 
 pytestmark = pytest.mark.usefixtures("job_id_floor")
@@ -378,6 +378,51 @@ def test_a_new_width_remakes_the_empty_partitions_ahead_and_keeps_those_with_row
             c.execute("SELECT * FROM pgfence.maintain_history()")
 
 
+def _converge(c: Conn) -> None:
+    for _ in range(40):  # (as many per call as the call can make again: a few calls)
+        got = rows(c, "SELECT * FROM pgfence.maintain_history()")[0]
+        if got["dropped"] == got["created"] == 0:
+            return
+    raise AssertionError(f"the partition maintenance did not settle: {got}")
+
+
+def test_after_a_new_width_expired_partitions_go_and_the_maintenance_settles(history_db: str) -> None:
+    """After a width change, with a partition of the old width holding rows ahead: a
+    partition whose range has passed is still dropped with its rows (every pass locked
+    the parent for the one ahead, and a parent locked kept expired partitions with rows
+    for as long as partitions with rows of the old width lay ahead), and once made again
+    the partitions stay as they are (a slot cut short by a neighbour, or narrower than
+    a wider new width, was dropped and made again on every pass)."""
+    with connection(history_db) as c:
+        c.execute("SELECT pgfence.set_retention('gone_soon', interval '0', interval '0')")
+        try:
+            held = enqueue(c, "width_held")
+            complete(c, held, claim_job(c, "width_held", held))  # (a day ahead, in an hour-wide partition)
+            c.execute("SELECT pgfence.set_history_partition_width('30 minutes')")
+            _converge(c)
+            expired = enqueue(c, "gone_soon")
+            complete(c, expired, claim_job(c, "gone_soon", expired))
+            assert expire_history(c, [expired]) == 1  # (as the clock would: its partition's range has passed)
+            got = rows(c, "SELECT * FROM pgfence.maintain_history()")[0]
+            assert got["dropped"] >= 1, got
+            assert one(c, "SELECT count(*) FROM pgfence.finished_jobs WHERE id = %s", (expired,)) == 0
+            assert one(c, "SELECT status FROM pgfence.job(%s)", (held,)) == "done"
+            _converge(c)
+            # Wider again: the 30-minute partitions ahead fill the hour's slots, and stay (but
+            # the last, whose slot has none after it, made again an hour wide).
+            c.execute("SELECT pgfence.set_history_partition_width('1 hour')")
+            before = {r["name"] for r in rows(c, "SELECT name FROM pgfence.history_partitions")}
+            _converge(c)
+            assert len(before - {r["name"] for r in rows(c, "SELECT name FROM pgfence.history_partitions")}) <= 1
+            _converge(c)
+            assert rows(c, "SELECT * FROM pgfence.maintain_history()")[0] == {
+                "created": 0, "dropped": 0, "truncated": 0, "moved": 0, "deleted": 0}
+        finally:
+            c.execute("SELECT pgfence.set_history_partition_width('1 hour')")
+            c.execute("DELETE FROM pgfence.retention WHERE queue = 'gone_soon'")
+            c.execute("SELECT * FROM pgfence.maintain_history()")
+
+
 def _first_purge(c: Conn) -> dict[str, Any]:
     """Step a new sweeper run to its first purge (on an autocommit connection each step
     is its own transaction, as run_sweeper commits): its next_purge and the time then."""
@@ -504,9 +549,10 @@ def test_the_partition_routine_takes_table_names_only_from_dates(conn: Conn) -> 
     formats = re.findall(r"EXECUTE\s+format\((.*?)\)\s*(?:USING[^;]*|INTO\s+v_\w+)?;", src, re.S)
     # (7, and since the metric totals 5 more: the lock and the count of a partition before its
     # drop, and again before its truncate; whether it is empty, once the parent is locked;
-    # and the new partition's BRIN index, named by PostgreSQL after it)
-    assert len(formats) == 13, formats
-    assert len(re.findall(r"\bEXECUTE\b", src)) == 13  # (every EXECUTE is one of those)
+    # and the new partition's BRIN index, named by PostgreSQL after it; and one more:
+    # whether a partition ahead is empty, before the parent is locked)
+    assert len(formats) == 14, formats
+    assert len(re.findall(r"\bEXECUTE\b", src)) == 14  # (every EXECUTE is one of those)
     for f in formats:
         literal = "".join(re.findall(r"'([^']*)'", f))
         assert re.findall(r"%[A-Za-z]", literal) in (["%I"], ["%I", "%L", "%L"]), f

@@ -19,8 +19,23 @@
 -- out after ...") and ended as timed_out (_end_timed_out). A job enqueued with
 -- unique_for (tables/job_unique_for) holds its key once done only until created_at +
 -- unique_for (held_keys.held_until), or not at all when that has passed (unique_for 0).
+-- A done job's purge_at is finished_at + its retention counted in UTC (_utc_plus), the
+-- same whatever the worker's session TimeZone.
 
 BEGIN;
+
+-- t + d, the days and months of d counted in UTC: the same instant whatever the
+-- session's TimeZone. (timestamptz + interval counts them in the session's zone, where
+-- a day across a daylight-saving change is 23 or 25 hours: a worker whose session was
+-- in New York kept a done job with a 150-day retention an hour less than one in UTC,
+-- and the sweeper, in a zone of its own, made the history's partitions ahead for
+-- purge_at values an hour off.) Every retention is applied through it.
+CREATE OR REPLACE FUNCTION pgfence._utc_plus(t timestamptz, d interval) RETURNS timestamptz
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT ((t AT TIME ZONE 'UTC') + d) AT TIME ZONE 'UTC'
+$$;
+COMMENT ON FUNCTION pgfence._utc_plus(timestamptz, interval) IS
+  'Private: t + d with the days and months of d counted in UTC (the same whatever the session''s TimeZone).';
 
 -- Complete a batch of attempts: processing -> done for each (job, token) that
 -- still holds its lease. One row per input, in input order: accepted is true when
@@ -66,7 +81,7 @@ BEGIN
     SELECT r.retain_done INTO v_keep FROM pgfence.retention r WHERE r.queue = '';
     WITH target AS (
         SELECT j.id, j.attempt_token, j.lease_expires_at, i.result, 'processing'::text AS held,
-               v_now + coalesce(q.retain_done, v_keep) AS purge_at
+               pgfence._utc_plus(v_now, coalesce(q.retain_done, v_keep)) AS purge_at
           FROM unnest(job_ids, attempt_tokens, results) AS i(id, token, result)
           CROSS JOIN LATERAL (SELECT * FROM pgfence.jobs x WHERE x.id = i.id AND x.attempt_token = i.token OFFSET 0) j
           LEFT JOIN pgfence.retention q ON q.queue = j.queue

@@ -85,25 +85,52 @@ DECLARE
     v_parent_locked boolean := false;
     p record;
 BEGIN
+    -- READ COMMITTED only: whether a partition is empty, and what it holds, is read by
+    -- statements that must see every completion committed before them; under
+    -- REPEATABLE READ the transaction's snapshot hid those committed after it, and a
+    -- partition within its retention was dropped with them (PF004 instead).
+    PERFORM pgfence._check_isolation('maintain_history');
     created := 0; dropped := 0; truncated := 0; moved := 0; deleted := 0;
     SELECT s.partition_width INTO v_width FROM pgfence.history_settings s;
     v_ws := extract(epoch FROM v_width);
 
-    -- A new width takes effect at once where it can: empty partitions of another width
-    -- that have not ended are dropped and made again below (checked empty with the
-    -- parent locked, so that no completion lands in one meanwhile), as many as the
-    -- creation below can make again in this call.
-    v_horizon := v_now + coalesce((SELECT max(r.retain_done) FROM pgfence.retention r), interval '0')
+    -- A new width takes effect at once where it can: empty partitions that have not
+    -- ended and are not what the creation below would make in their place (wider than
+    -- the new width's slots, or not aligned to them) are dropped and made again below,
+    -- as many as the creation below can make again in this call. One that is stays: a
+    -- slot cut short by a neighbour, or partitions narrower than a wider new width that
+    -- fill its slot (every partition of another width was replaced, and a slot cut short
+    -- by a partition that holds rows was dropped and made again the same on every pass). A partition is looked at first without the parent's lock: only
+    -- one that is empty then is checked again with the parent locked (so that no
+    -- completion lands in it meanwhile) and dropped. (Every candidate locked the parent,
+    -- those with rows too, and a parent locked here kept the loop below from dropping
+    -- expired partitions with rows: after a width change, for as long as partitions of
+    -- the old width with rows lay ahead, expired ones were kept and every pass held the
+    -- completions.)
+    v_horizon := pgfence._utc_plus(v_now, coalesce((SELECT max(r.retain_done) FROM pgfence.retention r), interval '0'))
                  + greatest(2 * v_width, interval '1 minute');
-    FOR p IN SELECT h.lower_bound, h.upper_bound FROM pgfence.history_partitions h
-              WHERE h.upper_bound > v_now AND h.upper_bound - h.lower_bound <> v_width
-              ORDER BY h.lower_bound LOOP
+    FOR p IN SELECT x.lower_bound, x.upper_bound
+               FROM (SELECT h.lower_bound, h.upper_bound, lag(h.upper_bound) OVER w AS prev_upper,
+                            lead(h.lower_bound) OVER w AS next_lower,
+                            floor(extract(epoch FROM h.lower_bound) / v_ws) AS slot
+                       FROM pgfence.history_partitions h WINDOW w AS (ORDER BY h.lower_bound)) x
+              WHERE x.upper_bound > v_now
+                -- (not what the creation below would make again: from the start of the
+                -- slot or the end of the partition before, to the end of the slot or the
+                -- start of the partition after)
+                AND (x.lower_bound <> greatest(to_timestamp(x.slot * v_ws), x.prev_upper)
+                     OR x.upper_bound <> least(to_timestamp((x.slot + 1) * v_ws), x.next_lower))
+              ORDER BY x.lower_bound LOOP
+        v_name := pgfence._history_partition_name(p.lower_bound);
+        IF to_regclass(format('pgfence.%I', v_name)) IS NOT NULL THEN
+            EXECUTE format('SELECT NOT EXISTS (SELECT FROM pgfence.%I)', v_name) INTO v_empty;
+            CONTINUE WHEN NOT v_empty;
+        END IF;
         -- (what it takes to make its range again, from now to the horizon: past the
         -- horizon nothing is needed, no purge_at reaching there)
         v_need := v_need + greatest(0, ceil(extract(epoch FROM least(p.upper_bound, v_horizon)
                                                         - greatest(p.lower_bound, v_now)) / v_ws))::integer;
         EXIT WHEN v_need > 40;
-        v_name := pgfence._history_partition_name(p.lower_bound);
         BEGIN
             LOCK TABLE pgfence.finished_jobs IN ACCESS EXCLUSIVE MODE;
             v_parent_locked := true;
@@ -289,10 +316,11 @@ COMMENT ON FUNCTION pgfence.maintain_history() IS
 $$Operator: maintain the partitions of pgfence.finished_jobs now (the background sweeper does it every 10 s with
 purge_finished): drop those whose range has passed, create those ahead, empty the default partition of rows
 past purge_at. Returns how many partitions were created, dropped, truncated (dropped later), and default rows
-moved and deleted.$$;
+moved and deleted. Needs READ COMMITTED (PF004 otherwise).$$;
 
 -- Operators: the width of the partitions made from now on (the ones that hold rows
--- keep theirs; empty ones ahead are made again at the new width on the next pass). Narrower partitions drop finished jobs closer to their retention and
+-- keep theirs; empty ones ahead that reach across the new width's slots, wider ones,
+-- are made again at the new width on the next pass; narrower ones stay until they end). Narrower partitions drop finished jobs closer to their retention and
 -- make more tables: the longest retain_done may be at most 900 widths (refused else,
 -- here and by set_retention), so the partitions ahead stay under the 1,000 made in all.
 CREATE OR REPLACE FUNCTION pgfence.set_history_partition_width(width interval) RETURNS void
@@ -312,7 +340,8 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION pgfence.set_history_partition_width(interval) IS
 $$Operator: the width (10 seconds..7 days, default 1 hour) of the history partitions created from now on (empty
-ones ahead are made again at this width by the next maintenance); a done job is kept at least its retention and
+ones ahead that are wider are made again at this width by the next maintenance; narrower ones stay until they
+end); a done job is kept at least its retention and
 at most one width longer. The longest retain_done must fit in 900 widths. Errors: 22004, 22023.$$;
 
 INSERT INTO pgfence.routine_grants (routine, roles) VALUES

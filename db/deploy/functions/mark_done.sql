@@ -55,7 +55,7 @@ BEGIN
         -- (unique_for as complete applies it: no key held once done when created_at +
         -- unique_for has passed, 0 among them; else held until then, at most until the purge)
         INSERT INTO pgfence.held_keys AS k (queue, idempotency_key, job_id, purge_at, held_until)
-        SELECT g.queue, g.idempotency_key, g.id, v_now + v_keep, g.created_at + g.unique_for
+        SELECT g.queue, g.idempotency_key, g.id, pgfence._utc_plus(v_now, v_keep), g.created_at + g.unique_for
           FROM gone g
          WHERE g.idempotency_key IS NOT NULL
            AND (g.unique_for IS NULL OR g.created_at + g.unique_for > v_now)
@@ -69,7 +69,7 @@ BEGIN
     SELECT g.id, g.queue, g.kind, g.payload, g.priority, g.attempts, g.max_attempts, g.available_at,
            g.recovery_policy, g.idempotency_key, NULL, NULL, NULL,
            NULL, NULL, g.reclaim_count, g.last_error, _mark_done.result,
-           g.created_at, v_now, g.enqueued_by, e.attempts, v_now + v_keep
+           g.created_at, v_now, g.enqueued_by, e.attempts, pgfence._utc_plus(v_now, v_keep)
       FROM gone g LEFT JOIN earlier_by_job e ON e.job_id = g.id;
     RETURN j.queue;
 END $$;

@@ -68,11 +68,20 @@ DECLARE
     v_orphans bigint;
 BEGIN
     PERFORM pgfence._check_range('max_jobs', max_jobs, 1, 10000);
+    -- (the partition maintenance below decides what to drop from what its statements
+    -- see: a snapshot older than the call would show a partition as empty whose rows
+    -- committed since, and it would be dropped with them)
+    PERFORM pgfence._check_isolation('purge_finished');
     -- Idempotency keys of done jobs whose retention has passed (those of a dropped
-    -- partition went with it).
+    -- partition went with it). The past purge_at is asked of the row deleted too: a key
+    -- row that a completion took over (a new job with that key, a new purge_at) while
+    -- this waited for it is read again after the wait, and only the outer condition
+    -- is (the subquery's answer stands): without it, the key of a job just done, kept
+    -- for its retention, was freed, and an enqueue with it made a second job.
     DELETE FROM pgfence.held_keys k
      WHERE (k.queue, k.idempotency_key) IN (SELECT x.queue, x.idempotency_key FROM pgfence.held_keys x
-                                             WHERE x.purge_at <= clock_timestamp() LIMIT max_jobs);
+                                             WHERE x.purge_at <= clock_timestamp() LIMIT max_jobs)
+       AND k.purge_at <= clock_timestamp();
     IF (SELECT s.cleanup_due FROM pgfence.history_settings s) THEN
         -- Rejections of done jobs whose history went with its partition (a done job's
         -- refusals are kept while its history is), up to 10,000 jobs' worth a call.
@@ -102,7 +111,9 @@ BEGIN
         END IF;
     END IF;
     -- Nothing younger than the shortest retention can go: bound the index scan.
-    SELECT clock_timestamp() - min(least(r.retain_done, r.retain_failed)) INTO v_cutoff FROM pgfence.retention r;
+    -- (Retentions counted in UTC, as complete counts a done job's: _utc_plus.)
+    SELECT pgfence._utc_plus(clock_timestamp(), -min(least(r.retain_done, r.retain_failed))) INTO v_cutoff
+      FROM pgfence.retention r;
     SELECT pgfence._forget_jobs(ARRAY(
         SELECT j.id
           FROM pgfence.jobs j
@@ -110,9 +121,9 @@ BEGIN
           LEFT JOIN pgfence.retention q ON q.queue = j.queue
          WHERE j.status IN ('done', 'failed', 'cancelled')
            AND j.finished_at < v_cutoff
-           AND j.finished_at < clock_timestamp()
-               - CASE WHEN j.status = 'failed' THEN coalesce(q.retain_failed, d.retain_failed)
-                      ELSE coalesce(q.retain_done, d.retain_done) END
+           AND j.finished_at < pgfence._utc_plus(clock_timestamp(),
+                   -CASE WHEN j.status = 'failed' THEN coalesce(q.retain_failed, d.retain_failed)
+                         ELSE coalesce(q.retain_done, d.retain_done) END)
          ORDER BY j.finished_at
          LIMIT max_jobs
            FOR UPDATE OF j SKIP LOCKED)) INTO v_count;
@@ -134,7 +145,8 @@ maintenance (_maintain_history, last: expired partitions dropped with their jobs
 made ahead), after freeing up to max_jobs keys of done jobs past retention (pgfence.held_keys) and deleting the
 rejections of jobs whose history was dropped. What it deletes is added to pgfence.metric_totals (metrics()
 counters never go backwards), and it purges operator audit rows past their retention (purge_audit). The
-background sweeper runs it every 10 s. A deleted job's idempotency key is free again.$$;
+background sweeper runs it every 10 s. A deleted job's idempotency key is free again. Needs READ COMMITTED.
+Errors: 22004, 22023, PF004.$$;
 
 -- Set the retention of finished jobs for one queue (NULL = the default for all
 -- queues without their own row).

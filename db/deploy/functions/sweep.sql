@@ -343,8 +343,8 @@ BEGIN
     -- default partition, a table in the way) is not tried every second, each try
     -- holding completions up to 100 ms.
     v_slack := extract(epoch FROM (SELECT max(h.upper_bound) FROM pgfence.history_partitions h)
-                                  - clock_timestamp()
-                                  - coalesce((SELECT max(r.retain_done) FROM pgfence.retention r), interval '0'));
+                                  - pgfence._utc_plus(clock_timestamp(),
+                                        coalesce((SELECT max(r.retain_done) FROM pgfence.retention r), interval '0')));
     s.next_purge := least(clock_timestamp() + interval '10 seconds',
                           (SELECT min(h.upper_bound) FROM pgfence.history_partitions h
                             WHERE h.upper_bound > clock_timestamp()),

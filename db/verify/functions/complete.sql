@@ -3,7 +3,8 @@
 BEGIN;
 
 SELECT 'pgfence.complete(bigint, uuid, jsonb)'::regprocedure,
-       'pgfence.complete_many(bigint[], uuid[], jsonb[])'::regprocedure;
+       'pgfence.complete_many(bigint[], uuid[], jsonb[])'::regprocedure,
+       'pgfence._utc_plus(timestamptz, interval)'::regprocedure;
 -- The rework after @v0.3.0: results are checked.
 SELECT 1 / (prosrc LIKE '%pgfence._check_result(''result'', result)%')::int
   FROM pg_proc WHERE oid = 'pgfence.complete(bigint, uuid, jsonb)'::regprocedure;
