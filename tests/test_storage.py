@@ -345,7 +345,8 @@ def test_a_completion_with_no_partition_lands_in_the_default_which_maintenance_e
 
 def test_set_history_partition_width_checks_its_argument(history_db: str) -> None:
     with connection(history_db) as c:
-        for bad, state in (("NULL", "22004"), ("'5 seconds'", "22023"), ("'8 days'", "22023"), ("'-1 hour'", "22023")):
+        for bad, state in (("NULL", "22004"), ("'5 seconds'", "22023"), ("'8 days'", "22023"), ("'-1 hour'", "22023"),
+                           ("'10.3 seconds'", "22023"), ("'1 hour 0.5 seconds'", "22023")):
             err = sql_error(c, f"SELECT pgfence.set_history_partition_width({bad}::interval)")
             assert_error(err, state, "width")
         assert one(c, "SELECT partition_width FROM pgfence.history_settings").total_seconds() == 3600

@@ -330,6 +330,16 @@ DECLARE
 BEGIN
     PERFORM pgfence._check_interval('width', width, interval '10 seconds', interval '7 days', '10 seconds..7 days',
         'pass the width of a history partition, e.g. ''1 hour''');
+    -- Whole seconds: a partition is named after the second its range starts in
+    -- (_history_partition_name), and every bound is then a whole second (multiples of
+    -- the width since the epoch, or a neighbour's bound), so no two partitions share a
+    -- name. With '10.3 seconds' a slot could start in the same second as a bound of the
+    -- width before, and its CREATE failed on every pass (completions into the default
+    -- partition meanwhile).
+    IF extract(epoch FROM width) <> floor(extract(epoch FROM width)) THEN
+        PERFORM pgfence._raise_invalid('width', width::text, 'is not a whole number of seconds',
+            'pass a width in whole seconds, e.g. ''10 seconds'' or ''1 hour''');
+    END IF;
     SELECT max(r.retain_done) INTO v_longest FROM pgfence.retention r;
     IF v_longest / 900 > width THEN
         PERFORM pgfence._raise_invalid('width', width::text,
@@ -339,7 +349,7 @@ BEGIN
     UPDATE pgfence.history_settings SET partition_width = width;
 END $$;
 COMMENT ON FUNCTION pgfence.set_history_partition_width(interval) IS
-$$Operator: the width (10 seconds..7 days, default 1 hour) of the history partitions created from now on (empty
+$$Operator: the width (10 seconds..7 days in whole seconds, default 1 hour) of the history partitions created from now on (empty
 ones ahead that are wider are made again at this width by the next maintenance; narrower ones stay until they
 end); a done job is kept at least its retention and
 at most one width longer. The longest retain_done must fit in 900 widths. Errors: 22004, 22023.$$;
