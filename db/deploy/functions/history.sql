@@ -22,6 +22,12 @@
 
 BEGIN;
 
+-- Widths are whole seconds from this change on (set_history_partition_width): one set
+-- before with a fraction of a second is rounded up to the next second (a revert keeps it).
+UPDATE pgfence.history_settings
+   SET partition_width = make_interval(secs => ceil(extract(epoch FROM partition_width)))
+ WHERE extract(epoch FROM partition_width) <> floor(extract(epoch FROM partition_width));
+
 -- The name of the history partition whose range starts at lower_bound (UTC).
 CREATE OR REPLACE FUNCTION pgfence._history_partition_name(lower_bound timestamptz) RETURNS text
 LANGUAGE sql STABLE AS $$
@@ -123,7 +129,14 @@ BEGIN
               ORDER BY x.lower_bound LOOP
         v_name := pgfence._history_partition_name(p.lower_bound);
         IF to_regclass(format('pgfence.%I', v_name)) IS NOT NULL THEN
-            EXECUTE format('SELECT NOT EXISTS (SELECT FROM pgfence.%I)', v_name) INTO v_empty;
+            BEGIN
+                EXECUTE format('SELECT NOT EXISTS (SELECT FROM pgfence.%I)', v_name) INTO v_empty;
+            EXCEPTION
+                WHEN lock_not_available THEN
+                    EXIT;  -- (held by someone else, a VACUUM FULL say) next pass
+                WHEN undefined_table THEN
+                    v_empty := true;  -- (dropped meanwhile: only the bookkeeping is left)
+            END;
             CONTINUE WHEN NOT v_empty;
         END IF;
         -- (what it takes to make its range again, from now to the horizon: past the
@@ -162,7 +175,14 @@ BEGIN
         -- Once a DROP holds the parent (until commit: every completion waits), no partition
         -- with rows is counted in this call: the next pass drops it, 10 s later.
         IF v_parent_locked AND to_regclass(format('pgfence.%I', v_name)) IS NOT NULL THEN
-            EXECUTE format('SELECT NOT EXISTS (SELECT FROM pgfence.%I)', v_name) INTO v_empty;
+            BEGIN
+                EXECUTE format('SELECT NOT EXISTS (SELECT FROM pgfence.%I)', v_name) INTO v_empty;
+            EXCEPTION
+                WHEN lock_not_available THEN
+                    v_empty := false;  -- (held by someone else) next pass
+                WHEN undefined_table THEN
+                    v_empty := true;
+            END;
             CONTINUE WHEN NOT v_empty;
         END IF;
         BEGIN
