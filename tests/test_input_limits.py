@@ -36,10 +36,21 @@ UNSAFE = [chr(c) for c in range(1, 0x20)] + [chr(0x7F)] + [chr(c) for c in range
 EDGE = [" ", "\u00a0", "\u1680", "\u180e"] + [chr(c) for c in range(0x2000, 0x200E)] + [
     "\u202f", "\u205f", "\u2060", "\u3000", "\ufeff",
     "\u00ad", "\u034f", "\u115f", "\u1160", "\u17b4", "\u17b5", "\u2061", "\u2062", "\u2063", "\u2064",
-    "\u206a", "\u206f", "\u2800", "\u3164", "\uffa0", "\ufff9", "\ufffb"]
+    "\u206a", "\u206f", "\u2800", "\u3164", "\uffa0", "\ufff9", "\ufffb",
+    "\u2065", "\ufff0", "\ufff8", "\U0001bca0", "\U0001d173", "\U0001d17a", "\U000e0080", "\U000e0fff"]
 # Variation selectors and tag characters: refused at the start, and at the end after
 # an ASCII character; accepted at the end after an emoji (they belong to it).
-MODIFIERS = ["\ufe00", "\ufe0f", "\U000e0020", "\U000e007f", "\U000e0001"]
+MODIFIERS = ["\ufe00", "\ufe0f", "\U000e0020", "\U000e007f", "\U000e0001", "\u180b", "\u180f", "\U000e0100",
+             "\U000e01ef"]
+# Unicode 15's Default_Ignorable_Code_Point and White_Space ranges (DerivedCoreProperties.txt,
+# PropList.txt), as (first, last) code points: none may end a name after an ASCII letter
+# or start one.
+DEFAULT_IGNORABLE = [(0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C), (0x115F, 0x1160), (0x17B4, 0x17B5),
+                     (0x180B, 0x180F), (0x200B, 0x200F), (0x202A, 0x202E), (0x2060, 0x206F), (0x3164, 0x3164),
+                     (0xFE00, 0xFE0F), (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8), (0x1BCA0, 0x1BCA3),
+                     (0x1D173, 0x1D17A), (0xE0000, 0xE0FFF)]
+WHITE_SPACE = [(0x09, 0x0D), (0x20, 0x20), (0x85, 0x85), (0xA0, 0xA0), (0x1680, 0x1680), (0x2000, 0x200A),
+               (0x2028, 0x2029), (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000)]
 # Allowed anywhere but at the ends (spaces), or anywhere (letters of other scripts).
 INSIDE_OK = [" ", "\u00a0", "\u3000"]
 LETTERS = st.text(st.characters(categories=("Lu", "Ll", "Lo", "Nd"), codec="utf-8"), min_size=1, max_size=10)
@@ -92,6 +103,21 @@ def test_a_variation_selector_or_tag_character_that_modifies_nothing_is_refused(
     err = sql_error(conn, "SELECT pgfence.enqueue('k', queue => %s)", (name,))
     assert_error(err, "22023", "queue")
     assert f"U+{ord(mod):04X}" in (err.diag.message_primary or "")
+
+
+def test_no_default_ignorable_or_white_space_character_of_unicode_15_starts_or_ends_a_name(conn: Conn) -> None:
+    # Every code point of those ranges (4,200 or so), each at the start and at the end
+    # after an ASCII letter, through the predicate enqueue, enqueue_many and claim inline.
+    ranges = DEFAULT_IGNORABLE + WHITE_SPACE
+    accepted = conn.execute(
+        "SELECT to_hex(c), pgfence._name_ok(chr(c) || 'q'), pgfence._name_ok('q' || chr(c))"
+        "  FROM unnest(%s::int[], %s::int[]) AS r(lo, hi), generate_series(r.lo, r.hi) AS c"
+        " WHERE pgfence._name_ok(chr(c) || 'q') OR pgfence._name_ok('q' || chr(c))",
+        ([lo for lo, _ in ranges], [hi for _, hi in ranges])).fetchall()
+    assert accepted == []
+    # (a variation selector after the character it varies is part of the name)
+    for name in ["\u845b\U000e0100", "\u1820\u180b", "q \u2764\ufe0f"]:
+        assert one(conn, "SELECT pgfence._name_ok(%s)", (name,)) is True
 
 
 @pytest.mark.parametrize("name", ["\u2764\ufe0f", "q \u2764\ufe0f", "\U0001f3f4\U000e0067\U000e0062\U000e007f",

@@ -148,3 +148,41 @@ def test_a_unique_for_over_100_years_in_years_is_refused_as_22023(conn: Conn, qu
 def test_unique_for_of_100_years_is_accepted_with_a_key(conn: Conn, queue: str, value: str) -> None:
     job_id = enqueue(conn, queue, idempotency_key="u", unique_for=value)
     assert one(conn, "SELECT unique_for FROM pgfence.jobs WHERE id = %s", (job_id,)) <= dt.timedelta(days=36525)
+
+
+@pytest.mark.parametrize("call", [
+    "SELECT pgfence.enqueue('k', queue => %(q)s, unique_for => '1 hour')",
+    "SELECT * FROM pgfence.enqueue_many(ARRAY['k', 'k'], queue => %(q)s, unique_for => '0')",
+    "SELECT * FROM pgfence.enqueue_many(ARRAY['k'], queue => %(q)s, idempotency_keys => ARRAY[NULL],"
+    " unique_for => '1 hour')",
+])
+def test_unique_for_without_an_idempotency_key_is_refused_and_changes_nothing(conn: Conn, queue: str,
+                                                                               call: str) -> None:
+    """unique_for is how long a done job holds its key: without a key it changed nothing
+    (the job was made, the period dropped), so a caller who forgot the key got duplicates."""
+    err = sql_error(conn, call, {"q": queue})
+    assert_error(err, "22023", "unique_for")
+    assert "idempotency" in (err.diag.message_primary or "") and "idempotency_key" in (err.diag.message_hint or "")
+    assert one(conn, "SELECT count(*) FROM pgfence.all_jobs WHERE queue = %s", (queue,)) == 0
+
+
+def test_unique_for_in_a_batch_applies_to_the_jobs_with_a_key(conn: Conn, queue: str) -> None:
+    got = conn.execute("SELECT id, created FROM pgfence.enqueue_many(ARRAY['k', 'k'], queue => %s,"
+                       " idempotency_keys => ARRAY['a', NULL], unique_for => '1 hour') ORDER BY ordinal",
+                       (queue,)).fetchall()
+    assert [created for _, created in got] == [True, True]
+    assert [one(conn, "SELECT unique_for FROM pgfence.jobs WHERE id = %s", (i,)) for i, _ in got] \
+        == [dt.timedelta(hours=1), None]
+
+
+def test_a_batch_that_made_no_job_sends_no_wake_up(dsn: str, conn: Conn, queue: str) -> None:
+    conn.execute("SELECT * FROM pgfence.enqueue_many(ARRAY['k'], queue => %s, idempotency_keys => ARRAY['held'])",
+                 (queue,))
+    with connect(dsn) as listener:
+        listener.execute("LISTEN pgfence_enqueue")
+        conn.execute("SELECT * FROM pgfence.enqueue_many(ARRAY['k', 'k'], queue => %s,"
+                     " idempotency_keys => ARRAY['held', 'held'])", (queue,))
+        assert list(listener.notifies(timeout=0.5, stop_after=1)) == []
+        conn.execute("SELECT * FROM pgfence.enqueue_many(ARRAY['k'], queue => %s, idempotency_keys => ARRAY['new'])",
+                     (queue,))
+        assert len(list(listener.notifies(timeout=5, stop_after=1))) == 1

@@ -17,10 +17,13 @@ from typing import Any
 # C0/C1 controls, DEL, soft hyphen, combining grapheme joiner, ALM, Hangul fillers,
 # Khmer inherent vowels, zero-width and bidi marks, line/paragraph separators,
 # embeddings/overrides, word joiner, invisible operators, isolates, deprecated format
-# characters, BOM, interlinear annotation marks.
+# characters, BOM, interlinear annotation marks, shorthand and musical format controls,
+# default-ignorable code points not yet assigned. The same set as pgfence._printable in
+# the database (db/deploy/functions/_checks.sql) and text.js in the Node.js client.
 _UNSAFE = re.compile(
     "[\x00-\x1f\x7f-\x9f\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u200b-\u200f\u2028-\u202e"
-    "\u2060-\u206f\u3164\ufeff\uffa0\ufff9-\ufffb]"
+    "\u2060-\u206f\u3164\ufeff\uffa0\ufff0-\ufffb\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
+    "\U000e0080-\U000e00ff\U000e01f0-\U000e0fff]"
 )
 
 

@@ -36,21 +36,28 @@ COMMENT ON FUNCTION pgfence._unsafe_chars() IS
 -- (zero-width space, joiners, word joiner, invisible operators, deprecated format
 -- characters, byte order mark, Mongolian vowel separator, soft hyphen, combining
 -- grapheme joiner, the Hangul fillers, the Khmer inherent vowels, braille blank,
--- interlinear annotation marks).
+-- interlinear annotation marks, the shorthand and musical format controls, and the
+-- default-ignorable code points not yet assigned: U+2065, U+FFF0..FFF8, U+E0080..E00FF,
+-- U+E01F0..E0FFF, which a later Unicode may make anything invisible). With the unsafe
+-- characters and the modifiers below, every Default_Ignorable_Code_Point and White_Space
+-- character of Unicode 15 is refused at the edge of a name (tests/test_input_limits.py).
 CREATE OR REPLACE FUNCTION pgfence._edge_chars() RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT E'[ \\u00a0\\u00ad\\u034f\\u115f\\u1160\\u1680\\u17b4\\u17b5\\u180e\\u2000-\\u200d\\u202f\\u205f-\\u2064\\u206a-\\u206f'
-           || E'\\u2800\\u3000\\u3164\\ufeff\\uffa0\\ufff9-\\ufffb]'
+    SELECT E'[ \\u00a0\\u00ad\\u034f\\u115f\\u1160\\u1680\\u17b4\\u17b5\\u180e\\u2000-\\u200d\\u202f\\u205f-\\u2065\\u206a-\\u206f'
+           || E'\\u2800\\u3000\\u3164\\ufeff\\uffa0\\ufff0-\\ufffb\\U0001bca0-\\U0001bca3\\U0001d173-\\U0001d17a'
+           || E'\\U000e0080-\\U000e00ff\\U000e01f0-\\U000e0fff]'
 $$;
 COMMENT ON FUNCTION pgfence._edge_chars() IS
   'Private: a regex bracket expression of the characters a name may not start or end with (Unicode whitespace, invisible characters).';
 
--- Variation selectors and tag characters: they modify the character before them, so
--- they may not start a name, nor end one after an ASCII character, which they leave
--- looking the same ('default' and U+FE0F); after an emoji they belong to it.
+-- Variation selectors (U+FE00..FE0F, the Mongolian free variation selectors U+180B..180D
+-- and U+180F, the ideographic variation selectors U+E0100..E01EF) and tag characters:
+-- they modify the character before them, so they may not start a name, nor end one after
+-- an ASCII character, which they leave looking the same ('default' and U+FE0F); after an
+-- emoji, a Mongolian letter or an ideograph they belong to it.
 CREATE OR REPLACE FUNCTION pgfence._modifier_chars() RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT E'[\\ufe00-\\ufe0f\\U000e0000-\\U000e007f]'
+    SELECT E'[\\ufe00-\\ufe0f\\u180b-\\u180d\\u180f\\U000e0000-\\U000e007f\\U000e0100-\\U000e01ef]'
 $$;
 COMMENT ON FUNCTION pgfence._modifier_chars() IS
   'Private: a regex bracket expression of the variation selectors and tag characters (not at the start of a name, nor at its end after an ASCII character).';
@@ -69,8 +76,8 @@ COMMENT ON FUNCTION pgfence._hex4(integer) IS
 CREATE OR REPLACE FUNCTION pgfence._printable(value text) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE
-        WHEN value !~ E'[\\x01-\\x1f\\x7f-\\x9f\\u00ad\\u034f\\u061c\\u115f\\u1160\\u17b4\\u17b5\\u200b-\\u200f\\u2028-\\u202e\\u2060-\\u206f\\u3164\\ufeff\\uffa0\\ufff9-\\ufffb]' THEN value
-        ELSE (SELECT string_agg(CASE WHEN t.c ~ E'[\\x01-\\x1f\\x7f-\\x9f\\u00ad\\u034f\\u061c\\u115f\\u1160\\u17b4\\u17b5\\u200b-\\u200f\\u2028-\\u202e\\u2060-\\u206f\\u3164\\ufeff\\uffa0\\ufff9-\\ufffb]'
+        WHEN value !~ E'[\\x01-\\x1f\\x7f-\\x9f\\u00ad\\u034f\\u061c\\u115f\\u1160\\u17b4\\u17b5\\u200b-\\u200f\\u2028-\\u202e\\u2060-\\u206f\\u3164\\ufeff\\uffa0\\ufff0-\\ufffb\\U0001bca0-\\U0001bca3\\U0001d173-\\U0001d17a\\U000e0080-\\U000e00ff\\U000e01f0-\\U000e0fff]' THEN value
+        ELSE (SELECT string_agg(CASE WHEN t.c ~ E'[\\x01-\\x1f\\x7f-\\x9f\\u00ad\\u034f\\u061c\\u115f\\u1160\\u17b4\\u17b5\\u200b-\\u200f\\u2028-\\u202e\\u2060-\\u206f\\u3164\\ufeff\\uffa0\\ufff0-\\ufffb\\U0001bca0-\\U0001bca3\\U0001d173-\\U0001d17a\\U000e0080-\\U000e00ff\\U000e01f0-\\U000e0fff]'
                                      THEN E'\\u' || pgfence._hex4(ascii(t.c)) ELSE t.c END, '' ORDER BY t.n)
                 FROM regexp_split_to_table(value, '') WITH ORDINALITY AS t(c, n))
     END
@@ -124,11 +131,11 @@ BEGIN
     IF pgfence._name_ok(value) THEN
         RETURN;
     ELSIF value IS NULL THEN
-        PERFORM pgfence._raise_null(arg, format('pass a %s of 1 to 128 characters', arg));
+        PERFORM pgfence._raise_null(arg, format('pass %s as a name of 1 to 128 characters', arg));
     ELSIF value = '' OR char_length(value) > 128 THEN
         PERFORM pgfence._raise_invalid(arg, quote_literal(value),
             format('length %s is outside 1..128', char_length(value)),
-            format('pass a %s of 1 to 128 characters', arg));
+            format('pass %s as a name of 1 to 128 characters', arg));
     END IF;
     v_bad := substring(value FROM pgfence._unsafe_chars());
     IF v_bad IS NOT NULL THEN

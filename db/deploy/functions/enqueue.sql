@@ -23,6 +23,8 @@
 --     held_until is free.
 -- The options that are NULL unless given (idempotency_key, run_at, timeout, unique_for)
 -- are checked by an expression of their own that runs only when one is given.
+-- unique_for without an idempotency_key is refused (22023): it changed nothing, and a
+-- caller who forgot the key got duplicates believing them kept out.
 
 BEGIN;
 
@@ -126,12 +128,27 @@ BEGIN
         PERFORM pgfence._check_interval(arg, value, interval '0', interval '36525 days', '0..100 years', v_hint);
         -- (years compare as 360 days there, but last 365.25: the length decides)
         PERFORM pgfence._raise_invalid(arg, value::text,
-            format('outside 0..100 years (it lasts %s days; at most 36525)', round(extract(epoch FROM value) / 86400, 2)),
+            format('outside 0..100 years (it lasts %s days, more than 36525)',
+                   trim_scale(extract(epoch FROM value) / 86400)),
             v_hint);
     END IF;
 END $$;
 COMMENT ON FUNCTION pgfence._check_unique_for(text, interval) IS
   'Private: check a unique_for interval (NULL, or 0 .. 100 years: a length of at most 36525 days), naming arg.';
+
+-- unique_for says how long a done job holds its idempotency key: given for jobs without
+-- a key it would change nothing, and a caller who forgot the key would get duplicates
+-- believing them kept out (22023 naming unique_for).
+CREATE OR REPLACE FUNCTION pgfence._check_unique_for_has_key(unique_for interval, has_key boolean) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF unique_for IS NOT NULL AND NOT has_key THEN
+        PERFORM pgfence._raise_invalid('unique_for', unique_for::text, 'is given without an idempotency key',
+            'unique_for is how long a done job holds its idempotency key: pass idempotency_key too, or no unique_for');
+    END IF;
+END $$;
+COMMENT ON FUNCTION pgfence._check_unique_for_has_key(interval, boolean) IS
+  'Private: refuse a unique_for given for jobs without an idempotency key (22023 naming unique_for).';
 
 CREATE OR REPLACE FUNCTION pgfence._key_ok(value text) RETURNS boolean
 LANGUAGE sql IMMUTABLE AS $$
@@ -191,8 +208,8 @@ BEGIN
     IF NOT v_bad AND (idempotency_key IS NOT NULL OR enqueue.run_at IS NOT NULL OR enqueue.timeout IS NOT NULL
                       OR enqueue.unique_for IS NOT NULL) THEN
         v_bad := NOT coalesce(pgfence._key_ok(idempotency_key) AND pgfence._run_at_ok(enqueue.run_at)
-                              AND pgfence._timeout_ok(enqueue.timeout) AND pgfence._unique_for_ok(enqueue.unique_for),
-                              false);
+                              AND pgfence._timeout_ok(enqueue.timeout) AND pgfence._unique_for_ok(enqueue.unique_for)
+                              AND (enqueue.unique_for IS NULL OR idempotency_key IS NOT NULL), false);
     END IF;
     IF v_bad THEN
         PERFORM pgfence._check_name('kind', kind);
@@ -205,6 +222,7 @@ BEGIN
         PERFORM pgfence._check_run_at('run_at', enqueue.run_at);
         PERFORM pgfence._check_timeout('timeout', enqueue.timeout);
         PERFORM pgfence._check_unique_for('unique_for', enqueue.unique_for);
+        PERFORM pgfence._check_unique_for_has_key(enqueue.unique_for, idempotency_key IS NOT NULL);
     END IF;
     -- The run timeout: the job's own, else the queue's default (one look-up by key).
     IF enqueue.timeout IS NOT NULL THEN
@@ -274,7 +292,7 @@ wake-up tag (pgfence.wakeup_tags). timeout (1 ms..30 days; NULL = the queue's de
 none): the run timeout of each attempt; the lease never outlives claim time + timeout, and an attempt that
 reaches it ends as timed_out (its calls get PF001) and the job follows its recovery_policy. unique_for (NULL,
 or 0..100 years): how long a done job keeps holding its key: NULL its retention, 0 not at all, else until
-created_at + unique_for. Errors: 22004 NULL argument, 22023 bad value.$$;
+created_at + unique_for; given without an idempotency_key, 22023. Errors: 22004 NULL argument, 22023 bad value.$$;
 
 INSERT INTO pgfence.routine_grants (routine, roles) VALUES ('enqueue', '{pgfence_producer}')
 ON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;

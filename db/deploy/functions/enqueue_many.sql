@@ -37,8 +37,9 @@ BEGIN
     IF cardinality(payloads) <> n OR cardinality(priorities) <> n OR cardinality(run_ats) <> n
        OR cardinality(idempotency_keys) <> n THEN
         PERFORM pgfence._raise_invalid('array lengths',
-            format('payloads=%s priorities=%s run_ats=%s idempotency_keys=%s', cardinality(payloads),
-                   cardinality(priorities), cardinality(run_ats), cardinality(idempotency_keys)),
+            format('payloads=%s priorities=%s run_ats=%s idempotency_keys=%s', coalesce(cardinality(payloads)::text, 'NULL'),
+                   coalesce(cardinality(priorities)::text, 'NULL'), coalesce(cardinality(run_ats)::text, 'NULL'),
+                   coalesce(cardinality(idempotency_keys)::text, 'NULL')),
             format('kinds has %s elements', n),
             'pass NULL or an array with exactly one element per kind, in the same order');
     END IF;
@@ -117,6 +118,10 @@ BEGIN
         enqueue_many.max_attempts, enqueue_many.recovery_policy, idempotency_keys);
     PERFORM pgfence._check_timeout('timeout', enqueue_many.timeout);
     PERFORM pgfence._check_unique_for('unique_for', enqueue_many.unique_for);
+    IF enqueue_many.unique_for IS NOT NULL THEN  -- (for the jobs with a key: some must have one)
+        PERFORM pgfence._check_unique_for_has_key(enqueue_many.unique_for,
+                                                  EXISTS (SELECT FROM unnest(idempotency_keys) k WHERE k IS NOT NULL));
+    END IF;
     -- The run timeout: the batch's, else the queue's default (one look-up by key).
     IF enqueue_many.timeout IS NOT NULL THEN
         v_timeout := pgfence._timeout_length(enqueue_many.timeout);
@@ -226,7 +231,10 @@ BEGIN
 
     END IF;
 
-    PERFORM pg_notify('pgfence_enqueue', pgfence._wakeup_tag(enqueue_many.queue));
+    -- (a wake-up only for jobs made: a batch whose every key was held made none)
+    IF v_plain_ids IS NOT NULL OR true = ANY (v_key_created) THEN
+        PERFORM pg_notify('pgfence_enqueue', pgfence._wakeup_tag(enqueue_many.queue));
+    END IF;
 
     RETURN QUERY
     SELECT p.ord, p.id, true FROM unnest(v_plain_ords, v_plain_ids) AS p(ord, id)
@@ -244,8 +252,9 @@ $$Enqueue a batch (1..10000 jobs) into one queue in one call. Parallel arrays: k
 payloads, priorities, run_ats, idempotency_keys (each NULL for all-defaults, or one element per job;
 a NULL element of idempotency_keys means no key). Returns (ordinal, id, created) per input element
 in input order; created is false where a key resolved to an existing job or an earlier element. Same
-validation and idempotency rules as enqueue; one NOTIFY pgfence_enqueue with the queue's wake-up tag.
-timeout and unique_for (one value for the whole batch) as enqueue's.$$;
+validation and idempotency rules as enqueue; one NOTIFY pgfence_enqueue with the queue's wake-up tag
+when the batch made a job (none when every key was held). timeout and unique_for (one value for the whole
+batch) as enqueue's; unique_for applies to the jobs with a key, and some job must have one (22023 else).$$;
 
 INSERT INTO pgfence.routine_grants (routine, roles) VALUES ('enqueue_many', '{pgfence_producer}')
 ON CONFLICT (routine) DO UPDATE SET roles = excluded.roles;

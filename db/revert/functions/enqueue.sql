@@ -12,6 +12,7 @@ COMMIT;
 \ir ../../deploy/functions/enqueue@v0.7.0.sql
 
 BEGIN;
+DROP FUNCTION IF EXISTS pgfence._check_unique_for_has_key(interval, boolean);
 DROP FUNCTION IF EXISTS pgfence._check_unique_for(text, interval);
 DROP FUNCTION IF EXISTS pgfence._unique_for_ok(interval);
 COMMIT;
