@@ -12,6 +12,7 @@ from .limits import Limits
 from .models import (ActionPreview, ActionResult, Attempt, AuditEntry, Enqueued, Job, JobRecord, Metric, Outcome,
                      QueueLimit, QueueSet, QueueStats, Reclaimed, Rejection, Schedule)
 from .worker import Interrupted, PermanentFailure, RetryAfter, Snooze, Worker
+from .worker_options import WorkerOptionError
 
 __version__ = "0.1.0"
 
@@ -19,5 +20,5 @@ __all__ = [
     "Client", "Worker", "Job", "ActionPreview", "ActionResult", "AuditEntry", "Metric", "JobRecord", "Attempt", "Rejection", "Enqueued", "Outcome", "QueueStats", "QueueLimit", "QueueSet", "Reclaimed", "RawJson",
     "Schedule",
     "PgfenceError", "LeaseLost", "JobNotFound", "InvalidTransition", "InvalidArgument", "WrongIsolation",
-    "SchemaMismatch", "Limits", "Interrupted", "PermanentFailure", "RetryAfter", "Snooze", "SCHEMA_VERSION",
+    "SchemaMismatch", "WorkerOptionError", "Limits", "Interrupted", "PermanentFailure", "RetryAfter", "Snooze", "SCHEMA_VERSION",
 ]

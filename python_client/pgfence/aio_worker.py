@@ -34,10 +34,7 @@ their results would be void); a second signal hurries the shutdown.
 from __future__ import annotations
 
 import asyncio
-import os
-import random
 import signal
-import socket
 import threading
 import time
 import uuid
@@ -58,6 +55,7 @@ from .models import Job
 from .reporter import due, take_batch
 from .retries import RETRYABLE
 from .stopping import Stop
+from .worker_options import SharedOptions, worker_options
 
 if TYPE_CHECKING:
     from .worker_metrics import WorkerMetrics
@@ -69,7 +67,7 @@ log = escaped_logger("pgfence.worker")
 AsyncHandler = Union[Callable[[Job], Awaitable[Any]], Handler]
 
 
-class AsyncWorker:
+class AsyncWorker(SharedOptions):
     """Runs handlers for claimed jobs on an event loop until stopped: ``await worker.run()``.
 
     The options of :class:`pgfence.Worker`, with these differences:
@@ -95,28 +93,14 @@ class AsyncWorker:
                  metrics_port: Optional[int] = None, metrics_bind: str = "127.0.0.1") -> None:
         if client.pool is None:
             raise TypeError("AsyncWorker needs an AsyncClient with its own pool: await AsyncClient.connect(dsn)")
-        if concurrency < 1 or prefetch < 0:
-            raise ValueError("concurrency must be >= 1 and prefetch >= 0")
-        if queues is not None and queue_set is not None:
-            raise ValueError("pass queues or queue_set, not both")
+        options = worker_options(handlers, queues=queues, queue_set=queue_set, concurrency=concurrency,
+                                 prefetch=prefetch, lease=lease, poll_interval=poll_interval,
+                                 shutdown_grace=shutdown_grace, run_sweeper=run_sweeper, sweep_interval=sweep_interval,
+                                 flush_interval=flush_interval, flush_batch=flush_batch, worker_id=worker_id,
+                                 listen=listen, limits=limits)
         self.client = client
-        self.handlers = dict(handlers)
-        self.queues = None if queues is None else list(queues)
-        self.queue_set = queue_set
-        self.concurrency = concurrency
-        self.capacity = concurrency + prefetch
-        self.lease = lease
-        self.poll_interval = poll_interval
-        self.shutdown_grace = shutdown_grace
-        self.run_sweeper = run_sweeper
-        self.sweep_interval = sweep_interval
-        self.flush_interval = flush_interval
-        self.flush_batch = flush_batch
-        self.listen = listen
+        self._take_options(options)
         self.limits = limits
-        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{random.getrandbits(24):06x}"
-        self.counters = {"claimed": 0, "completed": 0, "failed": 0, "lease_lost": 0, "released": 0,
-                         "snoozed": 0}
         self._async_kinds = {kind for kind, h in self.handlers.items() if is_async(h)}
         self._stop = Stop()
         self._ledger = Ledger(self._stop.stopping.is_set)

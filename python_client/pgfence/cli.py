@@ -41,6 +41,7 @@ from .metrics_text import prometheus_text
 from .models import Attempt, JobRecord, Rejection
 from .worker import Handler, Worker
 from .worker_metrics import MetricsError
+from .worker_options import WorkerOptionError
 
 PROG = "pgfence"
 log = escaped_logger("pgfence.cli")
@@ -459,6 +460,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
             client.close()
     except MetricsError as exc:  # (prometheus_client missing, or the port in use: nothing was claimed)
         raise CliError(exc.message, hint=exc.hint) from exc
+    except WorkerOptionError as exc:  # (checked before anything is claimed)
+        raise CliError(exc.message, hint=exc.hint, code=2) from None
     return 0
 
 

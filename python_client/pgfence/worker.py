@@ -20,16 +20,14 @@ be reported), and runs each on a thread with its own pooled connection:
 Stopping (:mod:`pgfence.stopping`): :meth:`Worker.stop` or SIGTERM/SIGINT stops
 claiming, gives unstarted jobs back, waits ``shutdown_grace`` for running handlers and
 gives the rest back (the shutdown sequence is here); a second signal hurries it.
-The database's limits come from one :class:`~pgfence.limits.Limits`.
+The database's limits come from one :class:`~pgfence.limits.Limits`; the options, shared
+with :class:`pgfence.aio.AsyncWorker`, are checked by :mod:`pgfence.worker_options`.
 
 Every decision (retry or dead letter, backoff, fencing) is made by the database.
 """
 
 from __future__ import annotations
 
-import os
-import random
-import socket
 import threading
 import time
 from datetime import timedelta
@@ -46,6 +44,7 @@ from .limits import Limits
 from .listener import Listener
 from .reporter import Reporter
 from .stopping import Stop, install_signals
+from .worker_options import SharedOptions, worker_options
 
 if TYPE_CHECKING:
     from .worker_metrics import WorkerMetrics
@@ -53,7 +52,7 @@ if TYPE_CHECKING:
 log = escaped_logger("pgfence.worker")
 
 
-class Worker:
+class Worker(SharedOptions):
     """Runs handlers for claimed jobs until stopped.
 
     Options (defaults in brackets):
@@ -89,6 +88,9 @@ class Worker:
       while it serves, else None. Needs ``prometheus_client`` (``pgfence[metrics]``).
     * ``metrics_bind`` ["127.0.0.1"]: the address to serve the metrics on (no
       authentication: bind beyond loopback only where the network is trusted).
+
+    Every option is checked here, before anything connects or claims
+    (:mod:`pgfence.worker_options`): :class:`~pgfence.WorkerOptionError` names a bad one.
     """
 
     def __init__(self, client: Client, handlers: Mapping[str, Handler], *,
@@ -101,30 +103,15 @@ class Worker:
                  metrics_port: Optional[int] = None, metrics_bind: str = "127.0.0.1") -> None:
         if client.pool is None:
             raise TypeError("Worker needs a Client with its own pool: Client.connect(dsn)")
-        if concurrency < 1 or prefetch < 0:
-            raise ValueError("concurrency must be >= 1 and prefetch >= 0")
-        if queues is not None and queue_set is not None:
-            raise ValueError("pass queues or queue_set, not both")
+        options = worker_options(handlers, queues=queues, queue_set=queue_set, concurrency=concurrency,
+                                 prefetch=prefetch, lease=lease, poll_interval=poll_interval,
+                                 shutdown_grace=shutdown_grace, run_sweeper=run_sweeper, sweep_interval=sweep_interval,
+                                 flush_interval=flush_interval, flush_batch=flush_batch, worker_id=worker_id,
+                                 listen=listen, limits=limits)
         self.client = client
-        self.handlers = dict(handlers)
-        self.queues = None if queues is None else list(queues)
-        self.queue_set = queue_set
-        self.concurrency = concurrency
-        self.capacity = concurrency + prefetch
-        self.lease = lease
-        self.poll_interval = poll_interval
-        self.shutdown_grace = shutdown_grace
-        self.run_sweeper = run_sweeper
-        self.sweep_interval = sweep_interval
-        self.flush_interval = flush_interval
-        self.flush_batch = flush_batch
-        self.listen = listen
+        self._take_options(options)
         # (the database's own statement of its limits, read once: pgfence.limits())
-        self.limits = limits = client.limits() if limits is None else limits
-        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{random.getrandbits(24):06x}"
-        self.counters = {"claimed": 0, "completed": 0, "failed": 0, "lease_lost": 0, "released": 0,
-                         "snoozed": 0}
-
+        self.limits = client.limits() if limits is None else limits
         self._stop = Stop()
         self._ledger = LockedLedger(threading.Lock(), self._stop.stopping.is_set)
         self.metrics_port = metrics_port
@@ -139,14 +126,14 @@ class Worker:
         self._outcome = threading.Event()  # the flusher: an outcome is waiting
         self._threads: list[threading.Thread] = []
         self._claimer = Claimer(client, self._ledger, self._stop, worker_id=self.worker_id, queues=self.queues,
-                                lease=lease, capacity=self.capacity, poll_interval=poll_interval,
-                                counters=self.counters, wake=self._wake, work=self._work, limits=limits,
-                                queue_set=queue_set)
+                                lease=self.lease, capacity=self.capacity, poll_interval=self.poll_interval,
+                                counters=self.counters, wake=self._wake, work=self._work, limits=self.limits,
+                                queue_set=self.queue_set)
         self._reporter = Reporter(client, self._ledger, worker_id=self.worker_id, counters=self.counters,
-                                  hurried=self._stop.hurry.is_set, wait=self._stop.hurry.wait, limits=limits,
+                                  hurried=self._stop.hurry.is_set, wait=self._stop.hurry.wait, limits=self.limits,
                                   metrics=self._metrics)
-        self._heartbeats = Heartbeats(client, self._ledger, worker_id=self.worker_id, lease=lease,
-                                      counters=self.counters, limits=limits)
+        self._heartbeats = Heartbeats(client, self._ledger, worker_id=self.worker_id, lease=self.lease,
+                                      counters=self.counters, limits=self.limits)
 
     @property
     def metrics_address(self) -> Optional[tuple[str, int]]:

@@ -1,0 +1,216 @@
+"""The options :class:`pgfence.Worker` and :class:`pgfence.aio.AsyncWorker` share: one
+definition, every option checked when the worker is made.
+
+A bad option raises :class:`WorkerOptionError` naming it, with the value it got and a hint
+of what it takes, before the worker connects, listens or claims anything (so a bad value
+never runs: a negative ``poll_interval`` polled in a busy loop, a queue name given as a
+string was claimed from as its letters, a handler that is not callable failed each job of
+its kind). The database has the last word on names and on the lease (``pgfence.limits()``
+may allow other bounds than the defaults); these checks are what the worker itself needs.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import socket
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Callable, Optional
+
+from .limits import Limits
+
+__all__ = ["SharedOptions", "WorkerOptionError", "WorkerOptions", "worker_options"]
+
+#: Longest poll_interval, sweep_interval, shutdown_grace and flush_interval, in seconds
+#: (a day: beyond it a threading wait overflows on some platforms, and nothing needs it).
+MAX_SECONDS = 86_400.0
+
+
+class WorkerOptionError(ValueError, TypeError):
+    """A worker option the worker cannot run with: ``option`` names it, ``message`` says what
+    is wrong with ``value``, ``hint`` what it takes. Both a ValueError and a TypeError (a value
+    of the wrong type raises it too)."""
+
+    def __init__(self, option: str, value: Any, problem: str, hint: str) -> None:
+        self.option = option
+        self.value = value
+        self.hint = hint
+        self.message = f"invalid worker option {option}={_shown(value)}: {problem}"
+        super().__init__(f"{self.message} ({hint})")
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """The checked options (see :class:`pgfence.Worker` for what each does)."""
+
+    handlers: dict[str, Callable[..., Any]]
+    queues: Optional[list[str]]
+    queue_set: Optional[str]
+    concurrency: int
+    prefetch: int
+    lease: timedelta
+    poll_interval: float
+    shutdown_grace: float
+    run_sweeper: Optional[bool]
+    sweep_interval: float
+    flush_interval: float
+    flush_batch: int
+    worker_id: Optional[str]
+    listen: bool
+    limits: Optional[Limits]
+
+
+def worker_options(handlers: Any, *, queues: Any, queue_set: Any, concurrency: Any, prefetch: Any, lease: Any,
+                   poll_interval: Any, shutdown_grace: Any, run_sweeper: Any, sweep_interval: Any,
+                   flush_interval: Any, flush_batch: Any, worker_id: Any, listen: Any,
+                   limits: Any) -> WorkerOptions:
+    """Check every option (``limits``: the database's, when the caller has them; else the
+    defaults bound the lease and flush_batch); raise :class:`WorkerOptionError` for the first bad one."""
+    if limits is not None and not isinstance(limits, Limits):
+        raise WorkerOptionError("limits", limits, "is not a pgfence.Limits", "pass None (read from the database) "
+                                "or what Client.limits() returned")
+    bounds = limits if limits is not None else Limits()
+    return WorkerOptions(
+        handlers=_handlers(handlers),
+        queues=_queues(queues, queue_set, bounds.queues),
+        queue_set=_name("queue_set", queue_set, "or None to claim by queues"),
+        concurrency=_integer("concurrency", concurrency, 1, None, "handler threads or tasks: 1 or more"),
+        prefetch=_integer("prefetch", prefetch, 0, None, "jobs claimed ahead of free handlers: 0 or more"),
+        lease=_lease(lease, bounds),
+        poll_interval=_seconds("poll_interval", poll_interval, False, "the longest idle wait between claims"),
+        shutdown_grace=_seconds("shutdown_grace", shutdown_grace, True, "how long a stop waits for running handlers"),
+        run_sweeper=_flag("run_sweeper", run_sweeper, True, "True, False, or None (while no sweeper runs)"),
+        sweep_interval=_seconds("sweep_interval", sweep_interval, False, "how often this worker sweeps when it does"),
+        flush_interval=_seconds("flush_interval", flush_interval, True, "how long an outcome may wait to be reported"),
+        flush_batch=_integer("flush_batch", flush_batch, 1, bounds.batch,
+                             f"outcomes reported in one call: 1..{bounds.batch}"),
+        worker_id=_name("worker_id", worker_id, "or None for host:pid:random"),
+        listen=bool(_flag("listen", listen, False, "True (wake on NOTIFY) or False (poll only)")),
+        limits=limits,
+    )
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _handlers(handlers: Any) -> dict[str, Callable[..., Any]]:
+    if not isinstance(handlers, Mapping):
+        raise WorkerOptionError("handlers", handlers, "is not a mapping", "pass {kind: callable(job)}")
+    out: dict[str, Callable[..., Any]] = {}
+    for kind, handler in handlers.items():
+        if not isinstance(kind, str) or not kind:
+            raise WorkerOptionError("handlers", kind, "has a key that is not a job kind",
+                                    "key each handler by its job kind, a non-empty string")
+        if not callable(handler):
+            raise WorkerOptionError(f"handlers[{kind!r}]", handler, "is not callable",
+                                    "pass a function (or coroutine function) taking the job")
+        out[kind] = handler
+    return out
+
+
+def _queues(queues: Any, queue_set: Any, most: int) -> Optional[list[str]]:
+    if queues is None:
+        return None
+    if queue_set is not None:
+        raise WorkerOptionError("queue_set", queue_set, "is given with queues",
+                                "pass queues (a list of names) or queue_set (a stored set), not both")
+    if isinstance(queues, (str, bytes, Mapping)) or not isinstance(queues, Iterable):
+        raise WorkerOptionError("queues", queues, "is not a list of queue names",
+                                "pass a list, e.g. ['emails'], or None to claim from every queue")
+    names = list(queues)
+    if not 1 <= len(names) <= most:
+        raise WorkerOptionError("queues", queues, f"has {len(names)} names",
+                                f"pass 1..{most} queue names, or None to claim from every queue")
+    for i, name in enumerate(names):
+        if not isinstance(name, str) or not name:
+            raise WorkerOptionError(f"queues[{i}]", name, "is not a queue name", "each name is a non-empty string")
+    return names
+
+
+def _name(option: str, value: Any, or_else: str) -> Optional[str]:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 1 <= len(value) <= 128:
+        raise WorkerOptionError(option, value, "is not a name of 1..128 characters",
+                                f"pass a string of 1 to 128 characters, {or_else}")
+    return value
+
+
+def _integer(option: str, value: Any, lo: int, hi: Optional[int], hint: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise WorkerOptionError(option, value, "is not an integer", hint)
+    if value < lo or (hi is not None and value > hi):
+        raise WorkerOptionError(option, value, "is out of range", hint)
+    return value
+
+
+def _seconds(option: str, value: Any, zero_ok: bool, what: str) -> float:
+    bounds = f"{'0' if zero_ok else 'more than 0'}..{MAX_SECONDS:.0f} seconds"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise WorkerOptionError(option, value, "is not a number of seconds", f"{what}: {bounds}")
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok) or value > MAX_SECONDS:
+        raise WorkerOptionError(option, value, "is out of range", f"{what}: {bounds}")
+    return float(value)
+
+
+def _flag(option: str, value: Any, none_ok: bool, hint: str) -> Optional[bool]:
+    if value is None and none_ok:
+        return None
+    if not isinstance(value, bool):
+        raise WorkerOptionError(option, value, "is not a boolean", hint)
+    return value
+
+
+def _lease(lease: Any, bounds: Limits) -> timedelta:
+    lo, hi = timedelta(milliseconds=bounds.lease_min_ms), timedelta(milliseconds=bounds.lease_max_ms)
+    hint = (f"a datetime.timedelta from {bounds.lease_min_ms} ms to {bounds.lease_max_ms / 1000:g} s,"
+            " e.g. timedelta(seconds=30)")
+    if not isinstance(lease, timedelta):
+        raise WorkerOptionError("lease", lease, "is not a timedelta", hint)
+    if not lo <= lease <= hi:
+        raise WorkerOptionError("lease", lease, "is out of range", hint)
+    return lease
+
+
+class SharedOptions:
+    """The attributes both workers keep of their options (their names as before: code and
+    tests read ``worker.queues``, ``worker.capacity``, ...), set in one place."""
+
+    handlers: dict[str, Callable[..., Any]]
+    queues: Optional[list[str]]
+    queue_set: Optional[str]
+    concurrency: int
+    capacity: int
+    lease: timedelta
+    poll_interval: float
+    shutdown_grace: float
+    run_sweeper: Optional[bool]
+    sweep_interval: float
+    flush_interval: float
+    flush_batch: int
+    listen: bool
+    worker_id: str
+    counters: dict[str, int]
+
+    def _take_options(self, o: WorkerOptions) -> None:
+        self.handlers = o.handlers
+        self.queues = o.queues
+        self.queue_set = o.queue_set
+        self.concurrency = o.concurrency
+        self.capacity = o.concurrency + o.prefetch
+        self.lease = o.lease
+        self.poll_interval = o.poll_interval
+        self.shutdown_grace = o.shutdown_grace
+        self.run_sweeper = o.run_sweeper
+        self.sweep_interval = o.sweep_interval
+        self.flush_interval = o.flush_interval
+        self.flush_batch = o.flush_batch
+        self.listen = o.listen
+        self.worker_id = o.worker_id or f"{socket.gethostname()}:{os.getpid()}:{random.getrandbits(24):06x}"
+        self.counters = {"claimed": 0, "completed": 0, "failed": 0, "lease_lost": 0, "released": 0,
+                         "snoozed": 0}
