@@ -230,12 +230,28 @@ export interface WorkerOptions {
   /** Stop gracefully on SIGTERM/SIGINT while run() runs (default true). */
   handleSignals?: boolean;
   logger?: Partial<Logger>;
+  /** Serve this worker's own Prometheus metrics at http://metricsBind:metricsPort/metrics while run() runs
+   *  (default null: no metrics, no server; 0: any free port, read back from `metricsAddress`). */
+  metricsPort?: number | null;
+  /** The address the metrics are served on (default "127.0.0.1"; no authentication: bind beyond loopback only on a trusted network). */
+  metricsBind?: string;
+}
+
+/** The worker cannot serve /metrics: the address cannot be bound (the port is in use, say). run() rejects with it before anything is claimed. */
+export class MetricsError extends Error {
+  constructor(message: string, hint: string);
+  /** What to do. */
+  readonly hint: string;
 }
 
 export class Worker {
   constructor(client: Client, handlers: Record<string, Handler>, options?: WorkerOptions);
   readonly workerId: string;
   readonly counters: { claimed: number; completed: number; failed: number; lease_lost: number; released: number; snoozed: number };
+  readonly metricsPort: number | null;
+  readonly metricsBind: string;
+  /** Where the metrics server listens while run() serves it (the port bound, when metricsPort is 0), else null. */
+  readonly metricsAddress: { host: string; port: number } | null;
   /** Begin a graceful shutdown (what SIGTERM/SIGINT do). */
   stop(): void;
   /** Run until stop() or a signal; resolves once every outcome is reported and every job given back. */

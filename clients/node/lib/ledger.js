@@ -13,10 +13,14 @@
 //   results   outcomes waiting for the reporter, in order
 
 class Entry {
-  constructor(job, stopping) {
+  constructor(job, stopping, claimedAt = 0) {
     this.job = job;
     this.lost = false;       // this attempt's result will not be recorded
     this.givenBack = false;  // the shutdown released it while its handler ran
+    // When the worker took the attempt in, on the ledger's clock (0 without one): the
+    // start of its wait for a handler, for the worker's metrics (metrics.js).
+    this.claimedAt = claimedAt;
+    this.counted = false;    // the worker's metrics have counted how it ended (once per attempt)
     // The lease's end as the database last said it (the claim, then each accepted
     // heartbeat): earlier than asked when the job's run timeout caps it (heartbeats.js).
     this.expires = job.lease_expires_at instanceof Date ? job.lease_expires_at : null;
@@ -36,12 +40,17 @@ class Entry {
 }
 
 class Ledger {
+  /**
+   * `stopping()`: true once the worker is shutting down. `clock`: when set (a worker with
+   * metrics sets it), read once per admit() to stamp the new entries' claimedAt.
+   */
   constructor(stopping = () => false) {
     this.held = new Map();
     this.running = new Map();
     this.finishing = new Set();
     this.ready = [];
     this.results = [];
+    this.clock = null;
     this._stopping = stopping;
   }
 
@@ -49,8 +58,9 @@ class Ledger {
   admit(jobs) {
     const entries = [];
     const displaced = [];
+    const claimedAt = this.clock === null ? 0 : this.clock();
     for (const job of jobs) {
-      const entry = new Entry(job, this._stopping);
+      const entry = new Entry(job, this._stopping, claimedAt);
       job.signal = entry.controller.signal;
       job.shouldStop = () => entry.shouldStop();
       const old = this.held.get(job.id);

@@ -10,6 +10,10 @@
 // outcome is void and never reported. Connection failures are retried (the calls are
 // idempotent for a token) until a second signal says to give up; a batch refused for a
 // value (class 22) is retried one outcome at a time to find the one refused.
+//
+// With the worker's metrics (metrics.js), each attempt that ran is counted once, by what
+// the database answered for it (done, retried, failed, snoozed, released, rejected), or
+// as unreported when no answer came.
 
 const { retryable, dataError } = require("./retries");
 const { storableText } = require("./handlers");
@@ -22,7 +26,7 @@ class GiveUp extends Error {}
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 class Reporter {
-  constructor(client, ledger, { workerId, counters, hurried, limits, log }) {
+  constructor(client, ledger, { workerId, counters, hurried, limits, log, metrics = null }) {
     this.client = client;
     this.ledger = ledger;
     this.workerId = workerId;
@@ -30,6 +34,13 @@ class Reporter {
     this.hurried = hurried;
     this.maxBatch = Math.min(MAX_REPORT_BATCH, limits.batch);
     this.log = log;
+    this.metrics = metrics;
+  }
+
+  /** Tell the metrics (if any) that these results' attempts ended with `outcome`. */
+  _ended(results, outcome) {
+    const metrics = this.metrics;
+    if (metrics !== null) for (const r of results) metrics.ended(r.entry, outcome);
   }
 
   /** Pop the next batch: at most maxBatch, in order, one outcome per job id. */
@@ -52,6 +63,7 @@ class Reporter {
     } catch (err) {
       this.log.error(`worker ${this.workerId}: reporting ${batch.length} outcomes failed (${err.message}); their `
         + "jobs are dropped from this worker and their leases will expire");
+      this._ended(batch, "unreported"); // (those already answered stay counted as they were)
       this.ledger.settle(batch.map((r) => r.entry));
     }
   }
@@ -70,8 +82,14 @@ class Reporter {
       if (r.entry.givenBack) this.log.info(`job ${j.id} attempt=${j.attempts}: returned after the shutdown gave it back, result discarded`);
       else this.log.warn(`job ${j.id} kind=${JSON.stringify(j.kind)} attempt=${j.attempts}: lease lost, result discarded`);
     }
+    const metrics = this.metrics;
+    if (metrics !== null) {
+      // (an attempt the shutdown gave back while it ran is counted here, once its handler
+      // has returned: released, unless the database refused the release)
+      for (const r of voided) metrics.ended(r.entry, r.entry.givenBack ? "released" : "rejected");
+    }
     this.ledger.settle(voided.map((r) => r.entry));
-    if (interrupted.length) await this.release(interrupted.map((r) => r.entry), true);
+    if (interrupted.length) await this.release(interrupted.map((r) => r.entry), true, true);
     if (done.length) await this.complete(done);
     if (failed.length) await this.fail(failed);
     if (snoozed.length) await this.snooze(snoozed);
@@ -92,8 +110,13 @@ class Reporter {
     }
   }
 
-  /** Give attempts back with fenced release_many calls (`started`: the attempt counts), and settle them. */
-  async release(entries, started) {
+  /**
+   * Give attempts back with fenced release_many calls (`started`: the attempt counts), and
+   * settle them. `ran`: their handlers have returned (an Interrupted), so the metrics count
+   * how each ended.
+   */
+  async release(entries, started, ran = false) {
+    const metrics = ran ? this.metrics : null;
     for (let i = 0; i < entries.length; i += this.maxBatch) {
       const chunk = entries.slice(i, i + this.maxBatch);
       let outcomes;
@@ -102,6 +125,7 @@ class Reporter {
           chunk.map((e) => e.job.id), chunk.map((e) => e.job.attempt_token), { started }));
       } catch (err) {
         this.log.error(`worker ${this.workerId}: gave up releasing ${chunk.length} jobs (${err.message || "second signal"}); their leases will expire`);
+        if (metrics !== null) for (const entry of chunk) metrics.ended(entry, "unreported");
         this.ledger.settle(chunk);
         continue;
       }
@@ -114,6 +138,7 @@ class Reporter {
           this.log.warn(`job ${entry.job.id}: release refused: ${o.detail}`);
           entry.givenBack = false;
         }
+        if (metrics !== null) metrics.ended(entry, o.accepted ? "released" : "rejected");
       });
       this.ledger.settle(chunk);
     }
@@ -149,6 +174,7 @@ class Reporter {
     } catch (err) {
       if (err instanceof GiveUp) {
         this.log.error(`worker ${this.workerId}: gave up reporting ${results.length} outcomes after a second signal; their leases will expire`);
+        this._ended(results, "unreported");
         this.ledger.settle(results.map((r) => r.entry));
         return null;
       }
@@ -169,6 +195,7 @@ class Reporter {
   async _failureRefused(r, err) {
     if (r.value && r.value.startsWith("FailureNotStorable:")) {
       this.log.error(`job ${r.entry.job.id}: the database refused its failure (${err.message}); its lease will expire`);
+      this._ended([r], "unreported");
       this.ledger.settle([r.entry]);
       return;
     }
@@ -186,17 +213,20 @@ class Reporter {
 
   _answers(results, outcomes, verb) {
     const byId = new Map(outcomes.map((o) => [o.id, o]));
+    const metrics = this.metrics;
     for (const r of results) {
       const j = r.entry.job;
       const o = byId.get(j.id);
       if (o === undefined || o.accepted) {
         this.counters[verb] += 1;
+        if (metrics !== null) metrics.ended(r.entry, outcomeOf(verb, o));
         this.log.info(`${verb} job ${j.id} kind=${JSON.stringify(j.kind)} attempt=${j.attempts}`
           + `${verb === "snoozed" ? ` for ${typeof r.snooze === "number" ? `${r.snooze} ms` : r.snooze}` : ""}`
           + `${o ? ` -> ${o.status}${o.detail ? ` (${o.detail})` : ""}` : ""}`);
       } else {
         r.entry.lose("refused");
         this.counters.lease_lost += 1;
+        if (metrics !== null) metrics.ended(r.entry, "rejected");
         this.log.warn(`job ${j.id} kind=${JSON.stringify(j.kind)} attempt=${j.attempts}: lease lost, `
           + `${{ completed: "complete", snoozed: "snooze" }[verb] ?? "fail"} refused: ${o.detail}`);
       }
@@ -205,4 +235,14 @@ class Reporter {
   }
 }
 
-module.exports = { Reporter, GiveUp, MAX_REPORT_BATCH };
+/**
+ * The metrics' outcome of an accepted `verb` (completed, failed, snoozed) whose answer is
+ * `o` (undefined: accepted without a row): as the database's status says.
+ */
+function outcomeOf(verb, o) {
+  if (verb === "completed") return "done";
+  if (o !== undefined && o.status === "failed") return "failed"; // dead-lettered (a snooze past the limit on the last attempt too)
+  return verb === "failed" ? "retried" : "snoozed";
+}
+
+module.exports = { Reporter, GiveUp, MAX_REPORT_BATCH, outcomeOf };

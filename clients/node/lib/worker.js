@@ -14,6 +14,8 @@
 //   stopping    stop() or SIGTERM/SIGINT: stop claiming, give unstarted jobs back,
 //               wait shutdownGrace for running handlers, give the rest back; a second
 //               signal hurries it
+//   metrics     (metrics.js) given metricsPort, a /metrics server from run()'s start
+//               (before anything is claimed) until it ends
 //
 // Every decision (retry or dead letter, backoff, fencing, reclaim) is the database's.
 
@@ -26,6 +28,7 @@ const { Heartbeats } = require("./heartbeats");
 const { runHandler } = require("./handlers");
 const { retryable, notSent } = require("./retries");
 const { runSweeper } = require("./sweeper");
+const { WorkerMetrics, checkPort, checkBind } = require("./metrics");
 
 /**
  * After a claim that a wake-up prompted and that found less than it asked for, the next waits at
@@ -76,16 +79,22 @@ class Worker {
    *   queues [all] or queueSet [null: a set stored with define_queue_set], concurrency [8], prefetch [0], lease [30000], pollInterval [1000],
    *   shutdownGrace [30000], flushInterval [5], flushBatch [500], workerId [host:pid:random],
    *   listen [true], runSweeper [null: while sweeper_health() says none runs], sweepInterval [1000],
-   *   handleSignals [true], logger [warnings and errors to the console]
+   *   handleSignals [true], logger [warnings and errors to the console],
+   *   metricsPort [null: no metrics; 0: any free port] and metricsBind ["127.0.0.1"]: serve this
+   *   worker's own Prometheus metrics (metrics.js) at http://metricsBind:metricsPort/metrics
+   *   while run() runs (a port in use: run() rejects with a MetricsError before claiming anything)
    */
   constructor(client, handlers, options = {}) {
     if (!client || !client.pool) throw new TypeError("pgfence: Worker needs a Client with its own pool: await Client.connect(dsn)");
     const o = { queues: null, queueSet: null, concurrency: 8, prefetch: 0, lease: 30000, pollInterval: 1000, shutdownGrace: 30000,
       flushInterval: 5, flushBatch: 500, workerId: null, listen: true, runSweeper: null, sweepInterval: 1000,
-      handleSignals: true, logger: quiet, ...options };
+      handleSignals: true, logger: quiet, metricsPort: null, metricsBind: "127.0.0.1", ...options };
     if (!(o.concurrency >= 1) || !(o.prefetch >= 0)) throw new RangeError("pgfence: concurrency must be >= 1 and prefetch >= 0");
     if (o.queues !== null && o.queueSet !== null) throw new TypeError("pgfence: pass queues or queueSet, not both");
     if (typeof o.lease !== "number" || !Number.isFinite(o.lease)) throw new TypeError("pgfence: lease is in milliseconds (a number)");
+    if (o.metricsBind === undefined) o.metricsBind = "127.0.0.1";
+    if (o.metricsPort !== null && o.metricsPort !== undefined) checkPort(o.metricsPort);
+    checkBind(o.metricsBind);
     this.client = client;
     this.handlers = { ...handlers };
     this.queues = o.queues === null ? null : [...o.queues];
@@ -109,6 +118,11 @@ class Worker {
     this.done = false;
     this.signals = 0;
     this.ledger = new Ledger(() => this.stopping);
+    this.metricsPort = o.metricsPort ?? null;
+    this.metricsBind = o.metricsBind;
+    /** The worker's metrics (metrics.js), or null when off (metricsPort not given): the only test made when off. */
+    this.metrics = this.metricsPort === null ? null
+      : new WorkerMetrics(this.ledger, Object.keys(this.handlers), { port: this.metricsPort, bind: this.metricsBind });
     this._wake = new Bell();     // the claimer: a slot freed, a NOTIFY, a stop
     this._stopped = new Bell();  // a stop only: the claimer's backoff after an error (a NOTIFY flood must not cut it short)
     this._outcome = new Bell();  // the flusher: an outcome is waiting
@@ -127,11 +141,33 @@ class Worker {
     this._stopped.ring();
   }
 
-  /** Run until stop() (or SIGTERM/SIGINT); resolves when every outcome is reported and every job given back. */
+  /** {host, port} of the metrics server while run() serves it (the port bound, when metricsPort is 0), else null. */
+  get metricsAddress() {
+    return this.metrics === null || this.metrics.address === null ? null : { ...this.metrics.address };
+  }
+
+  /**
+   * Run until stop() (or SIGTERM/SIGINT); resolves when every outcome is reported and every job given back.
+   * With metricsPort, serves /metrics from before the first claim (a MetricsError, and nothing claimed, when
+   * the port is in use) until it ends.
+   */
   async run() {
+    const metrics = this.metrics;
+    if (metrics === null) return this._run();
+    await metrics.start(); // before anything is claimed: a port in use fails here, with nothing to undo
+    const { host, port } = metrics.address;
+    this.log.info(`worker ${this.workerId}: serving its metrics at http://${host.includes(":") ? `[${host}]` : host}:${port}/metrics`);
+    try {
+      return await this._run();
+    } finally {
+      await metrics.stop();
+    }
+  }
+
+  async _run() {
     this.limits = await this.client.limits();
     this.reporter = new Reporter(this.client, this.ledger, { workerId: this.workerId, counters: this.counters,
-      hurried: () => this.hurry, limits: this.limits, log: this.log });
+      hurried: () => this.hurry, limits: this.limits, log: this.log, metrics: this.metrics });
     this.heartbeats = new Heartbeats(this.client, this.ledger, { workerId: this.workerId, lease: this.lease,
       counters: this.counters, limits: this.limits, log: this.log });
     const onSignal = (sig) => this._onSignal(sig);
@@ -261,11 +297,19 @@ class Worker {
   // -- the handlers -------------------------------------------------------------------
 
   _pump() {
+    const metrics = this.metrics;
     while (this.ledger.running.size < this.concurrency) {
       const entry = this.ledger.take();
       if (entry === null) return;
       const run = (async () => {
-        const result = await runHandler(entry, this.handlers, this.workerId, this.limits);
+        let result;
+        if (metrics === null) {
+          result = await runHandler(entry, this.handlers, this.workerId, this.limits);
+        } else {
+          const started = metrics.starting(entry);
+          result = await runHandler(entry, this.handlers, this.workerId, this.limits);
+          metrics.ran(entry, started);
+        }
         this.ledger.finish(result);
         this._outcome.ring();
         this._wake.ring();

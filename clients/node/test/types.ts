@@ -1,6 +1,7 @@
 // Compiled by tsc only (never run): uses the declared API as an application would, so a
 // broken or drifting index.d.ts fails `npm run typecheck`.
-import { Client, Worker, LeaseLost, PermanentFailure, Interrupted, RetryAfter, Snooze, RawJson, type Job } from "..";
+import { Client, Worker, LeaseLost, PermanentFailure, Interrupted, RetryAfter, Snooze, RawJson, MetricsError, type Job,
+  type WorkerOptions } from "..";
 import pg from "pg";
 
 async function example(): Promise<void> {
@@ -44,8 +45,17 @@ async function example(): Promise<void> {
       if (job.payload.later) throw new Snooze("5 minutes");
       return { sent: true };
     },
-  }, { concurrency: 8, lease: 30_000, queues: ["email"] });
-  await worker.run();
-  console.log(worker.counters.completed);
+  }, { concurrency: 8, lease: 30_000, queues: ["email"], metricsPort: 9100, metricsBind: "127.0.0.1" });
+  try {
+    await worker.run();
+  } catch (err) {
+    if (err instanceof MetricsError) console.log(err.message, err.hint);
+  }
+  const address: { host: string; port: number } | null = worker.metricsAddress;
+  console.log(worker.counters.completed, address?.port, worker.metricsPort);
+  // @ts-expect-error metricsPort is a number (or null), not a string
+  const wrong: WorkerOptions = { metricsPort: "9100" };
+  const off: WorkerOptions = { metricsPort: null };
+  console.log(wrong, off);
 }
 void example;

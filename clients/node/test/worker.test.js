@@ -3,9 +3,11 @@
 const { test, before, after } = require("node:test");
 const assert = require("node:assert/strict");
 const fs = require("node:fs");
+const http = require("node:http");
+const net = require("node:net");
 const os = require("node:os");
 const path = require("node:path");
-const { Client, Worker, PermanentFailure, Interrupted, RetryAfter, Snooze, LeaseLost } = require("../lib");
+const { Client, Worker, PermanentFailure, Interrupted, RetryAfter, Snooze, LeaseLost, MetricsError } = require("../lib");
 const { DSN, deleteQueues, queueName, sleep, waitFor, connect, doneAttempts, workerProcess } = require("./helpers");
 
 let client;
@@ -448,4 +450,371 @@ test("the claim hold-off follows only a claim a wake-up prompted and that found 
   assert.equal(await bell.wait(10000), true); // still rung until cleared
   bell.clear();
   assert.equal(await bell.wait(1), false);
+});
+
+// -- the worker's own /metrics (metricsPort; lib/metrics.js) ---------------------------
+
+/** GET (or `method`) http://host:port`path` on a connection of its own: {status, headers, body}. */
+function scrape(address, pathname = "/metrics", method = "GET") {
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: address.host, port: address.port, path: pathname, method, agent: false }, (res) => {
+      let body = "";
+      res.setEncoding("utf8");
+      res.on("data", (d) => { body += d; });
+      res.on("end", () => resolve({ status: res.statusCode, headers: res.headers, body }));
+    });
+    req.on("error", reject);
+    req.setTimeout(10000, () => req.destroy(new Error("the scrape timed out")));
+    req.end(method === "POST" ? "x" : undefined);
+  });
+}
+
+const METRIC_NAME = /^[a-zA-Z_:][a-zA-Z0-9_:]*$/;
+const FLOAT = /^(?:[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|[+-]Inf|NaN)$/;
+
+/** A label set's text (between the braces) as {name: value}, undoing exactly the exposition's three escapes. */
+function parseLabels(text) {
+  const labels = {};
+  let i = 0;
+  while (i < text.length) {
+    const m = /^([a-zA-Z_][a-zA-Z0-9_]*)="/.exec(text.slice(i));
+    assert.ok(m, `a label name at ${JSON.stringify(text.slice(i))}`);
+    i += m[0].length;
+    let value = "";
+    for (;;) {
+      const c = text[i++];
+      assert.ok(c !== undefined, `an unterminated label value in ${JSON.stringify(text)}`);
+      if (c === "\"") break;
+      if (c === "\\") {
+        const n = text[i++];
+        const unescaped = { "\\": "\\", "\"": "\"", n: "\n" }[n];
+        assert.ok(unescaped !== undefined, `no escape \\${n} in the exposition format (${JSON.stringify(text)})`);
+        value += unescaped;
+      } else {
+        value += c;
+      }
+    }
+    assert.ok(!(m[1] in labels), `label ${m[1]} twice`);
+    labels[m[1]] = value;
+    if (text[i] === ",") i += 1;
+    else assert.equal(i, text.length, `a comma or the end after a label in ${JSON.stringify(text)}`);
+  }
+  return labels;
+}
+
+/**
+ * The Prometheus text exposition (format 0.0.4), read strictly: every family opens with
+ * # HELP then # TYPE, each sample belongs to the family above it, label values use only the
+ * three escapes, and each histogram series has its buckets in increasing `le` order ending
+ * at +Inf, cumulative, with _count equal to the +Inf bucket and a _sum. Returns
+ * {family name: {type, help, samples: [{name, labels, value}]}}.
+ */
+function parseExposition(text) {
+  assert.ok(text.endsWith("\n"), "the text ends with a newline");
+  const families = {};
+  let family = null;
+  for (const line of text.slice(0, -1).split("\n")) {
+    let m;
+    if ((m = /^# HELP (\S+) (.*)$/.exec(line))) {
+      assert.match(m[1], METRIC_NAME);
+      assert.ok(!(m[1] in families), `family ${m[1]} twice`);
+      family = families[m[1]] = { name: m[1], help: m[2], type: null, samples: [] };
+    } else if ((m = /^# TYPE (\S+) (\S+)$/.exec(line))) {
+      assert.ok(family && family.name === m[1] && family.type === null && !family.samples.length, `# TYPE ${m[1]} right after its # HELP`);
+      assert.ok(["counter", "gauge", "histogram"].includes(m[2]), `type ${m[2]}`);
+      family.type = m[2];
+    } else {
+      m = /^([^{ ]+)(?:\{(.*)\})? (\S+)$/.exec(line);
+      assert.ok(m, `a sample line: ${JSON.stringify(line)}`);
+      assert.match(m[1], METRIC_NAME);
+      assert.match(m[3], FLOAT);
+      assert.ok(family && family.type, `sample ${m[1]} after a # HELP and # TYPE`);
+      const names = family.type === "histogram" ? ["_bucket", "_count", "_sum"].map((x) => family.name + x) : [family.name];
+      assert.ok(names.includes(m[1]), `sample ${m[1]} in family ${family.name}`);
+      family.samples.push({ name: m[1], labels: m[2] === undefined ? {} : parseLabels(m[2]), value: Number(m[3].replace("Inf", "Infinity")) });
+    }
+  }
+  for (const f of Object.values(families)) {
+    if (f.type !== "histogram") continue;
+    const series = new Map();
+    for (const s of f.samples) {
+      const { le, ...rest } = s.labels;
+      const key = JSON.stringify(rest);
+      if (!series.has(key)) series.set(key, { buckets: [], count: null, sum: null });
+      const one = series.get(key);
+      if (s.name.endsWith("_bucket")) {
+        assert.ok(le !== undefined && one.count === null && one.sum === null, `${f.name}${key}: buckets, then _count and _sum`);
+        one.buckets.push([le === "+Inf" ? Infinity : Number(le), s.value]);
+      } else {
+        assert.equal(le, undefined);
+        one[s.name.endsWith("_count") ? "count" : "sum"] = s.value;
+      }
+    }
+    for (const [key, { buckets, count, sum }] of series) {
+      assert.ok(buckets.length > 1 && buckets[buckets.length - 1][0] === Infinity, `${f.name}${key} ends with le="+Inf"`);
+      for (let i = 1; i < buckets.length; i += 1) {
+        assert.ok(buckets[i][0] > buckets[i - 1][0], `${f.name}${key}: le increases`);
+        assert.ok(buckets[i][1] >= buckets[i - 1][1], `${f.name}${key}: buckets are cumulative`);
+      }
+      assert.equal(count, buckets[buckets.length - 1][1], `${f.name}${key}: _count is the +Inf bucket`);
+      assert.ok(sum !== null && sum >= 0, `${f.name}${key} has a _sum`);
+    }
+  }
+  return families;
+}
+
+/** {JSON [kind, outcome]: count} of pgfence_worker_jobs_total, zeros left out. */
+function jobsTotal(families) {
+  const found = {};
+  for (const s of families.pgfence_worker_jobs_total.samples) {
+    if (s.value) found[JSON.stringify([s.labels.kind, s.labels.outcome])] = s.value;
+  }
+  return found;
+}
+
+/** {kind: value} of a histogram's _count or _sum samples, zeros left out. */
+function byKind(families, family, suffix) {
+  const found = {};
+  for (const s of families[family].samples) if (s.name === family + suffix && s.value) found[s.labels.kind] = s.value;
+  return found;
+}
+
+const listenOn = (server, port) => new Promise((resolve, reject) => {
+  server.once("error", reject);
+  server.listen(port, "127.0.0.1", () => { server.off("error", reject); resolve(server.address().port); });
+});
+
+/** Nothing listens on 127.0.0.1:`port` (a server may listen there now). */
+async function portIsFree(port) {
+  const probe = net.createServer();
+  try {
+    await listenOn(probe, port);
+    return true;
+  } catch (err) {
+    if (err.code === "EADDRINUSE") return false;
+    throw err;
+  } finally {
+    await new Promise((resolve) => probe.close(() => resolve()));
+  }
+}
+
+// (a kind the database accepts: no control character; the line break and the ESC below are handlers' kinds only)
+const WEIRD = "we\"ird\\<script>alert(1)</script>";
+const LINE_BREAK = "line\nbreak";
+const ESCAPE = "\x1b[31mred";
+
+test("worker metrics: each attempt counted by kind and by the database's answer, unknown kinds under kind=\"\", labels escaped", async () => {
+  const queue = queueName("metrics");
+  const handlers = {
+    ok: async (job) => ({ ok: job.id }),
+    boom: async () => { throw new Error("boom"); },
+    // retried at once, then fails for good (max_attempts 2)
+    flaky: async (job) => { if (job.attempts === 1) throw new RetryAfter(0); throw new Error("again"); },
+    nap: async () => { throw new Snooze("1 hour"); },
+    shy: async (job) => { if (job.attempts === 1) throw new Interrupted(); return null; }, // given back once, then done
+    [WEIRD]: async () => null,
+    [LINE_BREAK]: async () => null,
+    [ESCAPE]: async () => null,
+  };
+  const jobs = new Map();
+  for (const [kind, maxAttempts] of [["ok", 3], ["ok", 3], ["ok", 3], ["boom", 1], ["flaky", 2], ["nap", 3], ["shy", 3],
+    [WEIRD, 3], ["__proto__", 3], ["nobody", 3]]) {
+    jobs.set(await client.enqueue(kind, {}, { queue, max_attempts: maxAttempts }), kind);
+  }
+  const w = await startWorker(queue, handlers, { metricsPort: 0, concurrency: 4, prefetch: 4 });
+  let address, families, text, headers, expected;
+  try {
+    address = await waitFor(() => w.worker.metricsAddress, 10000, "the metrics server");
+    assert.equal(address.host, "127.0.0.1");
+    assert.ok(address.port > 0, "port 0: a free port was bound");
+    for (const [id, kind] of jobs) {
+      if (kind === "nap") await waitFor(async () => (await client.attempts_of(id)).length === 1, 15000, "the snooze");
+      else await waitFor(async () => ["done", "failed"].includes((await client.job(id)).status), 15000, `job ${id} (${kind}) to end`);
+    }
+    // What the counter must say, from each job's attempt history: a failed attempt is
+    // "failed" when it dead-lettered the job (its last, the job failed), else "retried";
+    // a kind without a handler counts under "".
+    expected = {};
+    for (const [id, kind] of jobs) {
+      const status = (await client.job(id)).status;
+      const history = await client.attempts_of(id);
+      const last = Math.max(...history.map((a) => a.attempt));
+      for (const a of history) {
+        let outcome = a.outcome;
+        if (outcome === "failed") outcome = a.attempt === last && status === "failed" ? "failed" : "retried";
+        const key = JSON.stringify([Object.prototype.hasOwnProperty.call(handlers, kind) ? kind : "", outcome]);
+        expected[key] = (expected[key] || 0) + 1;
+      }
+    }
+    // (a count moves once the database's answer is back: shortly after the row changed)
+    await waitFor(async () => {
+      ({ body: text, headers } = await scrape(address));
+      families = parseExposition(text);
+      return JSON.stringify(Object.entries(jobsTotal(families)).sort()) === JSON.stringify(Object.entries(expected).sort());
+    }, 10000, `pgfence_worker_jobs_total to be ${JSON.stringify(expected)}`);
+
+    // anything but GET /metrics: a fixed text, nothing of the request echoed
+    for (const p of ["/", "/<script>x</script>", "/metrics/../x", "/metricsx"]) {
+      const r = await scrape(address, p);
+      assert.deepEqual([r.status, r.body], [404, "not found: this worker serves its metrics at /metrics\n"]);
+    }
+    const post = await scrape(address, "/metrics", "POST");
+    assert.deepEqual([post.status, post.body, post.headers.allow], [405, "method not allowed: use GET\n", "GET"]);
+    const odd = await new Promise((resolve, reject) => {
+      const sock = net.connect(address.port, address.host, () => sock.end("<script> /metrics HTTP/1.1\r\nHost: x\r\n\r\n"));
+      let got = "";
+      sock.on("data", (d) => { got += d; });
+      sock.on("end", () => resolve(got));
+      sock.on("error", reject);
+    });
+    assert.match(odd, /^HTTP\/1\.1 4\d\d /);
+    assert.ok(!odd.includes("<script>"), odd);
+  } finally {
+    await w.stop();
+  }
+  // the test's own reading of the history, so that the comparison above compared something
+  assert.deepEqual(expected, Object.fromEntries(Object.entries({
+    ok_done: 3, boom_failed: 1, flaky_retried: 1, flaky_failed: 1, nap_snoozed: 1, shy_released: 1, shy_done: 1,
+  }).map(([k, n]) => [JSON.stringify(k.split("_")), n]).concat([[JSON.stringify([WEIRD, "done"]), 1],
+    [JSON.stringify(["", "failed"]), 2]])));
+  assert.equal(w.worker.metricsAddress, null, "no address once run() ended");
+  assert.ok(await portIsFree(address.port), "the port is free again once run() ended");
+
+  assert.equal(headers["content-type"], "text/plain; version=0.0.4; charset=utf-8");
+  assert.equal(headers["x-content-type-options"], "nosniff");
+  assert.deepEqual(Object.entries(families).map(([name, f]) => [name, f.type]), [
+    ["pgfence_worker_handler_duration_seconds", "histogram"], ["pgfence_worker_enqueue_to_start_seconds", "histogram"],
+    ["pgfence_worker_claim_to_start_seconds", "histogram"], ["pgfence_worker_jobs_total", "counter"],
+    ["pgfence_worker_in_flight", "gauge"]]);
+  // the escapes, as the Python worker writes them: printable() (\uXXXX for controls), then
+  // the exposition's backslash, double quote and newline
+  const lines = text.split("\n");
+  assert.ok(lines.includes("pgfence_worker_jobs_total{kind=\"we\\\"ird\\\\<script>alert(1)</script>\",outcome=\"done\"} 1.0"), text);
+  assert.ok(lines.includes("pgfence_worker_jobs_total{kind=\"line\\\\u000abreak\",outcome=\"done\"} 0.0"), text);
+  assert.ok(lines.includes("pgfence_worker_jobs_total{kind=\"\\\\u001b[31mred\",outcome=\"done\"} 0.0"), text);
+  assert.ok(!text.includes("line\nbreak") && !text.includes("\x1b"), "no raw line break or ESC in the text");
+  // every series of a handler's kind exists from the start (at 0 where nothing happened), and
+  // the unknown kinds ("__proto__", "nobody") add none: kinds are the handlers' and ""
+  const kinds = new Set(families.pgfence_worker_jobs_total.samples.map((s) => s.labels.kind));
+  assert.deepEqual([...kinds].sort(), ["ok", "boom", "flaky", "nap", "shy", WEIRD, "line\\u000abreak", "\\u001b[31mred", ""].sort());
+  assert.equal(families.pgfence_worker_jobs_total.samples.length, kinds.size * 7, "7 outcomes per kind");
+  for (const f of ["pgfence_worker_handler_duration_seconds", "pgfence_worker_enqueue_to_start_seconds", "pgfence_worker_claim_to_start_seconds"]) {
+    assert.deepEqual(new Set(families[f].samples.map((s) => s.labels.kind)), kinds, `${f}: the same kinds`);
+    assert.equal(families[f].samples.filter((s) => s.name === `${f}_bucket`).length, kinds.size * 19, `${f}: 18 buckets and +Inf per kind`);
+  }
+  const le = families.pgfence_worker_handler_duration_seconds.samples.filter((s) => s.labels.kind === "ok" && s.name.endsWith("_bucket"))
+    .map((s) => s.labels.le);
+  assert.deepEqual(le, ["0.001", "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1.0", "2.5", "5.0", "10.0",
+    "30.0", "60.0", "300.0", "900.0", "3600.0", "+Inf"]);
+  // each attempt that ran is in each histogram once, and counted once
+  const ran = {};
+  for (const [key, n] of Object.entries(expected)) { const [kind] = JSON.parse(key); ran[kind] = (ran[kind] || 0) + n; }
+  for (const f of ["pgfence_worker_handler_duration_seconds", "pgfence_worker_enqueue_to_start_seconds", "pgfence_worker_claim_to_start_seconds"]) {
+    assert.deepEqual(byKind(families, f, "_count"), ran, `${f}_count by kind`);
+  }
+  // (enqueue-to-start = the database's waited_s + claim-to-start: never less, kind by kind)
+  const queued = byKind(families, "pgfence_worker_enqueue_to_start_seconds", "_sum");
+  const waited = byKind(families, "pgfence_worker_claim_to_start_seconds", "_sum");
+  for (const kind of Object.keys(waited)) assert.ok(queued[kind] >= waited[kind], `${kind}: ${queued[kind]} >= ${waited[kind]}`);
+  assert.deepEqual(families.pgfence_worker_in_flight.samples.map((s) => [s.labels.state, s.value]),
+    [["waiting", 0], ["running", 0], ["reporting", 0]]);
+});
+
+test("worker metrics: in_flight shows the attempts running and waiting, read from the ledger when scraped", async () => {
+  const queue = queueName("metrics_in_flight");
+  await client.enqueue_many(["hold", "hold", "hold"], null, { queue });
+  const w = await startWorker(queue, {
+    hold: async (job) => {
+      await new Promise((resolve) => job.signal.addEventListener("abort", resolve, { once: true }));
+      throw new Interrupted();
+    },
+  }, { metricsPort: 0, concurrency: 1, prefetch: 2 });
+  try {
+    const address = await waitFor(() => w.worker.metricsAddress, 10000, "the metrics server");
+    const inFlight = await waitFor(async () => {
+      const f = parseExposition((await scrape(address)).body);
+      const states = Object.fromEntries(f.pgfence_worker_in_flight.samples.map((s) => [s.labels.state, s.value]));
+      return states.running === 1 && states.waiting === 2 ? states : null;
+    }, 15000, "1 running and 2 waiting");
+    assert.equal(inFlight.reporting, 0);
+  } finally {
+    await w.stop();
+  }
+});
+
+test("worker metrics: an attempt whose lease was lost while its handler ran counts as rejected once the handler returns", async () => {
+  const queue = queueName("metrics_rejected");
+  const id = await client.enqueue("wait", {}, { queue });
+  let started = false;
+  const w = await startWorker(queue, {
+    wait: async (job) => {
+      started = true;
+      await new Promise((resolve) => job.signal.addEventListener("abort", resolve, { once: true }));
+      return { late: true }; // void: the lease is lost
+    },
+  }, { metricsPort: 0, lease: 600 });
+  try {
+    const address = await waitFor(() => w.worker.metricsAddress, 10000, "the metrics server");
+    await waitFor(() => started, 10000, "the handler to start");
+    await client.cancel(id);
+    await waitFor(async () => JSON.stringify(jobsTotal(parseExposition((await scrape(address)).body)))
+      === JSON.stringify({ [JSON.stringify(["wait", "rejected"])]: 1 }), 10000, "one rejected attempt of kind wait");
+  } finally {
+    await w.stop();
+  }
+  assert.equal((await client.job(id)).status, "cancelled");
+  assert.equal(w.worker.counters.lease_lost, 1);
+});
+
+test("a metrics port in use: run() rejects with a MetricsError naming the address before claiming anything", async () => {
+  const queue = queueName("metrics_port_taken");
+  const id = await client.enqueue("ok", {}, { queue });
+  const taken = net.createServer();
+  const port = await listenOn(taken, 0);
+  const wclient = await Client.connect(DSN, { max: 4 });
+  let worker;
+  try {
+    worker = new Worker(wclient, { ok: async () => null }, { queues: [queue], handleSignals: false, pollInterval: 100, metricsPort: port });
+    await assert.rejects(worker.run(), (err) => {
+      assert.ok(err instanceof MetricsError, String(err));
+      assert.equal(err.message, `cannot serve the worker's metrics on 127.0.0.1:${port}: the address is already in use `
+        + "(another process listens on that port) (pick another metricsPort, or 0 for any free port)");
+      assert.equal(err.hint, "pick another metricsPort, or 0 for any free port");
+      return true;
+    });
+  } finally {
+    await new Promise((resolve) => taken.close(() => resolve()));
+    await wclient.close();
+  }
+  const row = await client.job(id);
+  assert.deepEqual([row.status, row.attempts], ["queued", 0]);
+  assert.equal(worker.counters.claimed, 0);
+  assert.equal(worker.metricsAddress, null);
+});
+
+test("worker metrics are off unless metricsPort is given; a bad metricsPort or metricsBind is refused by name", async () => {
+  for (const port of [-1, 65536, 1.5, true, "9100", NaN]) {
+    assert.throws(() => new Worker(client, {}, { metricsPort: port }),
+      (err) => err instanceof RangeError && /^pgfence: metricsPort must be an integer in 0\.\.65535 \(0: any free port\), got /.test(err.message));
+  }
+  for (const bind of ["", 127001, null]) {
+    assert.throws(() => new Worker(client, {}, { metricsPort: 0, metricsBind: bind }),
+      (err) => err instanceof TypeError && /^pgfence: metricsBind must be an address of this host/.test(err.message));
+  }
+  const queue = queueName("metrics_off");
+  const w = await startWorker(queue, { ok: async () => null });
+  try {
+    await sleep(200);
+    assert.deepEqual([w.worker.metricsPort, w.worker.metrics, w.worker.metricsAddress], [null, null, null]);
+  } finally {
+    await w.stop();
+  }
+  const noHost = await Client.connect(DSN, { max: 1 });
+  try {
+    const worker = new Worker(noHost, {}, { queues: [queue], handleSignals: false, metricsPort: 0, metricsBind: "192.0.2.1" });
+    await assert.rejects(worker.run(), (err) => err instanceof MetricsError
+      && err.message.startsWith("cannot serve the worker's metrics on 192.0.2.1:0: \"192.0.2.1\" is not an address of this host"));
+  } finally {
+    await noHost.close();
+  }
 });
