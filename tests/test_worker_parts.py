@@ -31,7 +31,7 @@ from pgfence.claimer import CLAIM_HOLDOFF, Claimer, ReadyBell, holdoff
 from pgfence.handlers import run_handler
 from pgfence.heartbeats import AFTER_EXPIRY, Heartbeats, chunks, interval
 from pgfence.ledger import Entry, Ledger, LockedLedger, Result
-from pgfence.reporter import MAX_REPORT_BATCH, Reporter, due, split, take_batch
+from pgfence.reporter import MAX_REPORT_BATCH, Reporter, Reporting, due, split, take_batch
 from pgfence.stopping import Stop, install_signals
 
 W = "parts-test-worker"
@@ -173,6 +173,32 @@ def results_for(ledger: Ledger, *specs: tuple[int, bool]) -> list[Result]:
         out.append(result)
     ledger.results.clear()
     return out
+
+
+def test_a_batch_whose_report_fails_counts_each_attempt_once_in_the_metrics() -> None:
+    """The void attempts of a batch are counted (rejected) before anything is sent; when
+    the complete_many after them raises, report_failed counts only the attempts not yet
+    settled as unreported (it counted the whole batch, the void ones a second time)."""
+    class Recorder:
+        def __init__(self) -> None:
+            self.calls: list[str] = []
+
+        def ended(self, kind: str, outcome: str) -> None:
+            self.calls.append(outcome)
+
+    metrics = Recorder()
+    ledger = LockedLedger(threading.Lock())
+    batch = results_for(ledger, (1, True), (2, True), (3, True))
+    batch[0].entry.lost = True
+    reporting = Reporting(ledger, worker_id=W, counters=counters(), hurried=lambda: False,
+                          metrics=metrics)  # type: ignore[arg-type]
+    steps = reporting.report_steps(batch)
+    assert next(steps).method == "complete_many"
+    with pytest.raises(RuntimeError):
+        steps.throw(RuntimeError("the connection's codec broke"))
+    reporting.report_failed(batch)
+    assert sorted(metrics.calls) == ["rejected", "unreported", "unreported"]
+    assert ledger.held == {}
 
 
 def test_a_batch_takes_at_most_the_limit_and_stops_before_a_second_attempt_of_a_job() -> None:

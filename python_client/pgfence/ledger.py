@@ -209,6 +209,11 @@ class Ledger:
                 del held[job_id]
                 finishing.discard(job_id)
 
+    def unsettled(self, entries: Iterable[Entry]) -> list[Entry]:
+        """Those of ``entries`` that still hold their jobs (not settled yet)."""
+        held = self.held
+        return [e for e in entries if held.get(e.job.id) is e]
+
     # -- shutdown ----------------------------------------------------------
 
     def unstarted(self) -> list[Entry]:
@@ -271,6 +276,10 @@ class LockedLedger(Ledger):
     def settle(self, entries: Iterable[Entry]) -> None:
         with self._lock:
             Ledger.settle(self, entries)
+
+    def unsettled(self, entries: Iterable[Entry]) -> list[Entry]:
+        with self._lock:
+            return Ledger.unsettled(self, entries)
 
     def unstarted(self) -> list[Entry]:
         with self._lock:

@@ -191,10 +191,13 @@ class Reporting:
         return backoff
 
     def report_failed(self, batch: list[Result]) -> None:
-        """Reporting ``batch`` raised what nothing above handles: drop it from the ledger."""
+        """Reporting ``batch`` raised what nothing above handles: drop it from the ledger.
+        Only the attempts not yet settled are counted ``unreported``: those of the batch
+        that were answered (or found void) before the error were counted then, once."""
         log.exception("worker %s: reporting %s outcomes failed; their jobs are dropped from this "
                       "worker and their leases will expire", self.worker_id, len(batch))
-        self._ended(batch, "unreported")
+        left = {id(e) for e in self.ledger.unsettled([r.entry for r in batch])}
+        self._ended([r for r in batch if id(r.entry) in left], "unreported")
         self.ledger.settle([r.entry for r in batch])
 
     def report_steps(self, batch: list[Result]) -> Steps[None]:
