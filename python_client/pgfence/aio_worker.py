@@ -55,7 +55,7 @@ from .models import Job
 from .reporter import due, take_batch
 from .retries import RETRYABLE
 from .stopping import Stop
-from .worker_options import SharedOptions, worker_options
+from .worker_options import WorkerOptions
 
 if TYPE_CHECKING:
     from .worker_metrics import WorkerMetrics
@@ -67,7 +67,7 @@ log = escaped_logger("pgfence.worker")
 AsyncHandler = Union[Callable[[Job], Awaitable[Any]], Handler]
 
 
-class AsyncWorker(SharedOptions):
+class AsyncWorker(WorkerOptions):
     """Runs handlers for claimed jobs on an event loop until stopped: ``await worker.run()``.
 
     The options of :class:`pgfence.Worker`, with these differences:
@@ -93,13 +93,11 @@ class AsyncWorker(SharedOptions):
                  metrics_port: Optional[int] = None, metrics_bind: str = "127.0.0.1") -> None:
         if client.pool is None:
             raise TypeError("AsyncWorker needs an AsyncClient with its own pool: await AsyncClient.connect(dsn)")
-        options = worker_options(handlers, queues=queues, queue_set=queue_set, concurrency=concurrency,
-                                 prefetch=prefetch, lease=lease, poll_interval=poll_interval,
-                                 shutdown_grace=shutdown_grace, run_sweeper=run_sweeper, sweep_interval=sweep_interval,
-                                 flush_interval=flush_interval, flush_batch=flush_batch, worker_id=worker_id,
-                                 listen=listen, limits=limits)
+        self._check_options(handlers, queues=queues, queue_set=queue_set, concurrency=concurrency, prefetch=prefetch,
+                            lease=lease, poll_interval=poll_interval, shutdown_grace=shutdown_grace,
+                            run_sweeper=run_sweeper, sweep_interval=sweep_interval, flush_interval=flush_interval,
+                            flush_batch=flush_batch, worker_id=worker_id, listen=listen, limits=limits)
         self.client = client
-        self._take_options(options)
         self.limits = limits
         self._async_kinds = {kind for kind, h in self.handlers.items() if is_async(h)}
         self._stop = Stop()

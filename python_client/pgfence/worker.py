@@ -44,7 +44,7 @@ from .limits import Limits
 from .listener import Listener
 from .reporter import Reporter
 from .stopping import Stop, install_signals
-from .worker_options import SharedOptions, worker_options
+from .worker_options import WorkerOptions
 
 if TYPE_CHECKING:
     from .worker_metrics import WorkerMetrics
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 log = escaped_logger("pgfence.worker")
 
 
-class Worker(SharedOptions):
+class Worker(WorkerOptions):
     """Runs handlers for claimed jobs until stopped.
 
     Options (defaults in brackets):
@@ -103,13 +103,11 @@ class Worker(SharedOptions):
                  metrics_port: Optional[int] = None, metrics_bind: str = "127.0.0.1") -> None:
         if client.pool is None:
             raise TypeError("Worker needs a Client with its own pool: Client.connect(dsn)")
-        options = worker_options(handlers, queues=queues, queue_set=queue_set, concurrency=concurrency,
-                                 prefetch=prefetch, lease=lease, poll_interval=poll_interval,
-                                 shutdown_grace=shutdown_grace, run_sweeper=run_sweeper, sweep_interval=sweep_interval,
-                                 flush_interval=flush_interval, flush_batch=flush_batch, worker_id=worker_id,
-                                 listen=listen, limits=limits)
+        self._check_options(handlers, queues=queues, queue_set=queue_set, concurrency=concurrency, prefetch=prefetch,
+                            lease=lease, poll_interval=poll_interval, shutdown_grace=shutdown_grace,
+                            run_sweeper=run_sweeper, sweep_interval=sweep_interval, flush_interval=flush_interval,
+                            flush_batch=flush_batch, worker_id=worker_id, listen=listen, limits=limits)
         self.client = client
-        self._take_options(options)
         # (the database's own statement of its limits, read once: pgfence.limits())
         self.limits = client.limits() if limits is None else limits
         self._stop = Stop()

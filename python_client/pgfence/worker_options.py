@@ -16,13 +16,12 @@ import os
 import random
 import socket
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable, Optional
 
 from .limits import Limits
 
-__all__ = ["SharedOptions", "WorkerOptionError", "WorkerOptions", "worker_options"]
+__all__ = ["WorkerOptionError", "WorkerOptions", "worker_options"]
 
 #: Longest poll_interval, sweep_interval, shutdown_grace and flush_interval, in seconds
 #: (a day: beyond it a threading wait overflows on some platforms, and nothing needs it).
@@ -42,55 +41,18 @@ class WorkerOptionError(ValueError, TypeError):
         super().__init__(f"{self.message} ({hint})")
 
 
-@dataclass(frozen=True)
-class WorkerOptions:
-    """The checked options (see :class:`pgfence.Worker` for what each does)."""
-
-    handlers: dict[str, Callable[..., Any]]
-    queues: Optional[list[str]]
-    queue_set: Optional[str]
-    concurrency: int
-    prefetch: int
-    lease: timedelta
-    poll_interval: float
-    shutdown_grace: float
-    run_sweeper: Optional[bool]
-    sweep_interval: float
-    flush_interval: float
-    flush_batch: int
-    worker_id: Optional[str]
-    listen: bool
-    limits: Optional[Limits]
-
-
 def worker_options(handlers: Any, *, queues: Any, queue_set: Any, concurrency: Any, prefetch: Any, lease: Any,
                    poll_interval: Any, shutdown_grace: Any, run_sweeper: Any, sweep_interval: Any,
                    flush_interval: Any, flush_batch: Any, worker_id: Any, listen: Any,
-                   limits: Any) -> WorkerOptions:
-    """Check every option (``limits``: the database's, when the caller has them; else the
-    defaults bound the lease and flush_batch); raise :class:`WorkerOptionError` for the first bad one."""
-    if limits is not None and not isinstance(limits, Limits):
-        raise WorkerOptionError("limits", limits, "is not a pgfence.Limits", "pass None (read from the database) "
-                                "or what Client.limits() returned")
-    bounds = limits if limits is not None else Limits()
-    return WorkerOptions(
-        handlers=_handlers(handlers),
-        queues=_queues(queues, queue_set, bounds.queues),
-        queue_set=_name("queue_set", queue_set, "or None to claim by queues"),
-        concurrency=_integer("concurrency", concurrency, 1, None, "handler threads or tasks: 1 or more"),
-        prefetch=_integer("prefetch", prefetch, 0, None, "jobs claimed ahead of free handlers: 0 or more"),
-        lease=_lease(lease, bounds),
-        poll_interval=_seconds("poll_interval", poll_interval, False, "the longest idle wait between claims"),
-        shutdown_grace=_seconds("shutdown_grace", shutdown_grace, True, "how long a stop waits for running handlers"),
-        run_sweeper=_flag("run_sweeper", run_sweeper, True, "True, False, or None (while no sweeper runs)"),
-        sweep_interval=_seconds("sweep_interval", sweep_interval, False, "how often this worker sweeps when it does"),
-        flush_interval=_seconds("flush_interval", flush_interval, True, "how long an outcome may wait to be reported"),
-        flush_batch=_integer("flush_batch", flush_batch, 1, bounds.batch,
-                             f"outcomes reported in one call: 1..{bounds.batch}"),
-        worker_id=_name("worker_id", worker_id, "or None for host:pid:random"),
-        listen=bool(_flag("listen", listen, False, "True (wake on NOTIFY) or False (poll only)")),
-        limits=limits,
-    )
+                   limits: Any) -> "WorkerOptions":
+    """The options checked, as a :class:`WorkerOptions` of their own (what the workers'
+    constructors do, through :meth:`WorkerOptions._check_options`)."""
+    options = WorkerOptions()
+    options._check_options(handlers, queues=queues, queue_set=queue_set, concurrency=concurrency, prefetch=prefetch,
+                           lease=lease, poll_interval=poll_interval, shutdown_grace=shutdown_grace,
+                           run_sweeper=run_sweeper, sweep_interval=sweep_interval, flush_interval=flush_interval,
+                           flush_batch=flush_batch, worker_id=worker_id, listen=listen, limits=limits)
+    return options
 
 
 def _shown(value: Any) -> str:
@@ -177,14 +139,16 @@ def _lease(lease: Any, bounds: Limits) -> timedelta:
     return lease
 
 
-class SharedOptions:
-    """The attributes both workers keep of their options (their names as before: code and
-    tests read ``worker.queues``, ``worker.capacity``, ...), set in one place."""
+class WorkerOptions:
+    """The checked options, as both workers keep them (their names as before: code and
+    tests read ``worker.queues``, ``worker.capacity``, ...): :class:`pgfence.Worker` and
+    :class:`pgfence.aio.AsyncWorker` derive from it and call :meth:`_check_options` first."""
 
     handlers: dict[str, Callable[..., Any]]
     queues: Optional[list[str]]
     queue_set: Optional[str]
     concurrency: int
+    prefetch: int
     capacity: int
     lease: timedelta
     poll_interval: float
@@ -197,20 +161,35 @@ class SharedOptions:
     worker_id: str
     counters: dict[str, int]
 
-    def _take_options(self, o: WorkerOptions) -> None:
-        self.handlers = o.handlers
-        self.queues = o.queues
-        self.queue_set = o.queue_set
-        self.concurrency = o.concurrency
-        self.capacity = o.concurrency + o.prefetch
-        self.lease = o.lease
-        self.poll_interval = o.poll_interval
-        self.shutdown_grace = o.shutdown_grace
-        self.run_sweeper = o.run_sweeper
-        self.sweep_interval = o.sweep_interval
-        self.flush_interval = o.flush_interval
-        self.flush_batch = o.flush_batch
-        self.listen = o.listen
-        self.worker_id = o.worker_id or f"{socket.gethostname()}:{os.getpid()}:{random.getrandbits(24):06x}"
+    def _check_options(self, handlers: Any, *, queues: Any, queue_set: Any, concurrency: Any, prefetch: Any,
+                       lease: Any, poll_interval: Any, shutdown_grace: Any, run_sweeper: Any, sweep_interval: Any,
+                       flush_interval: Any, flush_batch: Any, worker_id: Any, listen: Any, limits: Any) -> None:
+        """Check every option and keep it (``limits``: the database's, when the caller has
+        them; else the defaults bound the lease and flush_batch); raise
+        :class:`WorkerOptionError` for the first bad one (the constructor then fails)."""
+        if limits is not None and not isinstance(limits, Limits):
+            raise WorkerOptionError("limits", limits, "is not a pgfence.Limits", "pass None (read from the database) "
+                                    "or what Client.limits() returned")
+        bounds = limits if limits is not None else Limits()
+        self.handlers = _handlers(handlers)
+        self.queues = _queues(queues, queue_set, bounds.queues)
+        self.queue_set = _name("queue_set", queue_set, "or None to claim by queues")
+        self.concurrency = _integer("concurrency", concurrency, 1, None, "handler threads or tasks: 1 or more")
+        self.prefetch = _integer("prefetch", prefetch, 0, None, "jobs claimed ahead of free handlers: 0 or more")
+        self.lease = _lease(lease, bounds)
+        self.poll_interval = _seconds("poll_interval", poll_interval, False, "the longest idle wait between claims")
+        self.shutdown_grace = _seconds("shutdown_grace", shutdown_grace, True,
+                                       "how long a stop waits for running handlers")
+        self.run_sweeper = _flag("run_sweeper", run_sweeper, True, "True, False, or None (while no sweeper runs)")
+        self.sweep_interval = _seconds("sweep_interval", sweep_interval, False,
+                                       "how often this worker sweeps when it does")
+        self.flush_interval = _seconds("flush_interval", flush_interval, True,
+                                       "how long an outcome may wait to be reported")
+        self.flush_batch = _integer("flush_batch", flush_batch, 1, bounds.batch,
+                                    f"outcomes reported in one call: 1..{bounds.batch}")
+        named = _name("worker_id", worker_id, "or None for host:pid:random")
+        self.listen = bool(_flag("listen", listen, False, "True (wake on NOTIFY) or False (poll only)"))
+        self.capacity = self.concurrency + self.prefetch
+        self.worker_id = named or f"{socket.gethostname()}:{os.getpid()}:{random.getrandbits(24):06x}"
         self.counters = {"claimed": 0, "completed": 0, "failed": 0, "lease_lost": 0, "released": 0,
                          "snoozed": 0}
