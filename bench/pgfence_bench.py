@@ -706,7 +706,8 @@ def soak(dsn: str, seconds: float, depth: int, shape: WorkerShape, window: float
     cheap samples: this queue's finished jobs (enqueued minus what is still in
     pgfence.jobs: live work only with the history; on the old schema, where done rows stay
     in pgfence.jobs until purged, minus its rows not done) and the window's rate;
-    pgfence.jobs' total size (heap, indexes, TOAST) and dead rows; the history's total
+    pgfence.jobs' total size (heap, indexes, TOAST) and dead rows; the checkpoints begun
+    and the WAL written in the window (cluster-wide); the history's total
     size over its leaf partitions, their number and how many seen earlier are gone; the
     rows routed to the default partition since the start (completions whose partition
     the sweeper had not made in time: 0 when the maintenance keeps up).
@@ -754,10 +755,15 @@ def soak(dsn: str, seconds: float, depth: int, shape: WorkerShape, window: float
         # made in time; the statistics lag their transactions by up to a second)
         into_default = scalar_in(mon, "SELECT s.n_tup_ins FROM pg_stat_user_tables s"
                                       " WHERE s.relid = to_regclass('pgfence.finished_jobs_default')") or 0
+        # (checkpoints begun and WAL written, cluster-wide: what a dip in a window coincides with)
+        ckpt = mon.execute("SELECT b.checkpoints_timed + b.checkpoints_req,"
+                           " pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint FROM pg_stat_bgwriter b").fetchone()
+        assert ckpt is not None
         parts = leaves()
         now = {oid for oid, _, _ in parts}
         seen.update(now)
         return {"finished": finished, "hot_bytes": int(row[0]), "dead_rows": int(row[1]),
+                "checkpoints": int(ckpt[0]), "wal_bytes": int(ckpt[1]),
                 "history_bytes": sum(b for _, b, _ in parts), "partitions": len(parts),
                 "dropped": len(seen - now), "into_default": int(into_default)}
 
@@ -787,7 +793,9 @@ def soak(dsn: str, seconds: float, depth: int, shape: WorkerShape, window: float
                             "finished": cur["finished"] - finished_at_start,
                             "hot_bytes": cur["hot_bytes"], "history_bytes": cur["history_bytes"],
                             "partitions": cur["partitions"], "dead_rows": cur["dead_rows"],
-                            "into_default": cur["into_default"] - default_at_start})
+                            "into_default": cur["into_default"] - default_at_start,
+                            "checkpoints": cur["checkpoints"] - prev["checkpoints"],
+                            "wal_mb_s": (cur["wal_bytes"] - prev["wal_bytes"]) / 1e6 / (now - prev_t)})
             prev, prev_t = cur, now
         # Bytes per job of the history: nothing moves once the producer and workers stop.
         prod.close()
