@@ -202,39 +202,56 @@ export type Handler = (job: Job) => unknown | Promise<unknown>;
 
 export interface Logger { info(message: string): void; warn(message: string): void; error(message: string): void }
 
+/** The Worker's options (durations in milliseconds); the constructor checks each (WorkerOptionError), and refuses an unknown name. */
 export interface WorkerOptions {
-  /** Queue names to claim from (default: all). */
-  queues?: string[] | null;
+  /** Queue names to claim from, 1..10,000 names of 1..128 characters (default: all). */
+  queues?: readonly string[] | ReadonlySet<string> | null;
   /** Instead of queues: the name of a set of queues stored with define_queue_set. */
   queueSet?: string | null;
-  /** Handlers running at once (default 8). */
+  /** Handlers running at once, an integer, 1 or more (default 8). */
   concurrency?: number;
-  /** Extra jobs claimed ahead (default 0). */
+  /** Extra jobs claimed ahead, an integer, 0 or more (default 0). */
   prefetch?: number;
-  /** Lease per claim in milliseconds (default 30000); heartbeats every lease / 3. */
+  /** Lease per claim in milliseconds, 1..86,400,000 (default 30000); heartbeats every lease / 3. */
   lease?: number;
-  /** Longest idle wait between claims, ms (default 1000). */
+  /** Longest idle wait between claims, ms, more than 0, at most a day (default 1000). */
   pollInterval?: number;
-  /** How long a shutdown waits for running handlers, ms (default 30000). */
+  /** How long a shutdown waits for running handlers, ms, 0..a day (default 30000). */
   shutdownGrace?: number;
-  /** Outcomes are reported when flushBatch wait or the oldest waited flushInterval ms (defaults 500, 5). */
+  /** Outcomes are reported when flushBatch (1..10,000) wait or the oldest waited flushInterval ms (0..a day) (defaults 500, 5). */
   flushInterval?: number;
   flushBatch?: number;
+  /** 1..128 characters (default: host:pid:random). */
   workerId?: string | null;
   /** LISTEN pgfence_enqueue (default true). */
   listen?: boolean;
-  /** CALL pgfence.sweep() every sweepInterval ms: true, false, or null (default: while
+  /** CALL pgfence.sweep() every sweepInterval ms (more than 0, at most a day): true, false, or null (default: while
    *  sweeper_health() says no background sweeper runs, looked at every minute). */
   runSweeper?: boolean | null;
   sweepInterval?: number;
   /** Stop gracefully on SIGTERM/SIGINT while run() runs (default true). */
   handleSignals?: boolean;
+  /** Its info, warn and error methods, own or inherited (at least one; the others: the default's). */
   logger?: Partial<Logger>;
   /** Serve this worker's own Prometheus metrics at http://metricsBind:metricsPort/metrics while run() runs
    *  (default null: no metrics, no server; 0: any free port, read back from `metricsAddress`). */
   metricsPort?: number | null;
   /** The address the metrics are served on (default "127.0.0.1"; no authentication: bind beyond loopback only on a trusted network). */
   metricsBind?: string;
+}
+
+/**
+ * A Worker option the worker cannot run with, thrown by the constructor before anything connects
+ * or claims: `option` names it (or the unknown name; `queues[2]`, `handlers["kind"]`, `logger.warn`
+ * for a part), `value` is what it got, `hint` what it takes. The message says all three, the value
+ * written safely (control and invisible characters as \uXXXX). A TypeError, not a PgfenceError.
+ */
+export class WorkerOptionError extends TypeError {
+  constructor(option: string, value: unknown, problem: string, hint: string);
+  readonly option: string;
+  readonly value: unknown;
+  /** What the option takes. */
+  readonly hint: string;
 }
 
 /** The worker cannot serve /metrics: the address cannot be bound (the port is in use, say). run() rejects with it before anything is claimed. */

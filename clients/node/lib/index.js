@@ -6,10 +6,12 @@ const { Client, RawJson, SCHEMA_VERSION } = require("./client");
 const errors = require("./errors");
 const { Worker } = require("./worker");
 const { MetricsError } = require("./metrics");
+const { WorkerOptionError } = require("./worker_options");
 const { PermanentFailure, Interrupted, RetryAfter, Snooze } = require("./handlers");
 
 module.exports = {
   Client, RawJson, SCHEMA_VERSION, Worker, PermanentFailure, Interrupted, RetryAfter, Snooze, MetricsError,
+  WorkerOptionError,
   PgfenceError: errors.PgfenceError, LeaseLost: errors.LeaseLost, JobNotFound: errors.JobNotFound,
   InvalidTransition: errors.InvalidTransition, WrongIsolation: errors.WrongIsolation,
   InvalidArgument: errors.InvalidArgument, SchemaMismatch: errors.SchemaMismatch, translate: errors.translate,

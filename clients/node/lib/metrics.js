@@ -36,6 +36,7 @@
 const http = require("node:http");
 const { performance } = require("node:perf_hooks");
 const { printable } = require("./text");
+const { checkPort, checkBind } = require("./worker_options");
 
 /**
  * `outcome` of pgfence_worker_jobs_total, what became of an attempt as the database answered:
@@ -121,23 +122,6 @@ class MetricsError extends Error {
   }
 }
 
-/** `port` as a metricsPort, or a RangeError naming the option (0: any free port). */
-function checkPort(port) {
-  if (typeof port !== "number" || !Number.isInteger(port) || port < 0 || port > 65535) {
-    const shown = typeof port === "string" ? JSON.stringify(port) : String(port);
-    throw new RangeError(`pgfence: metricsPort must be an integer in 0..65535 (0: any free port), got ${shown}`);
-  }
-  return port;
-}
-
-/** `bind` as a metricsBind, or a TypeError naming the option. */
-function checkBind(bind) {
-  if (typeof bind !== "string" || bind === "") {
-    throw new TypeError(`pgfence: metricsBind must be an address of this host as a string, such as "127.0.0.1", got ${typeof bind === "string" ? "\"\"" : String(bind)}`);
-  }
-  return bind;
-}
-
 const NOT_FOUND = "not found: this worker serves its metrics at /metrics\n";
 const NOT_ALLOWED = "method not allowed: use GET\n";
 
@@ -145,7 +129,8 @@ class WorkerMetrics {
   /**
    * The metrics of a worker whose attempts are in `ledger` and whose handlers are for
    * `kinds`, to be served on bind:port (0: any free port). `address` is {host, port}
-   * while the server runs (the port actually bound), else null.
+   * while the server runs (the port actually bound), else null. A bad port or bind is a
+   * WorkerOptionError naming metricsPort or metricsBind (worker_options.js, the one check).
    */
   constructor(ledger, kinds, { port, bind = "127.0.0.1" }) {
     this.port = checkPort(port);
@@ -305,5 +290,5 @@ function bindError(err, where, host) {
     "check metricsBind and metricsPort");
 }
 
-module.exports = { WorkerMetrics, MetricsError, OUTCOMES, STATES, BUCKETS, CONTENT_TYPE, checkPort, checkBind, labelValue,
+module.exports = { WorkerMetrics, MetricsError, OUTCOMES, STATES, BUCKETS, CONTENT_TYPE, labelValue,
   formatValue };

@@ -28,7 +28,8 @@ const { Heartbeats } = require("./heartbeats");
 const { runHandler } = require("./handlers");
 const { retryable, notSent } = require("./retries");
 const { runSweeper } = require("./sweeper");
-const { WorkerMetrics, checkPort, checkBind } = require("./metrics");
+const { WorkerMetrics } = require("./metrics");
+const { checkWorkerOptions } = require("./worker_options");
 
 /**
  * After a claim that a wake-up prompted and that found less than it asked for, the next waits at
@@ -69,7 +70,6 @@ function holdoff(drained, afterWake, waited) {
 }
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const quiet = { info() {}, warn: (m) => console.warn(m), error: (m) => console.error(m) };
 
 class Worker {
   /**
@@ -82,22 +82,16 @@ class Worker {
    *   handleSignals [true], logger [warnings and errors to the console],
    *   metricsPort [null: no metrics; 0: any free port] and metricsBind ["127.0.0.1"]: serve this
    *   worker's own Prometheus metrics (metrics.js) at http://metricsBind:metricsPort/metrics
-   *   while run() runs (a port in use: run() rejects with a MetricsError before claiming anything)
+   *   while run() runs (a port in use: run() rejects with a MetricsError before claiming anything).
+   *   Every option is checked here, first (worker_options.js): a WorkerOptionError names a bad
+   *   one, or an unknown name, before anything connects or claims.
    */
   constructor(client, handlers, options = {}) {
+    const o = checkWorkerOptions(handlers, options); // (WorkerOptionError: nothing connected or claimed)
     if (!client || !client.pool) throw new TypeError("pgfence: Worker needs a Client with its own pool: await Client.connect(dsn)");
-    const o = { queues: null, queueSet: null, concurrency: 8, prefetch: 0, lease: 30000, pollInterval: 1000, shutdownGrace: 30000,
-      flushInterval: 5, flushBatch: 500, workerId: null, listen: true, runSweeper: null, sweepInterval: 1000,
-      handleSignals: true, logger: quiet, metricsPort: null, metricsBind: "127.0.0.1", ...options };
-    if (!(o.concurrency >= 1) || !(o.prefetch >= 0)) throw new RangeError("pgfence: concurrency must be >= 1 and prefetch >= 0");
-    if (o.queues !== null && o.queueSet !== null) throw new TypeError("pgfence: pass queues or queueSet, not both");
-    if (typeof o.lease !== "number" || !Number.isFinite(o.lease)) throw new TypeError("pgfence: lease is in milliseconds (a number)");
-    if (o.metricsBind === undefined) o.metricsBind = "127.0.0.1";
-    if (o.metricsPort !== null && o.metricsPort !== undefined) checkPort(o.metricsPort);
-    checkBind(o.metricsBind);
     this.client = client;
-    this.handlers = { ...handlers };
-    this.queues = o.queues === null ? null : [...o.queues];
+    this.handlers = o.handlers;
+    this.queues = o.queues;
     this.queueSet = o.queueSet;
     this.concurrency = o.concurrency;
     this.capacity = o.concurrency + o.prefetch;
@@ -110,15 +104,15 @@ class Worker {
     this.runSweeper = o.runSweeper;
     this.sweepInterval = o.sweepInterval;
     this.handleSignals = o.handleSignals;
-    this.log = { ...quiet, ...o.logger };
-    this.workerId = o.workerId || `${os.hostname()}:${process.pid}:${crypto.randomBytes(3).toString("hex")}`;
+    this.log = o.logger;
+    this.workerId = o.workerId ?? `${os.hostname()}:${process.pid}:${crypto.randomBytes(3).toString("hex")}`;
     this.counters = { claimed: 0, completed: 0, failed: 0, lease_lost: 0, released: 0, snoozed: 0 };
     this.stopping = false;
     this.hurry = false;
     this.done = false;
     this.signals = 0;
     this.ledger = new Ledger(() => this.stopping);
-    this.metricsPort = o.metricsPort ?? null;
+    this.metricsPort = o.metricsPort;
     this.metricsBind = o.metricsBind;
     /** The worker's metrics (metrics.js), or null when off (metricsPort not given): the only test made when off. */
     this.metrics = this.metricsPort === null ? null

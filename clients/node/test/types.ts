@@ -1,6 +1,6 @@
 // Compiled by tsc only (never run): uses the declared API as an application would, so a
 // broken or drifting index.d.ts fails `npm run typecheck`.
-import { Client, Worker, LeaseLost, PermanentFailure, Interrupted, RetryAfter, Snooze, RawJson, MetricsError, type Job,
+import { Client, Worker, LeaseLost, PermanentFailure, Interrupted, RetryAfter, Snooze, RawJson, MetricsError, WorkerOptionError, type Job,
   type WorkerOptions } from "..";
 import pg from "pg";
 
@@ -57,5 +57,15 @@ async function example(): Promise<void> {
   const wrong: WorkerOptions = { metricsPort: "9100" };
   const off: WorkerOptions = { metricsPort: null };
   console.log(wrong, off);
+  try {
+    new Worker(client, {}, { queues: new Set(["email"]), pollInterval: -1 });
+  } catch (err) {
+    if (err instanceof WorkerOptionError) console.log(err.option, err.value, err.hint, err.message);
+  }
+  // @ts-expect-error queues is a list of names, not one name
+  const letters: WorkerOptions = { queues: "abc" };
+  // @ts-expect-error no such option (the constructor refuses it too)
+  const typo: WorkerOptions = { concurency: 4 };
+  console.log(letters, typo);
 }
 void example;

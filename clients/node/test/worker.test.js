@@ -7,7 +7,7 @@ const http = require("node:http");
 const net = require("node:net");
 const os = require("node:os");
 const path = require("node:path");
-const { Client, Worker, PermanentFailure, Interrupted, RetryAfter, Snooze, LeaseLost, MetricsError } = require("../lib");
+const { Client, Worker, PermanentFailure, Interrupted, RetryAfter, Snooze, LeaseLost, MetricsError, WorkerOptionError } = require("../lib");
 const { DSN, deleteQueues, queueName, sleep, waitFor, connect, doneAttempts, workerProcess } = require("./helpers");
 
 let client;
@@ -795,11 +795,12 @@ test("a metrics port in use: run() rejects with a MetricsError naming the addres
 test("worker metrics are off unless metricsPort is given; a bad metricsPort or metricsBind is refused by name", async () => {
   for (const port of [-1, 65536, 1.5, true, "9100", NaN]) {
     assert.throws(() => new Worker(client, {}, { metricsPort: port }),
-      (err) => err instanceof RangeError && /^pgfence: metricsPort must be an integer in 0\.\.65535 \(0: any free port\), got /.test(err.message));
+      (err) => err instanceof WorkerOptionError && err.option === "metricsPort" && Object.is(err.value, port)
+        && /^pgfence: invalid worker option metricsPort=.*\(a TCP port, 0\.\.65535 \(0: any free port\), or null for no metrics\)$/.test(err.message));
   }
   for (const bind of ["", 127001, null]) {
     assert.throws(() => new Worker(client, {}, { metricsPort: 0, metricsBind: bind }),
-      (err) => err instanceof TypeError && /^pgfence: metricsBind must be an address of this host/.test(err.message));
+      (err) => err instanceof WorkerOptionError && err.option === "metricsBind" && /an address of this host/.test(err.hint));
   }
   const queue = queueName("metrics_off");
   const w = await startWorker(queue, { ok: async () => null });
