@@ -404,3 +404,20 @@ def test_note_sweeper_pass_refuses_bad_values(conn: Conn, sweep_paused: Conn, re
     err = sql_error(conn, "SELECT pgfence.note_sweeper_pass(%s, %s, %s)", (reclaimed, purged, error))
     assert_error(err, "22023", names)
     assert conn.execute("SELECT * FROM pgfence.sweeper_status").fetchall() == before
+
+
+@pytest.mark.parametrize(("query", "shown"), [
+    ("SELECT * FROM pgfence.fail_many(%(ids)s::bigint[], %(toks)s::uuid[], ARRAY['a'], NULL, ARRAY[true, false])",
+     "errors=1 retry_ins=NULL permanents=2"),
+    ("SELECT * FROM pgfence.fail_many(%(ids)s::bigint[], %(toks)s::uuid[], ARRAY['a'], ARRAY['1 s', '2 s']::interval[])",
+     "errors=1 retry_ins=2 permanents=NULL"),
+    ("SELECT * FROM pgfence.enqueue_many(ARRAY['a', 'b'], queue => %(q)s, priorities => ARRAY[1])",
+     "payloads=NULL priorities=1 run_ats=NULL idempotency_keys=NULL"),
+], ids=["fail_many-retry_ins-not-given", "fail_many-permanents-not-given", "enqueue_many-three-not-given"])
+def test_array_lengths_message_shows_null_for_an_array_not_given(conn: Conn, world: World, query: str,
+                                                                  shown: str) -> None:
+    before = queue_state(conn, world.queue)
+    err = sql_error(conn, query, {"q": world.queue, "ids": [world.job_id], "toks": [world.token]})
+    assert_error(err, "22023", "array lengths")
+    assert shown in (err.diag.message_primary or "")
+    assert queue_state(conn, world.queue) == before

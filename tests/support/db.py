@@ -137,8 +137,10 @@ _id_floor = 0
 
 def id_floor(conn: Conn) -> int:
     """An id below every job enqueued from now on (the identity sequence's last value):
-    with it, a test finds its own jobs by primary key instead of scanning the shared table."""
-    return int(one(conn, "SELECT last_value FROM pgfence.jobs_id_seq"))
+    with it, a test finds its own jobs by primary key instead of scanning the shared table.
+    (A sequence never called yet hands out its last_value next: the floor is one below.)"""
+    return int(one(conn, "SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END"
+                         " FROM pgfence.jobs_id_seq"))
 
 
 def set_id_floor(floor: int) -> None:

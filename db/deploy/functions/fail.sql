@@ -1,14 +1,12 @@
--- Deploy pgfence:functions/fail to pg (reworked after @v0.6.0)
--- requires: functions/fail@v0.6.0
--- requires: tables/job_queue_keys
--- requires: functions/_fence
--- requires: functions/_checks
+-- Deploy pgfence:functions/fail to pg (reworked after @v0.7.0)
+-- requires: functions/fail@v0.7.0
 --
 -- fail, fail_many and their checks, whole (CREATE OR REPLACE: re-runnable), with
 -- their privilege-rule rows. Changed after @v0.4.0: fail_many's checks of its
 -- per-job inputs are a function of their own (_check_fail_inputs); behaviour unchanged.
 -- Changed after @v0.6.0: the attempts a fail ends carry the job's queue
--- (tables/job_queue_keys).
+-- (tables/job_queue_keys). Changed after @v0.7.0: the array-lengths message shows NULL
+-- for a retry_ins or permanents not given (it showed nothing: "retry_ins= permanents=2").
 
 BEGIN;
 
@@ -36,7 +34,8 @@ BEGIN
         PERFORM pgfence._raise_null('errors', 'pass one error text per job id');
     ELSIF cardinality(errors) <> n OR cardinality(retry_ins) <> n OR cardinality(permanents) <> n THEN
         PERFORM pgfence._raise_invalid('array lengths',
-            format('errors=%s retry_ins=%s permanents=%s', cardinality(errors), cardinality(retry_ins), cardinality(permanents)),
+            format('errors=%s retry_ins=%s permanents=%s', cardinality(errors),
+                   coalesce(cardinality(retry_ins)::text, 'NULL'), coalesce(cardinality(permanents)::text, 'NULL')),
             format('job_ids has %s elements', n), 'pass exactly one element per job id (retry_ins and permanents may be NULL)');
     END IF;
     PERFORM pgfence._check_array('errors', errors);

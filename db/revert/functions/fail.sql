@@ -1,6 +1,6 @@
--- Revert pgfence:functions/fail from pg (back to @v0.6.0)
+-- Revert pgfence:functions/fail from pg (back to @v0.7.0)
 --
--- Runs the @v0.6.0 script again (re-runnable: CREATE OR REPLACE, its rule rows): the
--- definitions that write no queue into attempts and rejections.
+-- Runs the @v0.7.0 script again (re-runnable: CREATE OR REPLACE, its rule rows): the
+-- array-lengths message of fail_many as it was.
 
-\ir ../../deploy/functions/fail@v0.6.0.sql
+\ir ../../deploy/functions/fail@v0.7.0.sql

@@ -13,4 +13,8 @@ SELECT 'pgfence.fail(bigint, uuid, text, interval, boolean)'::regprocedure,
 SELECT 1 / (prosrc LIKE '%INSERT INTO pgfence.attempts (job_id, queue,%')::int
   FROM pg_proc WHERE oid = 'pgfence.fail_many(bigint[], uuid[], text[], interval[], boolean[])'::regprocedure;
 
+-- (the rework after @v0.7.0: an array not given shows as NULL in the lengths message)
+SELECT 1 / (prosrc LIKE '%coalesce(cardinality(permanents)::text, ''NULL'')%')::int
+  FROM pg_proc WHERE oid = 'pgfence._check_fail_inputs(integer, text[], interval[], boolean[])'::regprocedure;
+
 ROLLBACK;

@@ -1,0 +1,16 @@
+-- Verify pgfence:functions/fail on pg
+
+BEGIN;
+
+SELECT 'pgfence.fail(bigint, uuid, text, interval, boolean)'::regprocedure,
+       'pgfence.fail_many(bigint[], uuid[], text[], interval[], boolean[])'::regprocedure,
+       'pgfence._check_error(text, text)'::regprocedure,
+       'pgfence._check_retry_in(text, interval)'::regprocedure,
+       'pgfence._fail_status(boolean, integer, integer)'::regprocedure,
+       'pgfence._check_fail_inputs(integer, text[], interval[], boolean[])'::regprocedure;
+
+-- (the rework after @v0.6.0: what it records carries the job's queue)
+SELECT 1 / (prosrc LIKE '%INSERT INTO pgfence.attempts (job_id, queue,%')::int
+  FROM pg_proc WHERE oid = 'pgfence.fail_many(bigint[], uuid[], text[], interval[], boolean[])'::regprocedure;
+
+ROLLBACK;
