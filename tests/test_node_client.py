@@ -111,13 +111,13 @@ _SAME_OPTIONS: list[tuple[str, Any, Any]] = [
     ("flush_interval", -0.001, -1), ("flush_interval", 0, 0),
     ("flush_batch", 0, 0), ("flush_batch", 10_001, 10_001), ("flush_batch", 1.5, 1.5), ("flush_batch", 10_000, 10_000),
     ("queues", "abc", "abc"), ("queues", [], []), ("queues", [""], [""]), ("queues", ["ok", 5], ["ok", 5]),
-    ("queues", ["a", "b"], ["a", "b"]),
+    ("queues", ["a", "b"], ["a", "b"]), ("queues", ["x" * 129], ["x" * 129]), ("queues", ["x" * 128], ["x" * 128]),
     ("queue_set", "", ""), ("queue_set", "x" * 129, "x" * 129), ("queue_set", "s", "s"),
     ("worker_id", "", ""), ("worker_id", "x" * 129, "x" * 129), ("worker_id", 5, 5), ("worker_id", "x" * 128, "x" * 128),
     ("listen", "yes", "yes"), ("listen", 1, 1), ("listen", None, None), ("listen", False, False),
     ("run_sweeper", 1, 1), ("run_sweeper", "auto", "auto"), ("run_sweeper", None, None), ("run_sweeper", True, True),
     ("handlers", {"k": 5}, {"k": 5}), ("handlers", {"": "f"}, {"": "f"}), ("handlers", ["f"], ["f"]),
-    ("handlers", {"k": "f"}, {"k": "f"}),
+    ("handlers", {"k": "f"}, {"k": "f"}), ("handlers", {"x" * 129: "f"}, {"x" * 129: "f"}),
 ]
 
 

@@ -169,3 +169,27 @@ def test_the_cli_worker_says_which_option_in_one_line(dsn: str, args: list[str],
     assert lines[0].startswith("pgfence: error: ") and fragment in lines[0], result.stderr
     assert len(lines) == 2 and lines[1].startswith("hint: "), result.stderr
     assert result.stdout == ""
+
+
+@settings(max_examples=120, deadline=None)
+@given(where=st.sampled_from(["queues[0]", "queue_set", "worker_id", "handlers"]),
+       name=st.one_of(st.just(""), st.text(min_size=129, max_size=140),
+                      st.builds(lambda a, s, b: a + s + b, st.text(max_size=5),
+                                st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), st.text(max_size=5))))
+def test_a_name_the_database_cannot_take_is_refused_wherever_a_name_goes(where: str, name: str) -> None:
+    # Empty, over 128 characters, or holding a lone surrogate (which cannot be sent):
+    # a queue, the queue set, the worker id and each handler's kind, as the Node worker.
+    if where == "queues[0]":
+        err = refused("queues", [name])
+    elif where == "handlers":
+        err = refused("handlers", None, handlers={name: noop})
+    else:
+        err = refused(where, name)
+    assert err.option == where
+
+
+@settings(max_examples=60, deadline=None)
+@given(name=st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=128))
+def test_a_name_of_1_to_128_characters_is_taken_here_and_left_to_the_database(name: str) -> None:
+    o = worker_options({name: noop}, **{**GOOD, "queues": [name], "worker_id": name})
+    assert o.queues == [name] and o.worker_id == name and list(o.handlers) == [name]

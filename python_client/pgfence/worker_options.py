@@ -65,9 +65,9 @@ def _handlers(handlers: Any) -> dict[str, Callable[..., Any]]:
         raise WorkerOptionError("handlers", handlers, "is not a mapping", "pass {kind: callable(job)}")
     out: dict[str, Callable[..., Any]] = {}
     for kind, handler in handlers.items():
-        if not isinstance(kind, str) or not kind:
+        if not _is_name(kind):
             raise WorkerOptionError("handlers", kind, "has a key that is not a job kind",
-                                    "key each handler by its job kind, a non-empty string")
+                                    "key each handler by its job kind, a string of 1 to 128 characters")
         if not callable(handler):
             raise WorkerOptionError(f"handlers[{kind!r}]", handler, "is not callable",
                                     "pass a function (or coroutine function) taking the job")
@@ -89,15 +89,24 @@ def _queues(queues: Any, queue_set: Any, most: int) -> Optional[list[str]]:
         raise WorkerOptionError("queues", queues, f"has {len(names)} names",
                                 f"pass 1..{most} queue names, or None to claim from every queue")
     for i, name in enumerate(names):
-        if not isinstance(name, str) or not name:
-            raise WorkerOptionError(f"queues[{i}]", name, "is not a queue name", "each name is a non-empty string")
+        if not _is_name(name):
+            raise WorkerOptionError(f"queues[{i}]", name, "is not a queue name",
+                                    "each name is a string of 1 to 128 characters")
     return names
+
+
+def _is_name(value: Any) -> bool:
+    """A string the database could take as a name: 1..128 characters (code points, as
+    char_length counts them), none a lone surrogate (not text: it cannot be sent). The
+    rest of the rule (no control characters, no blank ends, ...) is the database's."""
+    return (isinstance(value, str) and 1 <= len(value) <= 128
+            and not any("\ud800" <= c <= "\udfff" for c in value))
 
 
 def _name(option: str, value: Any, or_else: str) -> Optional[str]:
     if value is None:
         return None
-    if not isinstance(value, str) or not 1 <= len(value) <= 128:
+    if not _is_name(value):
         raise WorkerOptionError(option, value, "is not a name of 1..128 characters",
                                 f"pass a string of 1 to 128 characters, {or_else}")
     return value
