@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from support.processes import HANDLERS, run_cli
 from pgfence import Client, Limits, Worker, WorkerOptionError
-from pgfence.worker_options import MAX_SECONDS, worker_options
+from pgfence.worker_options import MAX_SECONDS, MIN_POLL_SECONDS, MIN_SWEEP_SECONDS, worker_options
 
 GOOD: dict[str, Any] = dict(queues=None, queue_set=None, concurrency=8, prefetch=0, lease=timedelta(seconds=30),
                             poll_interval=1.0, shutdown_grace=30.0, run_sweeper=None, sweep_interval=1.0,
@@ -51,6 +51,21 @@ def test_an_interval_that_must_be_positive_is_refused(option: str, value: Any) -
     assert err.option == option and option in str(err) and "seconds" in err.hint
 
 
+#: The shortest each interval takes (an idle poll below a millisecond is a busy loop).
+LEAST = {"poll_interval": MIN_POLL_SECONDS, "sweep_interval": MIN_SWEEP_SECONDS, "shutdown_grace": 0.0,
+         "flush_interval": 0.0}
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_an_interval_below_its_shortest_is_refused_and_the_hint_says_it(data: st.DataObject) -> None:
+    option = data.draw(st.sampled_from(["poll_interval", "sweep_interval"]))
+    value = data.draw(st.floats(min_value=0.0, max_value=LEAST[option], exclude_max=True))
+    err = refused(option, value)
+    assert err.option == option and err.problem == "is out of range"
+    assert err.hint.endswith(f"{LEAST[option]:g}..86400 seconds"), err.hint
+
+
 @settings(max_examples=60, deadline=None)
 @given(option=st.sampled_from(["shutdown_grace", "flush_interval"]), value=bad_seconds_zero_ok)
 def test_a_time_that_may_be_zero_is_refused_below_zero_or_not_a_number(option: str, value: Any) -> None:
@@ -58,9 +73,11 @@ def test_a_time_that_may_be_zero_is_refused_below_zero_or_not_a_number(option: s
 
 
 @settings(max_examples=60, deadline=None)
-@given(option=st.sampled_from(["poll_interval", "sweep_interval", "shutdown_grace", "flush_interval"]),
-       value=st.one_of(st.floats(min_value=0.001, max_value=MAX_SECONDS), st.integers(1, int(MAX_SECONDS))))
-def test_every_time_in_range_is_taken_as_seconds(option: str, value: float) -> None:
+@given(data=st.data())
+def test_every_time_in_range_is_taken_as_seconds(data: st.DataObject) -> None:
+    option = data.draw(st.sampled_from(sorted(LEAST)))
+    value = data.draw(st.one_of(st.floats(min_value=max(LEAST[option], 0.001), max_value=MAX_SECONDS),
+                                st.just(LEAST[option] or 0.001), st.integers(1, int(MAX_SECONDS))))
     o = worker_options({"noop": noop}, **{**GOOD, option: value})
     assert getattr(o, option) == float(value)
 
@@ -186,6 +203,11 @@ def test_a_name_the_database_cannot_take_is_refused_wherever_a_name_goes(where: 
     else:
         err = refused(where, name)
     assert err.option == where
+    # (the problem worded as the Node worker words it: tests/test_node_client.py compares them)
+    if not 1 <= len(name) <= 128:
+        assert err.problem == f"is a name of {len(name)} characters"
+    else:
+        assert err.problem == "holds a lone surrogate (not Unicode text)"
 
 
 @settings(max_examples=60, deadline=None)

@@ -214,7 +214,7 @@ export interface WorkerOptions {
   prefetch?: number;
   /** Lease per claim in milliseconds, 1..86,400,000 (default 30000); heartbeats every lease / 3. */
   lease?: number;
-  /** Longest idle wait between claims, ms, more than 0, at most a day (default 1000). */
+  /** Longest idle wait between claims, ms, 1..a day (default 1000; below 1 ms an idle worker would poll in a busy loop). */
   pollInterval?: number;
   /** How long a shutdown waits for running handlers, ms, 0..a day (default 30000). */
   shutdownGrace?: number;
@@ -225,7 +225,7 @@ export interface WorkerOptions {
   workerId?: string | null;
   /** LISTEN pgfence_enqueue (default true). */
   listen?: boolean;
-  /** CALL pgfence.sweep() every sweepInterval ms (more than 0, at most a day): true, false, or null (default: while
+  /** CALL pgfence.sweep() every sweepInterval ms (10..a day, default 1000): true, false, or null (default: while
    *  sweeper_health() says no background sweeper runs, looked at every minute). */
   runSweeper?: boolean | null;
   sweepInterval?: number;
@@ -250,6 +250,8 @@ export class WorkerOptionError extends TypeError {
   constructor(option: string, value: unknown, problem: string, hint: string);
   readonly option: string;
   readonly value: unknown;
+  /** What is wrong with the value ("is out of range"), as the message says it. */
+  readonly problem: string;
   /** What the option takes. */
   readonly hint: string;
 }

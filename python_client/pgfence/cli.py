@@ -179,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--lease", type=_positive_seconds, default=30.0, metavar="SECONDS",
                    help="lease per claim, heartbeated every lease/3 (default 30)")
     w.add_argument("--poll-interval", type=_positive_seconds, default=1.0, metavar="SECONDS",
-                   help="longest wait between claims without a NOTIFY (default 1.0)")
+                   help="longest wait between claims without a NOTIFY (default 1.0, at least 0.001)")
     w.add_argument("--shutdown-grace", type=_nonnegative_seconds, default=30.0, metavar="SECONDS",
                    help="on SIGTERM/SIGINT, how long running handlers may finish (default 30)")
     w.add_argument("--sweep", action=argparse.BooleanOptionalAction, default=None,

@@ -26,16 +26,22 @@ __all__ = ["WorkerOptionError", "WorkerOptions", "worker_options"]
 #: Longest poll_interval, sweep_interval, shutdown_grace and flush_interval, in seconds
 #: (a day: beyond it a threading wait overflows on some platforms, and nothing needs it).
 MAX_SECONDS = 86_400.0
+#: Shortest poll_interval (1 ms: below it an idle worker polls in a busy loop, a claim
+#: call after the other) and sweep_interval (10 ms, the shortest pass_interval of the
+#: database's background sweeper), in seconds.
+MIN_POLL_SECONDS = 0.001
+MIN_SWEEP_SECONDS = 0.01
 
 
 class WorkerOptionError(ValueError, TypeError):
-    """A worker option the worker cannot run with: ``option`` names it, ``message`` says what
-    is wrong with ``value``, ``hint`` what it takes. Both a ValueError and a TypeError (a value
+    """A worker option the worker cannot run with: ``option`` names it, ``problem`` says what
+    is wrong with ``value`` (``message`` says all three), ``hint`` what it takes. Both a ValueError and a TypeError (a value
     of the wrong type raises it too)."""
 
     def __init__(self, option: str, value: Any, problem: str, hint: str) -> None:
         self.option = option
         self.value = value
+        self.problem = problem
         self.hint = hint
         self.message = f"invalid worker option {option}={_shown(value)}: {problem}"
         super().__init__(f"{self.message} ({hint})")
@@ -65,8 +71,9 @@ def _handlers(handlers: Any) -> dict[str, Callable[..., Any]]:
         raise WorkerOptionError("handlers", handlers, "is not a mapping", "pass {kind: callable(job)}")
     out: dict[str, Callable[..., Any]] = {}
     for kind, handler in handlers.items():
-        if not _is_name(kind):
-            raise WorkerOptionError("handlers", kind, "has a key that is not a job kind",
+        problem = _name_problem(kind)
+        if problem is not None:
+            raise WorkerOptionError("handlers", kind, problem,
                                     "key each handler by its job kind, a string of 1 to 128 characters")
         if not callable(handler):
             raise WorkerOptionError(f"handlers[{kind!r}]", handler, "is not callable",
@@ -89,26 +96,33 @@ def _queues(queues: Any, queue_set: Any, most: int) -> Optional[list[str]]:
         raise WorkerOptionError("queues", queues, f"has {len(names)} names",
                                 f"pass 1..{most} queue names, or None to claim from every queue")
     for i, name in enumerate(names):
-        if not _is_name(name):
-            raise WorkerOptionError(f"queues[{i}]", name, "is not a queue name",
+        problem = _name_problem(name)
+        if problem is not None:
+            raise WorkerOptionError(f"queues[{i}]", name, problem,
                                     "each name is a string of 1 to 128 characters")
     return names
 
 
-def _is_name(value: Any) -> bool:
-    """A string the database could take as a name: 1..128 characters (code points, as
-    char_length counts them), none a lone surrogate (not text: it cannot be sent). The
-    rest of the rule (no control characters, no blank ends, ...) is the database's."""
-    return (isinstance(value, str) and 1 <= len(value) <= 128
-            and not any("\ud800" <= c <= "\udfff" for c in value))
+def _name_problem(value: Any) -> Optional[str]:
+    """Why `value` is not a string the database could take as a name (None when it is):
+    1..128 characters (code points, as char_length counts them), none a lone surrogate
+    (not text: it cannot be sent). The rest of the rule (no control characters, no blank
+    ends, ...) is the database's. Worded as the Node worker's."""
+    if not isinstance(value, str):
+        return "is not a name (a string)"
+    if not 1 <= len(value) <= 128:
+        return f"is a name of {len(value)} characters"
+    if any("\ud800" <= c <= "\udfff" for c in value):
+        return "holds a lone surrogate (not Unicode text)"
+    return None
 
 
 def _name(option: str, value: Any, or_else: str) -> Optional[str]:
     if value is None:
         return None
-    if not _is_name(value):
-        raise WorkerOptionError(option, value, "is not a name of 1..128 characters",
-                                f"pass a string of 1 to 128 characters, {or_else}")
+    problem = _name_problem(value)
+    if problem is not None:
+        raise WorkerOptionError(option, value, problem, f"pass a string of 1 to 128 characters, {or_else}")
     return value
 
 
@@ -120,11 +134,15 @@ def _integer(option: str, value: Any, lo: int, hi: Optional[int], hint: str) -> 
     return value
 
 
-def _seconds(option: str, value: Any, zero_ok: bool, what: str) -> float:
-    bounds = f"{'0' if zero_ok else 'more than 0'}..{MAX_SECONDS:.0f} seconds"
+def _seconds(option: str, value: Any, zero_ok: bool, what: str, least: float = 0.0) -> float:
+    """A number of seconds: from 0 (when zero_ok) or from `least` (inclusive; more than 0
+    when `least` is 0) up to MAX_SECONDS."""
+    low = "0" if zero_ok else (f"{least:g}" if least else "more than 0")
+    bounds = f"{low}..{MAX_SECONDS:.0f} seconds"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise WorkerOptionError(option, value, "is not a number of seconds", f"{what}: {bounds}")
-    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok) or value > MAX_SECONDS:
+    if (not math.isfinite(value) or value < least or value < 0 or (value == 0 and not zero_ok)
+            or value > MAX_SECONDS):
         raise WorkerOptionError(option, value, "is out of range", f"{what}: {bounds}")
     return float(value)
 
@@ -186,12 +204,13 @@ class WorkerOptions:
         self.concurrency = _integer("concurrency", concurrency, 1, None, "handler threads or tasks: 1 or more")
         self.prefetch = _integer("prefetch", prefetch, 0, None, "jobs claimed ahead of free handlers: 0 or more")
         self.lease = _lease(lease, bounds)
-        self.poll_interval = _seconds("poll_interval", poll_interval, False, "the longest idle wait between claims")
+        self.poll_interval = _seconds("poll_interval", poll_interval, False, "the longest idle wait between claims",
+                                      MIN_POLL_SECONDS)
         self.shutdown_grace = _seconds("shutdown_grace", shutdown_grace, True,
                                        "how long a stop waits for running handlers")
         self.run_sweeper = _flag("run_sweeper", run_sweeper, True, "True, False, or None (while no sweeper runs)")
         self.sweep_interval = _seconds("sweep_interval", sweep_interval, False,
-                                       "how often this worker sweeps when it does")
+                                       "how often this worker sweeps when it does", MIN_SWEEP_SECONDS)
         self.flush_interval = _seconds("flush_interval", flush_interval, True,
                                        "how long an outcome may wait to be reported")
         self.flush_batch = _integer("flush_batch", flush_batch, 1, bounds.batch,

@@ -20,6 +20,13 @@ const { printable } = require("./text");
 const LIMITS = Object.freeze({ batch: 10000, queues: 10000, lease_min_ms: 1, lease_max_ms: 86400000, name_chars: 128 });
 /** Longest pollInterval, sweepInterval, shutdownGrace and flushInterval, ms: a day (as MAX_SECONDS in worker_options.py). */
 const MAX_MS = 86400000;
+/**
+ * Shortest pollInterval (1 ms: below it an idle worker polls in a busy loop, a claim call
+ * after the other) and sweepInterval (10 ms, the shortest pass_interval of the database's
+ * background sweeper), as MIN_POLL_SECONDS and MIN_SWEEP_SECONDS in worker_options.py.
+ */
+const MIN_POLL_MS = 1;
+const MIN_SWEEP_MS = 10;
 
 /** Warnings and errors to the console (the default logger). */
 const CONSOLE = Object.freeze({ info() {}, warn: (m) => console.warn(m), error: (m) => console.error(m) });
@@ -42,7 +49,7 @@ class WorkerOptionError extends TypeError {
   /**
    * @param {string} option
    * @param {unknown} value
-   * @param {string} problem what is wrong with the value ("is not an integer")
+   * @param {string} problem what is wrong with the value ("is not an integer"), kept as `problem`
    * @param {string} hint what the option takes
    */
   constructor(option, value, problem, hint) {
@@ -50,6 +57,7 @@ class WorkerOptionError extends TypeError {
     this.name = "WorkerOptionError";
     this.option = option;
     this.value = value;
+    this.problem = problem;
     this.hint = hint;
   }
 }
@@ -247,10 +255,10 @@ function checkWorkerOptions(handlers, options = {}) {
   o.concurrency = integer("concurrency", given("concurrency"), 1, null, "handlers running at once: an integer, 1 or more");
   o.prefetch = integer("prefetch", given("prefetch"), 0, null, "jobs claimed ahead of free handlers: an integer, 0 or more");
   o.lease = milliseconds("lease", given("lease"), true, "the lease each claim takes, e.g. 30000", LIMITS.lease_min_ms, LIMITS.lease_max_ms);
-  o.pollInterval = milliseconds("pollInterval", given("pollInterval"), false, "the longest idle wait between claims");
+  o.pollInterval = milliseconds("pollInterval", given("pollInterval"), true, "the longest idle wait between claims", MIN_POLL_MS);
   o.shutdownGrace = milliseconds("shutdownGrace", given("shutdownGrace"), true, "how long a stop waits for running handlers");
   o.runSweeper = flag("runSweeper", given("runSweeper"), true, "true, false, or null (while no sweeper runs)");
-  o.sweepInterval = milliseconds("sweepInterval", given("sweepInterval"), false, "how often this worker sweeps when it does");
+  o.sweepInterval = milliseconds("sweepInterval", given("sweepInterval"), true, "how often this worker sweeps when it does", MIN_SWEEP_MS);
   o.flushInterval = milliseconds("flushInterval", given("flushInterval"), true, "how long an outcome may wait to be reported");
   o.flushBatch = integer("flushBatch", given("flushBatch"), 1, LIMITS.batch, `outcomes reported in one call: an integer, 1..${LIMITS.batch}`);
   o.workerId = given("workerId") === null ? null : name("workerId", given("workerId"), "a name of 1 to 128 characters, or null for host:pid:random");
@@ -262,4 +270,4 @@ function checkWorkerOptions(handlers, options = {}) {
   return o;
 }
 
-module.exports = { WorkerOptionError, checkWorkerOptions, checkPort, checkBind, DEFAULTS, LIMITS, MAX_MS };
+module.exports = { WorkerOptionError, checkWorkerOptions, checkPort, checkBind, DEFAULTS, LIMITS, MAX_MS, MIN_POLL_MS, MIN_SWEEP_MS };
