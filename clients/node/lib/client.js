@@ -10,6 +10,7 @@ const crypto = require("node:crypto");
 const pg = require("pg");
 const { translate, LeaseLost, JobNotFound, SchemaMismatch, PgfenceError } = require("./errors");
 const { dataError, markNotSent } = require("./retries");
+const { isWellFormed } = require("./text");
 
 /** The pgfence.schema_version() this client speaks. */
 const SCHEMA_VERSION = 3;
@@ -31,15 +32,39 @@ function keepsConnection(err, conn) {
 // never a PostgreSQL array literal where JSON was meant.
 
 const isInt = (v) => typeof v === "bigint" || Number.isSafeInteger(v) || (typeof v === "string" && /^-?\d+$/.test(v));
+const BIGINT_MIN = -(2n ** 63n);
+const BIGINT_MAX = 2n ** 63n - 1n;
 
-/** A bigint (job id): a decimal string, a safe integer Number, or a BigInt. */
+/** A bigint (job id): a decimal string, a safe integer Number, or a BigInt, within PostgreSQL's bigint. */
 function sendId(v, name) {
   if (v === null) return null;
   if (!isInt(v)) throw new TypeError(`pgfence: ${name} must be an integer id (string, safe integer or BigInt), got ${describe(v)}`);
-  return String(v);
+  const text = String(v);
+  if (text.length > 18 && (BigInt(text) < BIGINT_MIN || BigInt(text) > BIGINT_MAX)) {
+    throw new TypeError(`pgfence: ${name} is out of range for a job id (a bigint: -2^63..2^63-1), got ${text.length} digits`);
+  }
+  return text;
 }
 
-/** A value that is already JSON text: sent as it is (the database checks it). */
+/**
+ * Why PostgreSQL cannot hold this text as it is, or null: a NUL character (text cannot
+ * hold one), or a lone surrogate (a JavaScript string can hold one; it has no UTF-8, and
+ * pg would send U+FFFD in its place: two different keys would become one).
+ */
+function unstorable(text) {
+  if (text.includes("\0")) return `a NUL character (at index ${text.indexOf("\0")}), which PostgreSQL text cannot hold`;
+  if (!isWellFormed(text)) return "a lone surrogate, which has no UTF-8 encoding (it would be sent as U+FFFD)";
+  return null;
+}
+
+/** A string argument as it is sent: a TypeError naming the argument when PostgreSQL cannot hold it. */
+function sendString(v, name) {
+  const why = unstorable(v);
+  if (why !== null) throw new TypeError(`pgfence: ${name} contains ${why}; pass a string without it`);
+  return v;
+}
+
+/** A value that is already JSON text: sent as it is (the database checks it). A handler may return one as its result. */
 class RawJson {
   constructor(text) {
     if (typeof text !== "string") throw new TypeError("pgfence: RawJson takes JSON text");
@@ -47,13 +72,49 @@ class RawJson {
   }
 }
 
+// The escapes jsonb refuses in JSON.stringify's text (an odd number of backslashes before
+// them): \u0000, and a lone surrogate (which JSON.stringify writes as \udXXX; a pair, an
+// emoji, it writes as the characters themselves). Looked for only when "\u" occurs.
+const JSON_NUL = /(?<!\\)(?:\\\\)*\\u0000/;
+const JSON_LONE_SURROGATE = /(?<!\\)(?:\\\\)*\\ud[89a-f]/i;
+
+/**
+ * The JSON text jsonb will store for `value` (a RawJson's own text, checked by the
+ * database), or a TypeError saying why there is none: JSON.stringify throws (a BigInt, a
+ * cycle, a throwing toJSON or getter) or gives no text (a function, undefined, a Symbol),
+ * or the text holds a NUL character or a lone surrogate. One check for the Client's jsonb
+ * arguments and the worker's handler results (handlers.js).
+ */
+function jsonText(value) {
+  if (value instanceof RawJson) {
+    const why = unstorable(value.text);
+    if (why !== null) throw new TypeError(`its RawJson text contains ${why}`);
+    return value.text;
+  }
+  let text;
+  try {
+    text = JSON.stringify(value);
+  } catch (err) {
+    let why;
+    try { why = err instanceof Error ? `${err.name}: ${err.message}` : "a value was thrown"; } catch (_) { why = "a value was thrown"; }
+    throw new TypeError(`JSON.stringify failed (${why})`);
+  }
+  if (typeof text !== "string") throw new TypeError(`JSON.stringify gives nothing for ${describe(value)}`);
+  if (text.includes("\\u")) {
+    if (JSON_NUL.test(text)) throw new TypeError("it contains a NUL character (\\u0000), which jsonb cannot store");
+    if (JSON_LONE_SURROGATE.test(text)) throw new TypeError("it contains a lone surrogate, which has no UTF-8 encoding");
+  }
+  return text;
+}
+
 /** jsonb: JSON.stringify(value), cast to jsonb by the server (which applies its own checks). */
 function sendJson(v, name) {
   if (v === null) return null;
-  if (v instanceof RawJson) return v.text;
-  const text = JSON.stringify(v);
-  if (typeof text !== "string") throw new TypeError(`pgfence: ${name} cannot be serialized as JSON (${describe(v)})`);
-  return text;
+  try {
+    return jsonText(v);
+  } catch (err) {
+    throw new TypeError(`pgfence: ${name} cannot be stored as JSON: ${err.message}`);
+  }
 }
 
 /**
@@ -64,9 +125,12 @@ function sendInterval(v, name) {
   if (v === null) return null;
   if (typeof v === "number") {
     if (!Number.isFinite(v)) throw new TypeError(`pgfence: ${name} must be a finite number of milliseconds, got ${v}`);
-    return `${v} milliseconds`;
+    // (String() writes 1e-7 and 1e+21 with an exponent, which interval input does not read;
+    // below a microsecond is 0 to the server, and 1e21 ms is beyond any interval)
+    if (Math.abs(v) >= 1e21) throw new TypeError(`pgfence: ${name} is out of range for an interval, got ${v} milliseconds`);
+    return `${Math.abs(v) < 1e-6 ? v.toFixed(6) : v} milliseconds`;
   }
-  if (typeof v === "string") return v;
+  if (typeof v === "string") return sendString(v, name);
   throw new TypeError(`pgfence: ${name} must be milliseconds (a number) or an interval string, got ${describe(v)}`);
 }
 
@@ -79,12 +143,17 @@ const checked = (ok, what) => (v, name) => {
   if (v !== null && !ok(v)) throw new TypeError(`pgfence: ${name} must be ${what}, got ${describe(v)}${typeof v === "number" ? ` ${v}` : ""}`);
   return v;
 };
-const sendText = checked((v) => typeof v === "string", "a string");
+/** A check of `checked` whose strings are then checked by sendString (NUL, lone surrogate). */
+const strings = (check) => (v, name) => {
+  const out = check(v, name);
+  return typeof out === "string" ? sendString(out, name) : out;
+};
+const sendText = strings(checked((v) => typeof v === "string", "a string"));
 const sendInt = checked((v) => Number.isSafeInteger(v), "an integer");
 const sendBool = checked((v) => typeof v === "boolean", "a boolean");
-const sendUuid = checked((v) => typeof v === "string", "a UUID string");
-const sendTimestamp = checked((v) => (v instanceof Date && !Number.isNaN(v.getTime())) || typeof v === "string",
-  "a valid Date or timestamp text");
+const sendUuid = strings(checked((v) => typeof v === "string", "a UUID string"));
+const sendTimestamp = strings(checked((v) => (v instanceof Date && !Number.isNaN(v.getTime())) || typeof v === "string",
+  "a valid Date or timestamp text"));
 const array = (send) => (v, name) => {
   if (v === null) return null;
   if (!Array.isArray(v)) throw new TypeError(`pgfence: ${name} must be an array, got ${describe(v)}`);
@@ -109,7 +178,7 @@ const TYPES = {
   "id[]": { cast: "bigint[]", send: array(sendId) },
   // jsonb[]: each element's JSON text in a text[] (pg quotes it), cast element by element
   "jsonb[]": { cast: "text[]::jsonb[]", send: array(sendJson) },
-  "payload[]": { cast: "text[]::jsonb[]", send: (v, n) => array(sendJson)(v === null ? null : v.map((p) => p ?? {}), n) },
+  "payload[]": { cast: "text[]::jsonb[]", send: (v, n) => array(sendJson)(Array.isArray(v) ? v.map((p) => p ?? {}) : v, n) },
   "interval[]": { cast: "interval[]", send: array(sendInterval) },
   "timestamptz[]": { cast: "timestamptz[]", send: array(sendTimestamp) },
 };
@@ -141,14 +210,14 @@ const FILTER = ["status text", "queue text", "kind text", "error_contains text",
  */
 const API = {
   // producer
-  enqueue: { args: ["kind text", "payload payload"],
+  enqueue: { args: ["kind text", "payload payload?"],
     options: ["queue text", "priority int", "run_at timestamptz", "max_attempts int", "recovery_policy text",
       "idempotency_key text", "timeout interval", "unique_for interval"], returns: "scalar", map: asId },
-  enqueue_many: { args: ["kinds text[]", "payloads payload[]"],
+  enqueue_many: { args: ["kinds text[]", "payloads payload[]?"],
     options: ["queue text", "priorities int[]", "run_ats timestamptz[]", "max_attempts int", "recovery_policy text",
       "idempotency_keys text[]", "timeout interval", "unique_for interval"], returns: "ordinal, id::text AS id, created" },
   // worker
-  claim: { args: ["worker_id text", "queues text[]"],
+  claim: { args: ["worker_id text", "queues text[]?"],
     options: ["lease interval", "max_jobs int", "request_id uuid", "queue_set text"], returns: JOB_ROW },
   claim_results: { args: ["worker_id text", "request_ids uuid[]"], options: ["lease interval"], returns: JOB_ROW },
   claimed: { args: ["worker_id text", "request_ids uuid[]"], options: ["lease interval"], returns: JOB_ROW,
@@ -156,8 +225,8 @@ const API = {
   heartbeat: { args: ["job_id id", "attempt_token uuid"], options: ["lease interval"], returns: "scalar", fenced: true },
   heartbeat_many: { args: ["job_ids id[]", "attempt_tokens uuid[]"], options: ["lease interval"],
     returns: `${OUTCOME}, lease_expires_at` },
-  complete: { args: ["job_id id", "attempt_token uuid", "result jsonb"], returns: "void", fenced: true },
-  complete_many: { args: ["job_ids id[]", "attempt_tokens uuid[]", "results jsonb[]"], returns: OUTCOME },
+  complete: { args: ["job_id id", "attempt_token uuid", "result jsonb?"], returns: "void", fenced: true },
+  complete_many: { args: ["job_ids id[]", "attempt_tokens uuid[]", "results jsonb[]?"], returns: OUTCOME },
   fail: { args: ["job_id id", "attempt_token uuid", "error text"], options: ["retry_in interval", "permanent bool"],
     returns: "scalar", fenced: true },
   fail_many: { args: ["job_ids id[]", "attempt_tokens uuid[]", "errors text[]"],
@@ -239,9 +308,10 @@ const API = {
 
 function parseSpec(list) {
   return (list || []).map((s) => {
-    const [name, type] = s.split(" ");
+    const [name, spelled] = s.split(" ");
+    const type = spelled.replace(/\?$/, "");
     if (!TYPES[type]) throw new Error(`pgfence: unknown argument type ${type}`);
-    return { name, type: TYPES[type] };
+    return { name, type: TYPES[type], optional: spelled.endsWith("?") };
   });
 }
 
@@ -399,11 +469,21 @@ function define(fn, spec) {
   const args = parseSpec(spec.args);
   const options = parseSpec(spec.options);
   const texts = new Map(); // which arguments are passed -> [statement name, text]
+  const usage = `${fn}(${args.map((a) => (a.optional ? `[${a.name}]` : a.name)).join(", ")}`
+    + `${options.length ? `${args.length ? ", " : ""}{ ${options.map((o) => o.name).join(", ")} }` : ""})`;
   const method = async function (...given) {
+    if (given.length > args.length + 1) {
+      throw new TypeError(`pgfence: ${fn}() takes ${args.length} arguments and an options object, got ${given.length} arguments: ${usage}`);
+    }
     const opts = given.length > args.length ? given[args.length] ?? {} : {};
     if (typeof opts !== "object" || Array.isArray(opts)) {
-      throw new TypeError(`pgfence: ${fn}() takes ${args.length} arguments and an options object`);
+      throw new TypeError(`pgfence: ${fn}() takes ${args.length} arguments and an options object: ${usage}`);
     }
+    args.forEach((a, i) => {
+      if (given[i] === undefined && !a.optional) {
+        throw new TypeError(`pgfence: ${fn}() needs ${a.name} (argument ${i + 1}), got undefined: ${usage}`);
+      }
+    });
     for (const key of Object.keys(opts)) {
       if (!options.some((o) => o.name === key)) {
         throw new TypeError(`pgfence: ${fn}() has no option ${key} (options: ${options.map((o) => o.name).join(", ") || "none"})`);
@@ -456,4 +536,4 @@ function define(fn, spec) {
 
 for (const [fn, spec] of Object.entries(API)) define(fn, spec);
 
-module.exports = { Client, RawJson, SCHEMA_VERSION, API, TYPES, PgfenceError };
+module.exports = { Client, RawJson, SCHEMA_VERSION, API, TYPES, PgfenceError, jsonText };

@@ -5,6 +5,8 @@
 // outcome; whether a failure is retried or dead-lettered, and when, is decided by the
 // database (fail / fail_many), never here.
 
+const { toWellFormed } = require("./text");
+
 /** Throw from a handler to dead-letter the job now (no retry). */
 class PermanentFailure extends Error {
   constructor(message) { super(message); this.name = "PermanentFailure"; }
@@ -56,7 +58,7 @@ const MAX_ERROR_CHARS = 50000;
 function storableText(text) {
   let t = String(text);
   if (t.includes("\0")) t = t.replace(/\0/g, "\\x00");
-  if (typeof t.toWellFormed === "function") t = t.toWellFormed(); // (Node >= 20)
+  t = toWellFormed(t); // (the client refuses a lone surrogate in a text argument: it would become U+FFFD)
   if (t.length > MAX_ERROR_CHARS) t = `...[truncated]\n${t.slice(-MAX_ERROR_CHARS)}`;
   return t;
 }

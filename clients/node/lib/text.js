@@ -27,4 +27,17 @@ function printable(value) {
   return text.replace(UNSAFE, (c) => `\\u${c.codePointAt(0).toString(16).padStart(4, "0")}`);
 }
 
-module.exports = { printable };
+// A lone surrogate: a high one not followed by a low one, or a low one not after a high one
+// (without the u flag, so that each surrogate is a code unit of its own).
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+const LONE_SURROGATES = new RegExp(LONE_SURROGATE.source, "g");
+
+/** Whether `text` has no lone surrogate (so it has a UTF-8 encoding): String.prototype.isWellFormed, also on Node 18. */
+const isWellFormed = typeof String.prototype.isWellFormed === "function"
+  ? (text) => text.isWellFormed() : (text) => !LONE_SURROGATE.test(text);
+
+/** `text` with each lone surrogate replaced by U+FFFD: String.prototype.toWellFormed, also on Node 18. */
+const toWellFormed = typeof String.prototype.toWellFormed === "function"
+  ? (text) => text.toWellFormed() : (text) => text.replace(LONE_SURROGATES, "\ufffd");
+
+module.exports = { printable, isWellFormed, toWellFormed };

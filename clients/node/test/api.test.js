@@ -59,6 +59,20 @@ test("every public SQL function has a Client method with the same parameters", a
   }
 });
 
+test("a positional argument may be left out exactly where the SQL function has a default for it (its type ends with ?)", async () => {
+  const { rows } = await client.query(`
+    SELECT p.proname AS name, p.pronargs - p.pronargdefaults AS required
+      FROM pg_proc p WHERE p.pronamespace = 'pgfence'::regnamespace AND p.proname NOT LIKE '\\_%'`);
+  for (const [fn, spec] of Object.entries(API)) {
+    const args = spec.args || [];
+    const required = args.filter((a) => !a.endsWith("?")).length;
+    assert.ok(args.slice(required).every((a) => a.endsWith("?")), `${fn}: an optional positional argument before a required one`);
+    const overload = rows.find((r) => r.name === fn && r.required <= args.length);
+    assert.ok(overload, fn);
+    assert.equal(required, overload.required, `${fn}: the SQL function requires ${overload.required} of its positional arguments (${args})`);
+  }
+});
+
 test("enqueue with timeout caps the claim's lease; unique_for 0 frees the key once done (numbers are ms)", async () => {
   const queue = queueName("timeout_unique");
   const id = await client.enqueue("k", {}, { queue, timeout: 1500 });

@@ -247,6 +247,57 @@ test("bad input becomes a clear error: the database's own checks, not a bad lite
   await client.cancel(id);
 });
 
+test("a bad argument is a TypeError naming it, before anything is sent: nothing changes", async () => {
+  const queue = queueName("bad_args");
+  /** The TypeError `call` rejects with, checked to name `name` (and to have reached no database). */
+  const refused = async (call, name, why) => {
+    const err = await call.catch((e) => e);
+    assert.ok(err instanceof TypeError, `${name}: ${err}`);
+    assert.ok(err.message.startsWith("pgfence: ") && err.message.includes(name), err.message);
+    assert.match(err.message, why);
+  };
+  // a lone surrogate: pg would send U+FFFD, so two different idempotency keys were one (the second enqueue
+  // returned the first's job), and a kind changed on its way
+  const first = await client.enqueue("k", {}, { queue, idempotency_key: "key-\ud800" }).catch((e) => e);
+  const second = await client.enqueue("k", {}, { queue, idempotency_key: "key-\udc00" }).catch((e) => e);
+  assert.ok(first instanceof TypeError && second instanceof TypeError, `${first} ${second}`);
+  await refused(client.enqueue("k", {}, { queue, idempotency_key: "key-\ud800" }), "idempotency_key", /lone surrogate/);
+  await refused(client.enqueue("k\udfff", {}, { queue }), "kind", /lone surrogate/);
+  await refused(client.enqueue_many(["a", "b\ud800"], [{}, {}], { queue }), "kinds[1]", /lone surrogate/);
+  // a NUL character (the server said 22021 "invalid byte sequence", naming nothing)
+  await refused(client.enqueue("k\u0000", {}, { queue }), "kind", /NUL character \(at index 1\)/);
+  await refused(client.claim("w", [queue, "q\u0000"]), "queues[1]", /NUL character/);
+  await refused(client.heartbeat(id0(), ZERO_TOKEN, { lease: "1\u0000 second" }), "lease", /NUL character/);
+  await refused(client.enqueue("k", {}, { queue, run_at: "2030-01-01\u0000" }), "run_at", /NUL character/);
+  // JSON jsonb cannot store (the server said 22P05 / 22P02, naming nothing); JSON.stringify's own errors
+  await refused(client.enqueue("k", { a: "x\u0000" }, { queue }), "payload", /NUL character/);
+  await refused(client.enqueue("k", { a: "x\ud800" }, { queue }), "payload", /lone surrogate/);
+  await refused(client.enqueue("k", { n: 10n }, { queue }), "payload", /BigInt/);
+  await refused(client.enqueue_many(["a"], [{ a: "\u0000" }], { queue }), "payloads[0]", /NUL character/);
+  // a required argument left out (the server said 42883 "function ... does not exist")
+  await refused(client.complete(id0()), "attempt_token", /needs attempt_token \(argument 2\).*complete\(job_id, attempt_token, \[result\]\)/);
+  await refused(client.heartbeat(), "job_id", /needs job_id \(argument 1\)/);
+  await refused(client.set_queue_limit(queue), "max_running", /needs max_running/);
+  // arguments past the options object (were ignored: the priority below was never set)
+  await refused(client.enqueue("k", {}, { queue }, { priority: 5 }), "enqueue()", /got 4 arguments/);
+  // payloads not an array ("v.map is not a function")
+  await refused(client.enqueue_many(["a"], "x", { queue }), "payloads", /must be an array, got string/);
+  await refused(client.enqueue_many(["a"], { 0: {} }, { queue }), "payloads", /must be an array, got object/);
+  // a job id beyond bigint (the server said 22003, naming nothing); a number written with an exponent
+  await refused(client.job("99999999999999999999999"), "job_id", /out of range for a job id/);
+  await refused(client.claim("w", [queue], { lease: 1e21 }), "lease", /out of range for an interval/);
+  const tiny = await client.claim("w", [queue], { lease: 1e-7 }).catch((e) => e); // ("1e-7 milliseconds": 22007)
+  assert.ok(tiny instanceof InvalidArgument && /lease/.test(tiny.message), String(tiny));
+  assert.equal((await client.stats()).filter((r) => r.queue === queue).length, 0, "nothing was enqueued");
+  // what may be left out still may
+  const id = await client.enqueue("k", undefined, { queue });
+  const [job] = await client.claim("w", [queue], { queue_set: undefined, lease: 60000 });
+  assert.equal(job.id, id);
+  assert.deepEqual(job.payload, {});
+  await client.complete(job.id, job.attempt_token, undefined);
+  assert.equal((await client.job(id)).status, "done");
+});
+
 test("claim inside a REPEATABLE READ transaction is refused with PF004", async () => {
   const conn = await rawConnection();
   try {
