@@ -5,6 +5,7 @@
 // outcome; whether a failure is retried or dead-lettered, and when, is decided by the
 // database (fail / fail_many), never here.
 
+const { jsonText } = require("./client");
 const { toWellFormed } = require("./text");
 
 /** Throw from a handler to dead-letter the job now (no retry). */
@@ -63,21 +64,86 @@ function storableText(text) {
   return t;
 }
 
-function errorText(err) {
+/** A name for a thrown value that never runs its code (no toString, no getter): "a string", "an object (Map)". */
+function kindOf(value) {
+  if (value === null) return "null";
+  const type = typeof value;
+  if (type !== "object" && type !== "function") return type;
   try {
-    if (err instanceof Error) return storableText(err.stack && err.stack.includes(err.message) ? err.stack : `${err.name}: ${err.message}\n${err.stack || ""}`);
-    return storableText(`thrown value: ${typeof err === "string" ? err : JSON.stringify(err)}`);
-  } catch (_) {
-    return "thrown value (could not be formatted)";
+    return `${type} (${Object.prototype.toString.call(value).slice(8, -1)})`;
+  } catch (_) { // (a Proxy whose traps throw)
+    return type;
   }
 }
 
 /**
- * Run the handler of `entry`'s job; resolves to a Result:
+ * The error text of whatever a handler threw: an Error's stack (or name and message); a
+ * primitive as it is ("thrown value: boom", "thrown value: Symbol(x)", "thrown value: 10n");
+ * any other value as JSON. Never throws: a value whose formatting throws (a getter, a
+ * toString or a toJSON that throws, a Proxy) is named by its type, with what the
+ * formatting threw (as the Python worker's error_text).
+ */
+function errorText(err) {
+  try {
+    if (err instanceof Error) return storableText(err.stack && err.stack.includes(err.message) ? err.stack : `${err.name}: ${err.message}\n${err.stack || ""}`);
+    if (typeof err === "string") return storableText(`thrown value: ${err}`);
+    if (err === null || (typeof err !== "object" && typeof err !== "function")) {
+      return storableText(`thrown value: ${typeof err === "bigint" ? `${err}n` : String(err)}`);
+    }
+    const json = JSON.stringify(err);
+    return storableText(`thrown value: ${typeof json === "string" ? json : kindOf(err)}`);
+  } catch (broken) {
+    let why;
+    try { why = broken instanceof Error ? String(broken.name) : kindOf(broken); } catch (_) { why = kindOf(broken); }
+    return storableText(`thrown value: ${kindOf(err)} (it could not be formatted: ${why})`);
+  }
+}
+
+/**
+ * The outcome of a handler that threw `err`: Interrupted gives the job back, PermanentFailure
+ * dead-letters it, Snooze snoozes it, RetryAfter fails it to be retried after its delay (a
+ * number of milliseconds outside what snooze or fail accept fails it with the default
+ * backoff instead; a string delay is the database's to check); anything else fails it.
+ */
+function raised(result, err, limits) {
+  if (err instanceof Interrupted) return result(false, null, { interrupted: true });
+  if (err instanceof PermanentFailure) return result(false, errorText(err), { permanent: true });
+  if (err instanceof Snooze) {
+    const d = err.delay;
+    const maxMs = limits.snooze_max_s * 1000;
+    if (typeof d === "string" || (typeof d === "number" && Number.isFinite(d) && d > 0 && d <= maxMs)) {
+      return result(false, null, { snooze: d });
+    }
+    return result(false, storableText(`Snooze with delay ${shownDelay(d)} outside (0, ${maxMs}] ms, failed with the `
+      + `default backoff instead\n${errorText(err)}`));
+  }
+  if (err instanceof RetryAfter) {
+    const d = err.delay;
+    const maxMs = limits.retry_in_max_s * 1000;
+    if (typeof d === "string" || (typeof d === "number" && Number.isFinite(d) && d >= 0 && d <= maxMs)) {
+      return result(false, errorText(err), { retryIn: d });
+    }
+    return result(false, storableText(`RetryAfter with delay ${shownDelay(d)} outside 0..${maxMs} ms, failed with the `
+      + `default backoff instead\n${errorText(err)}`));
+  }
+  return result(false, errorText(err));
+}
+
+/** A delay that is neither a string nor a number in range, as an error text shows it (never its own toString). */
+function shownDelay(d) {
+  return typeof d === "number" || typeof d === "bigint" || typeof d === "boolean" || d === undefined || d === null
+    ? String(d) : `(${kindOf(d)})`;
+}
+
+/**
+ * Run the handler of `entry`'s job; always resolves (never rejects, whatever the handler
+ * does) to a Result:
  * {entry, ok, value (JSON text | error text | null), retryIn, permanent, interrupted, snooze}.
- * An unknown kind, and a result JSON.stringify cannot serialize, fail permanently;
- * RetryAfter and Snooze with a number of milliseconds outside what fail and snooze
- * accept fail with the default backoff instead (a string delay is the database's to check).
+ * An unknown kind, and a result jsonb cannot store (see jsonText in client.js: JSON.stringify
+ * throws or gives nothing, a NUL character, a lone surrogate), fail permanently; a RawJson
+ * result is stored as its text. A throw is what raised() says; a throw whose own
+ * classification throws (a Proxy, a getter on Snooze's delay) fails the attempt with what
+ * errorText() can say of it.
  */
 async function runHandler(entry, handlers, workerId, limits) {
   const job = entry.job;
@@ -92,36 +158,19 @@ async function runHandler(entry, handlers, workerId, limits) {
   try {
     value = await handler(job);
   } catch (err) {
-    if (err instanceof Interrupted) return result(false, null, { interrupted: true });
-    if (err instanceof PermanentFailure) return result(false, errorText(err), { permanent: true });
-    if (err instanceof Snooze) {
-      const d = err.delay;
-      const maxMs = limits.snooze_max_s * 1000;
-      if (typeof d === "string" || (typeof d === "number" && Number.isFinite(d) && d > 0 && d <= maxMs)) {
-        return result(false, null, { snooze: d });
-      }
-      return result(false, storableText(`Snooze with delay ${String(d)} outside (0, ${maxMs}] ms, failed with the `
-        + `default backoff instead\n${errorText(err)}`));
+    try {
+      return raised(result, err, limits);
+    } catch (_) {
+      return result(false, errorText(err));
     }
-    if (err instanceof RetryAfter) {
-      const d = err.delay;
-      const maxMs = limits.retry_in_max_s * 1000;
-      if (typeof d === "string" || (typeof d === "number" && Number.isFinite(d) && d >= 0 && d <= maxMs)) {
-        return result(false, errorText(err), { retryIn: d });
-      }
-      return result(false, storableText(`RetryAfter with delay ${String(d)} outside 0..${maxMs} ms, failed with the `
-        + `default backoff instead\n${errorText(err)}`));
-    }
-    return result(false, errorText(err));
   }
   if (value === undefined || value === null) return result(true, null);
   let text;
   try {
-    text = JSON.stringify(value);
-    if (typeof text !== "string") throw new TypeError(`${typeof value} is not JSON`);
+    text = jsonText(value);
   } catch (err) {
     return result(false, storableText(`ResultNotJSON: handler for ${JSON.stringify(job.kind)} returned a value `
-      + `that cannot be stored as JSON: ${err.name}: ${err.message}`), { permanent: true });
+      + `that cannot be stored as JSON: ${err.message}`), { permanent: true });
   }
   return result(true, text);
 }

@@ -7,7 +7,7 @@ const http = require("node:http");
 const net = require("node:net");
 const os = require("node:os");
 const path = require("node:path");
-const { Client, Worker, PermanentFailure, Interrupted, RetryAfter, Snooze, LeaseLost, MetricsError, WorkerOptionError } = require("../lib");
+const { Client, Worker, PermanentFailure, Interrupted, RetryAfter, Snooze, LeaseLost, MetricsError, WorkerOptionError, RawJson } = require("../lib");
 const { DSN, deleteQueues, queueName, sleep, waitFor, connect, doneAttempts, workerProcess } = require("./helpers");
 
 let client;
@@ -332,23 +332,50 @@ test("heartbeats keep a lease alive past its length; a NOTIFY wakes an idle work
   }
 });
 
-test("a result the database refuses fails the attempt, alone in its batch", async () => {
+test("a result the database refuses fails the attempt, alone in its batch; one jsonb cannot store fails at once", async () => {
   const queue = queueName("refused_result");
   const good = await client.enqueue("ok", { i: 1 }, { queue });
-  const bad = await client.enqueue("nul", {}, { queue });
+  const bad = await client.enqueue("raw", {}, { queue });
+  const nul = await client.enqueue("nul", {}, { queue });
   const w = await startWorker(queue, {
     ok: async () => ({ fine: true }),
-    nul: async () => ({ text: "a\u0000b" }), // JSON can say it, jsonb cannot store it
-  }, { concurrency: 2 });
+    raw: async () => new RawJson("{not json"), // sent as it is: the database refuses it
+    nul: async () => ({ text: "a\u0000b" }), // JSON can say it, jsonb cannot store it: known before sending
+  }, { concurrency: 3 });
   try {
-    await waitFor(async () => (await client.job(bad)).status === "failed", 10000, "the refused result's job to fail");
+    await waitFor(async () => (await client.job(bad)).status === "failed" && (await client.job(nul)).status === "failed",
+      10000, "the refused results' jobs to fail");
   } finally {
     await w.stop();
   }
   const b = await client.job(bad);
   assert.match(b.last_error, /ResultNotStorable/);
   assert.equal(b.attempts, 1, "failed permanently: no retry");
+  const n = await client.job(nul);
+  assert.match(n.last_error, /^ResultNotJSON: .*NUL character/);
+  assert.equal(n.attempts, 1, "failed permanently: no retry");
   assert.deepEqual((await client.job(good)).result, { fine: true });
+});
+
+test("a handler that throws something whose handling throws (a Proxy, a Snooze with a hostile delay) fails its attempt and frees its slot", async () => {
+  const queue = queueName("hostile_throw");
+  const proxy = await client.enqueue("proxy", {}, { queue, priority: 3, max_attempts: 1 });
+  const snooze = await client.enqueue("snooze", {}, { queue, priority: 2, max_attempts: 1 });
+  const ok = await client.enqueue("ok", {}, { queue, priority: 1 });
+  const w = await startWorker(queue, {
+    proxy: async () => { throw new Proxy({}, { getPrototypeOf() { throw new Error("trap"); } }); },
+    snooze: async () => { const s = new Snooze(1000); Object.defineProperty(s, "delay", { get() { throw new Error("d"); } }); throw s; },
+    ok: async () => ({ ran: true }),
+  }, { concurrency: 1 });
+  try {
+    // (one handler at a time: before, each of the first two held it for ever, heartbeated)
+    await waitFor(async () => (await client.job(ok)).status === "done", 10000, "the last job to run");
+  } finally {
+    await w.stop();
+  }
+  assert.match((await client.job(proxy)).last_error, /^thrown value: object (\(Object\) )?\(it could not be formatted: Error\)$/);
+  assert.match((await client.job(snooze)).last_error, /^Snooze: snooze for 1000 ms/);
+  assert.equal(w.worker.ledger.held.size, 0);
 });
 
 test("a NOTIFY flood makes the listener stop listening for a while (the worker polls meanwhile)", async () => {
