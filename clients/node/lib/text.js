@@ -40,4 +40,39 @@ const isWellFormed = typeof String.prototype.isWellFormed === "function"
 const toWellFormed = typeof String.prototype.toWellFormed === "function"
   ? (text) => text.toWellFormed() : (text) => text.replace(LONE_SURROGATES, "\ufffd");
 
-module.exports = { printable, isWellFormed, toWellFormed };
+/**
+ * The worker's logger: every message written with printable() (a message carries the
+ * database's strings: a refusal's detail, an error's message, a kind, a queue set's name),
+ * as the Python worker's loggers escape their arguments (pgfence._text.EscapeArgs); and a
+ * logger that throws, or returns a promise that rejects, never stops the worker (as Python's
+ * logging, which reports a handler's error and goes on): the first such failure is written
+ * to stderr, the rest are ignored.
+ * @param {{info: (m: string) => unknown, warn: (m: string) => unknown, error: (m: string) => unknown}} logger
+ */
+function escapedLogger(logger) {
+  let told = false;
+  const broken = (level, err) => {
+    if (told) return;
+    told = true;
+    let why;
+    try { why = err instanceof Error ? `${err.name}: ${err.message}` : typeof err; } catch (_) { why = "?"; }
+    try {
+      process.stderr.write(`pgfence: the worker's logger.${level} failed (${printable(why)}); its messages are dropped where it fails\n`);
+    } catch (_) { /* stderr closed */ }
+  };
+  const out = {};
+  for (const level of ["info", "warn", "error"]) {
+    const write = logger[level];
+    out[level] = (message) => {
+      try {
+        const r = write(printable(message));
+        if (r !== null && typeof r === "object" && typeof r.then === "function") r.then(undefined, (err) => broken(level, err));
+      } catch (err) {
+        broken(level, err);
+      }
+    };
+  }
+  return out;
+}
+
+module.exports = { printable, escapedLogger, isWellFormed, toWellFormed };

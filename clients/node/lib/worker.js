@@ -30,6 +30,7 @@ const { retryable, notSent } = require("./retries");
 const { runSweeper } = require("./sweeper");
 const { WorkerMetrics } = require("./metrics");
 const { checkWorkerOptions } = require("./worker_options");
+const { escapedLogger } = require("./text");
 
 /**
  * After a claim that a wake-up prompted and that found less than it asked for, the next waits at
@@ -104,7 +105,7 @@ class Worker {
     this.runSweeper = o.runSweeper;
     this.sweepInterval = o.sweepInterval;
     this.handleSignals = o.handleSignals;
-    this.log = o.logger;
+    this.log = escapedLogger(o.logger); // (the database's strings in its messages written safely; a throwing logger ignored)
     this.workerId = o.workerId ?? `${os.hostname()}:${process.pid}:${crypto.randomBytes(3).toString("hex")}`;
     this.counters = { claimed: 0, completed: 0, failed: 0, lease_lost: 0, released: 0, snoozed: 0 };
     this.stopping = false;

@@ -378,6 +378,28 @@ test("a handler that throws something whose handling throws (a Proxy, a Snooze w
   assert.equal(w.worker.ledger.held.size, 0);
 });
 
+test("the worker's log messages write the database's strings safely; a logger that throws never stops the worker", async () => {
+  const queue = queueName("log_escape");
+  const kind = "zero\u200bwidth"; // (the database refuses controls and bidi marks in a kind, not this)
+  const id = await client.enqueue(kind, {}, { queue });
+  const infos = [];
+  const w = await startWorker(queue, { [kind]: async () => ({ ok: 1 }) }, {
+    logger: { info: (m) => { infos.push(m); throw new Error("the log is full"); }, warn: () => Promise.reject(new Error("async")) } });
+  try {
+    await waitFor(async () => (await client.job(id)).status === "done", 10000, "the job to complete");
+  } finally {
+    await w.stop();
+  }
+  const claimed = infos.find((m) => m.startsWith(`claimed job ${id} `));
+  assert.ok(claimed, infos.join("\n"));
+  assert.ok(claimed.includes('kind="zero\\u200bwidth"') && !claimed.includes("\u200b"), claimed);
+  // a refusal's detail can carry another worker's last_error ("the attempt timed out after <it>"): printable() too
+  const warned = [];
+  const w2 = new Worker(w.worker.client, { k: () => {} }, { logger: { warn: (m) => warned.push(m) } });
+  w2.log.warn("detail: timed out after \u001b[2J\u202e\n");
+  assert.deepEqual(warned, ["detail: timed out after \\u001b[2J\\u202e\\u000a"]);
+});
+
 test("a NOTIFY flood makes the listener stop listening for a while (the worker polls meanwhile)", async () => {
   const queue = queueName("flood");
   const warnings = [];
