@@ -6,6 +6,7 @@ test_security.py; here, what each action does and records."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import threading
 import time
@@ -13,10 +14,12 @@ from typing import Any, Iterator
 
 import psycopg
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from psycopg.types.json import Jsonb
 
 from support.api import claim_job, enqueue, release, start_blocked
-from support.db import assert_error, connect, one, queues_removed_after, rows, sql_error
+from support.db import UNKNOWN_ID, assert_error, connect, one, queues_removed_after, rows, sql_error
 from support.roles import connect_as, login_roles
 
 Conn = psycopg.Connection[Any]
@@ -279,11 +282,109 @@ def test_a_purge_waits_for_a_concurrent_requeue_and_then_refuses(dsn: str, conn:
 
 @pytest.mark.parametrize(("ids", "state", "names"), [
     (None, "22004", "job_ids"), ([], "22023", "job_ids"), ([1, 1], "22023", "job_ids"),
-    ([1, None], "22023", "job_ids[2]"), (list(range(1, 10002)), "22023", "job_ids")])
+    ([1, None], "22004", "job_ids[2]"), (list(range(1, 10002)), "22023", "job_ids")])
 def test_bulk_ids_are_checked_first(conn: Conn, ids: Any, state: str, names: str) -> None:
     for fn in ("requeue_many", "cancel_many"):
         assert_error(sql_error(conn, f"SELECT * FROM pgfence.{fn}(%s::bigint[])", (ids,)), state, names)
     assert_error(sql_error(conn, "SELECT * FROM pgfence.purge_many(%s::bigint[], 'n')", (ids,)), state, names)
+
+
+BULK = ("requeue_many", "cancel_many", "mark_done_many", "purge_many")
+
+
+def _ids_refusal(ids: Any) -> Any:
+    """What the bulk calls answer for job_ids: None when they take it, else (SQLSTATE, what the message names)."""
+    if ids is None:
+        return ("22004", "argument job_ids must")
+    if not 1 <= len(ids) <= 10000:
+        return ("22023", "job_ids length")
+    if None in ids:
+        return ("22004", f"argument job_ids[{ids.index(None) + 1}] must")
+    dups = sorted({i for i in ids if ids.count(i) > 1})
+    return ("22023", f"job_ids {dups[0]}: appears more than once") if dups else None
+
+
+def test_bulk_ids_follow_one_rule_and_a_refused_call_changes_nothing(dsn: str, conn: Conn, q: str) -> None:
+    review = [manual_review_job(conn, q) for _ in range(3)]
+    pool = [*review, UNKNOWN_ID, -1]
+
+    @settings(max_examples=80, deadline=None)
+    @given(ids=st.one_of(st.none(), st.lists(st.one_of(st.none(), st.sampled_from(pool)), max_size=6)),
+           fn=st.sampled_from(BULK))
+    def check(ids: Any, fn: str) -> None:
+        refusal = _ids_refusal(ids)
+        with connect(dsn, autocommit=False) as tx:
+            try:
+                got = rows(tx, f"SELECT * FROM pgfence.{fn}(%s::bigint[], 'n')", (ids,))
+            except psycopg.Error as err:
+                assert refusal is not None, (ids, err)
+                assert_error(err, refusal[0], refusal[1])
+            else:
+                assert refusal is None, (ids, got)
+                assert [r["id"] for r in got] == sorted(ids)
+            tx.rollback()
+
+    check()
+    assert {status(conn, j) for j in review} == {"manual_review"} and audit(conn, review[0]) == []
+
+
+ACTIONS = {"requeue": {"failed", "manual_review", "cancelled"}, "cancel": {"queued", "processing", "manual_review"},
+           "mark_done": {"manual_review"}, "purge": {"failed", "cancelled"}}
+
+
+def test_act_on_filter_and_preview_action_match_what_the_filter_says(dsn: str, conn: Conn, q: str) -> None:
+    """A model of the filter (status, kind, error_contains as a plain substring, updated_at
+    in [updated_after, updated_before)) against preview_action's count and the jobs
+    act_on_filter acts on (each call rolled back)."""
+    jobs: list[dict[str, Any]] = []
+    for kind, state, error in [("a", "manual_review", None), ("a", "failed", "smtp 550"),  # (claimed: first)
+                               ("b", "failed", "smtp 421 100%"), ("a", "failed", "dns 1"), ("a", "manual_review", None),
+                               ("a", "queued", None), ("b", "queued", None), ("b", "cancelled", None)]:
+        if state == "manual_review":
+            job_id = manual_review_job(conn, q, kind=kind)
+        elif state == "failed":
+            job_id = enqueue(conn, q, kind, max_attempts=1)
+            conn.execute("SELECT pgfence.fail(%s, %s, %s)", (job_id, claim_job(conn, q, job_id), error))
+        else:
+            job_id = enqueue(conn, q, kind)
+            if state == "cancelled":
+                conn.execute("SELECT pgfence.cancel(%s)", (job_id,))
+        jobs.append({"id": job_id, "kind": kind, "status": state, "error": error, "minute": len(jobs)})
+    base = one(conn, "SELECT date_trunc('hour', now()) - interval '1 day'")
+    for j in jobs:  # (updated_at a minute apart: the range filters have edges to hit)
+        conn.execute("UPDATE pgfence.jobs SET updated_at = %s + make_interval(mins => %s) WHERE id = %s",
+                     (base, j["minute"], j["id"]))
+    minute = st.one_of(st.none(), st.integers(-1, len(jobs)))
+
+    @settings(max_examples=120, deadline=None)
+    @given(action=st.sampled_from(sorted(ACTIONS)),
+           state=st.sampled_from([None, "queued", "processing", "manual_review", "failed", "cancelled"]),
+           kind=st.sampled_from([None, "a", "b"]),
+           error=st.sampled_from([None, "smtp", "100%", "_", "dns 1", "SMTP", "550"]), after=minute, before=minute)
+    def check(action: str, state: Any, kind: Any, error: Any, after: Any, before: Any) -> None:
+        args = {"status": state, "kind": kind, "error_contains": error,
+                "updated_after": None if after is None else base + dt.timedelta(minutes=after),
+                "updated_before": None if before is None else base + dt.timedelta(minutes=before)}
+        flt = ", ".join(f"{k} => %({k})s" for k in args)
+        params = {**args, "q": q, "action": action}
+        if after is not None and before is not None and before <= after:
+            assert_error(sql_error(conn, f"SELECT * FROM pgfence.preview_action(%(action)s, queue => %(q)s, {flt})",
+                                   params), "22023", "updated_before")
+            return
+        want = sorted(j["id"] for j in jobs if j["status"] in ACTIONS[action]
+                      and state in (None, j["status"]) and kind in (None, j["kind"])
+                      and (error is None or (j["error"] is not None and error in j["error"]))
+                      and (after is None or j["minute"] >= after) and (before is None or j["minute"] < before))
+        assert one(conn, f"SELECT jobs FROM pgfence.preview_action(%(action)s, queue => %(q)s, {flt})",
+                   params) == len(want)
+        with connect(dsn, autocommit=False) as tx:
+            got = rows(tx, f"SELECT id, acted FROM pgfence.act_on_filter(%(action)s, 'n', queue => %(q)s, {flt})",
+                       params)
+            tx.rollback()
+        assert got == [{"id": i, "acted": True} for i in want]
+
+    check()
+    assert [status(conn, j["id"]) for j in jobs] == [j["status"] for j in jobs]
 
 
 def test_act_on_filter_previews_caps_and_audits_the_ids(conn: Conn, q: str) -> None:
@@ -315,6 +416,49 @@ def test_filters_match_as_given_not_as_patterns(conn: Conn, q: str) -> None:
                (q,)) == 1
     assert one(conn, "SELECT jobs FROM pgfence.preview_action('requeue', queue => %s, error_contains => '_')",
                (q,)) == 0
+
+
+def test_act_on_filter_skips_a_job_a_claim_took_meanwhile_when_the_filter_says_queued(
+        dsn: str, conn: Conn, q: str) -> None:
+    """The filter is checked again on each job once it is locked: a queued job a worker
+    claims between the selection and the lock is processing then, which cancel applies to
+    but the operator's filter (status queued) does not; it is left running."""
+    job_id = enqueue(conn, q)
+    with connect(dsn, autocommit=False) as worker:
+        token = claim_job(worker, q, job_id)
+        blocked = start_blocked(dsn, conn, "SELECT id, acted, job_status, detail FROM pgfence.act_on_filter("
+                                           "'cancel', queue => %s, status => 'queued')", (q,))
+        worker.commit()
+    got = blocked.finish()
+    assert got.error is None, got.error
+    assert got.rows == [(job_id, False, "processing", "no longer matches the filter")]
+    assert status(conn, job_id) == "processing" and audit(conn, job_id) == []
+    conn.execute("SELECT pgfence.complete(%s, %s)", (job_id, token))  # (its worker still holds it)
+    assert status(conn, job_id) == "done"
+
+
+def test_act_on_filter_skips_a_job_whose_last_error_changed_meanwhile(dsn: str, conn: Conn, q: str) -> None:
+    dead = _dead(conn, q, "smtp 550")
+    with connect(dsn, autocommit=False) as tx:  # (requeued, run and failed again, with another error)
+        tx.execute("SELECT pgfence.requeue(%s)", (dead,))
+        tx.execute("SELECT pgfence.fail(%s, %s, 'dns failure', permanent => true)", (dead, claim_job(tx, q, dead)))
+        blocked = start_blocked(dsn, conn, "SELECT id, acted, job_status, detail FROM pgfence.act_on_filter("
+                                           "'purge', 'smtp gone', queue => %s, error_contains => 'smtp')", (q,))
+        tx.commit()
+    got = blocked.finish()
+    assert got.error is None, got.error
+    assert got.rows == [(dead, False, "failed", "no longer matches the filter")]
+    assert one(conn, "SELECT last_error FROM pgfence.job(%s)", (dead,)) == "dns failure"
+
+
+def test_an_empty_updated_range_is_refused(conn: Conn) -> None:
+    for fn in ("preview_action('requeue',", "act_on_filter('requeue',"):
+        err = sql_error(conn, f"SELECT * FROM pgfence.{fn} updated_after => '2026-01-02',"
+                              " updated_before => '2026-01-01')")
+        assert_error(err, "22023", "updated_before")
+        assert "updated_after" in (err.diag.message_hint or "")
+    assert_error(sql_error(conn, "SELECT * FROM pgfence.preview_action('requeue', updated_after => '2026-01-01',"
+                                 " updated_before => '2026-01-01')"), "22023", "updated_before")
 
 
 @pytest.mark.parametrize(("call", "state", "names"), [

@@ -134,7 +134,8 @@ def seqscan_off_without_jit_off(conn: Conn) -> list[str]:
 # (the two purges delete what they lock: the retention's SKIP LOCKED, the operator's purge_many /
 # act_on_filter('purge') through _act_on, which waits as the DELETE would; mark_done moves its job)
 FOR_UPDATE_ALLOWED = {"pgfence.purge_finished(integer)", "pgfence._mark_done(bigint,jsonb)",
-                      "pgfence._act_on(text,bigint[],text,jsonb,jsonb)"}
+                      "pgfence._act_on(text,bigint[],text,jsonb,jsonb,text,text,text,text,timestamp with time zone,"
+                      "timestamp with time zone)"}
 
 
 def locks_stronger_than_no_key_update(conn: Conn) -> list[str]:

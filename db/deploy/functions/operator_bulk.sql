@@ -10,7 +10,9 @@
 -- cancelled jobs before their retention ends; fenced: a job requeued meanwhile is
 -- refused) over a list of ids, and
 -- preview_action / act_on_filter over typed filters (queue, kind, status, a substring
--- of the last error, a range of updated_at; no SQL is built from any argument). At
+-- of the last error, a range of updated_at; no SQL is built from any argument; each
+-- job selected is checked against the filter again once it is locked, so a job that
+-- changed meanwhile, a queued job a worker claimed say, is refused, not acted on). At
 -- most 10,000 jobs per call (act_on_filter refuses a filter matching more than its
 -- max_jobs with 22023 and acts on none). Each call writes one pgfence.operator_audit
 -- row with the ids it acted on (none when it acted on none).
@@ -31,7 +33,8 @@ BEGIN
         PERFORM pgfence._raise_invalid('job_ids length', cardinality(job_ids)::text, 'outside 1..10000',
             'pass 1..10000 job ids per call (act_on_filter selects them for you, up to 10000)');
     ELSIF array_position(job_ids, NULL) IS NOT NULL THEN
-        PERFORM pgfence._raise_invalid(format('job_ids[%s]', array_position(job_ids, NULL)), NULL, 'is NULL',
+        -- (22004, as every batch call answers a NULL element)
+        PERFORM pgfence._raise_null(format('job_ids[%s]', array_position(job_ids, NULL)),
             'pass the id of every job to act on');
     END IF;
     SELECT u.id INTO v_bad FROM unnest(job_ids) u(id) GROUP BY u.id HAVING count(*) > 1 ORDER BY u.id LIMIT 1;
@@ -40,7 +43,7 @@ BEGIN
     END IF;
 END $$;
 COMMENT ON FUNCTION pgfence._check_job_ids(bigint[]) IS
-  'Private: check the ids of a bulk operator call (22004, 22023: 1..10000, one-dimensional, no NULL, no duplicate).';
+  'Private: check the ids of a bulk operator call (22004: NULL, or a NULL element; 22023: not 1..10000, not one-dimensional, a duplicate).';
 
 -- The statuses an operator action applies to.
 CREATE OR REPLACE FUNCTION pgfence._action_statuses(action text) RETURNS text[]
@@ -76,11 +79,19 @@ COMMENT ON FUNCTION pgfence._check_action(text, text, jsonb) IS
 -- Act on each job, in id order (a fixed lock order: two bulk calls do not deadlock),
 -- each locked (FOR UPDATE to purge it, else FOR NO KEY UPDATE) and checked before the
 -- action runs, so a job in another status (requeued by a concurrent call, say) is
--- refused without an exception; only the requeue of a job whose idempotency key another
+-- refused without an exception, and so is a job act_on_filter selected that no longer
+-- matches its filter (f_*, checked as _filtered checks it; all NULL for a call by ids):
+-- the selection read the jobs as they were, and a job may change before it is locked
+-- (claimed, failed again with another error), or have been changing, uncommitted, when
+-- read (the lock waits for that change, and the check sees its result); only the requeue of a job whose idempotency key another
 -- job may hold runs in a subtransaction. The jobs to purge are deleted together once
 -- all are checked (still locked). One row per job, one audit row for the call (the ids
 -- acted on; none written when none was).
-CREATE OR REPLACE FUNCTION pgfence._act_on(action text, job_ids bigint[], note text, result jsonb, audit_detail jsonb)
+CREATE OR REPLACE FUNCTION pgfence._act_on(action text, job_ids bigint[], note text, result jsonb, audit_detail jsonb,
+                                           f_status text DEFAULT NULL, f_queue text DEFAULT NULL,
+                                           f_kind text DEFAULT NULL, f_error_contains text DEFAULT NULL,
+                                           f_updated_after timestamptz DEFAULT NULL,
+                                           f_updated_before timestamptz DEFAULT NULL)
 RETURNS TABLE(id bigint, acted boolean, job_status text, detail text)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
@@ -89,6 +100,9 @@ DECLARE
     v_status text;
     v_key text;
     v_queue text;
+    v_kind text;
+    v_error text;
+    v_updated timestamptz;
     v_allowed text[] := pgfence._action_statuses(action);
     v_done bigint[] := '{}'::bigint[];
     v_queues text[] := '{}'::text[];
@@ -97,10 +111,12 @@ BEGIN
     FOR v_id IN SELECT u.id FROM unnest(job_ids) AS u(id) ORDER BY u.id LOOP
         id := v_id;
         IF action = 'purge' THEN
-            SELECT x.status, x.idempotency_key, x.queue INTO v_status, v_key, v_queue
+            SELECT x.status, x.idempotency_key, x.queue, x.kind, x.last_error, x.updated_at
+              INTO v_status, v_key, v_queue, v_kind, v_error, v_updated
               FROM pgfence.jobs x WHERE x.id = v_id FOR UPDATE;
         ELSE
-            SELECT x.status, x.idempotency_key, x.queue INTO v_status, v_key, v_queue
+            SELECT x.status, x.idempotency_key, x.queue, x.kind, x.last_error, x.updated_at
+              INTO v_status, v_key, v_queue, v_kind, v_error, v_updated
               FROM pgfence.jobs x WHERE x.id = v_id FOR NO KEY UPDATE;
         END IF;
         IF NOT FOUND THEN
@@ -116,6 +132,11 @@ BEGIN
             acted := false;
             job_status := v_status;
             detail := format('%s applies only to jobs that are %s', action, array_to_string(v_allowed, ', '));
+        ELSIF NOT pgfence._filter_matches(v_status, v_queue, v_kind, v_error, v_updated, f_status, f_queue, f_kind,
+                                          f_error_contains, f_updated_after, f_updated_before) THEN
+            acted := false;
+            job_status := v_status;
+            detail := 'no longer matches the filter';
         ELSIF action = 'requeue' AND v_key IS NOT NULL AND v_status <> 'manual_review' THEN
             BEGIN
                 PERFORM pgfence._requeue(v_id);
@@ -151,8 +172,8 @@ BEGIN
             || CASE WHEN result IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('result', result) END);
     END IF;
 END $$;
-COMMENT ON FUNCTION pgfence._act_on(text, bigint[], text, jsonb, jsonb) IS
-  'Private: run requeue, cancel, mark_done or purge on each job (id order), one row per job, one audit row for the ids acted on.';
+COMMENT ON FUNCTION pgfence._act_on(text, bigint[], text, jsonb, jsonb, text, text, text, text, timestamptz, timestamptz) IS
+  'Private: run requeue, cancel, mark_done or purge on each job (id order) that, locked, is in a status the action applies to and matches the filter f_* (if any), one row per job, one audit row for the ids acted on.';
 
 CREATE OR REPLACE FUNCTION pgfence.requeue_many(job_ids bigint[], note text DEFAULT NULL)
 RETURNS TABLE(id bigint, acted boolean, job_status text, detail text)
@@ -165,7 +186,8 @@ END $$;
 COMMENT ON FUNCTION pgfence.requeue_many(bigint[], text) IS
 $$Operator: requeue each of 1..10000 jobs (failed, manual_review or cancelled -> queued), in id order. One row per job:
 (id, acted, job_status: the new status or the one that refused it, detail: why not). One operator_audit row with the ids
-acted on and the note (optional). Errors: 22004, 22023 (ids: NULL element, duplicate, length; a blank note).$$;
+acted on and the note (optional). Errors: 22004 (ids NULL or a NULL element), 22023 (ids: duplicate, length; a blank
+note).$$;
 
 CREATE OR REPLACE FUNCTION pgfence.cancel_many(job_ids bigint[], note text DEFAULT NULL)
 RETURNS TABLE(id bigint, acted boolean, job_status text, detail text)
@@ -229,25 +251,45 @@ BEGIN
         PERFORM pgfence._raise_invalid('updated_after', updated_after::text, 'is not finite', 'pass a timestamp or NULL');
     ELSIF updated_before IS NOT NULL AND NOT isfinite(updated_before) THEN
         PERFORM pgfence._raise_invalid('updated_before', updated_before::text, 'is not finite', 'pass a timestamp or NULL');
+    ELSIF updated_before <= updated_after THEN
+        PERFORM pgfence._raise_invalid('updated_before', updated_before::text,
+            format('is not after updated_after %s', updated_after),
+            'pass an updated_before later than updated_after (updated_at in [updated_after, updated_before)), '
+            'or either one as NULL');
     END IF;
 END $$;
 COMMENT ON FUNCTION pgfence._check_filter(text, text, text, text, timestamptz, timestamptz) IS
-  'Private: check the filter of preview_action / act_on_filter (22023).';
+  'Private: check the filter of preview_action / act_on_filter (22023; an empty updated range too).';
 
--- The jobs a filter matches that the action applies to, in id order. No SQL is built:
--- each filter is a typed comparison that holds when the argument is NULL.
+-- Whether a job (its status, queue, kind, last_error, updated_at) matches a filter (f_*):
+-- the one statement of the rule, for _filtered's selection and _act_on's check of each
+-- job it locks. No SQL is built: each filter is a typed comparison that holds when the
+-- argument is NULL. (Plain SQL: inlined into _filtered's query.)
+CREATE OR REPLACE FUNCTION pgfence._filter_matches(status text, queue text, kind text, last_error text,
+                                                   updated_at timestamptz, f_status text, f_queue text, f_kind text,
+                                                   f_error_contains text, f_updated_after timestamptz,
+                                                   f_updated_before timestamptz) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT (f_status IS NULL OR status = f_status)
+       AND (f_queue IS NULL OR queue = f_queue)
+       AND (f_kind IS NULL OR kind = f_kind)
+       AND (f_error_contains IS NULL OR coalesce(strpos(last_error, f_error_contains) > 0, false))
+       AND (f_updated_after IS NULL OR updated_at >= f_updated_after)
+       AND (f_updated_before IS NULL OR updated_at < f_updated_before)
+$$;
+COMMENT ON FUNCTION pgfence._filter_matches(text, text, text, text, timestamptz, text, text, text, text, timestamptz, timestamptz) IS
+  'Private: whether a job (status, queue, kind, last_error, updated_at) matches the filter of preview_action / act_on_filter (f_*; NULL: any).';
+
+-- The jobs a filter matches that the action applies to, in id order.
 CREATE OR REPLACE FUNCTION pgfence._filtered(action text, status text, queue text, kind text, error_contains text,
                                              updated_after timestamptz, updated_before timestamptz, max_rows integer)
 RETURNS SETOF bigint
 LANGUAGE sql STABLE AS $$
     SELECT j.id FROM pgfence.jobs j
      WHERE j.status = ANY (pgfence._action_statuses(_filtered.action))
-       AND (_filtered.status IS NULL OR j.status = _filtered.status)
-       AND (_filtered.queue IS NULL OR j.queue = _filtered.queue)
-       AND (_filtered.kind IS NULL OR j.kind = _filtered.kind)
-       AND (_filtered.error_contains IS NULL OR strpos(j.last_error, _filtered.error_contains) > 0)
-       AND (_filtered.updated_after IS NULL OR j.updated_at >= _filtered.updated_after)
-       AND (_filtered.updated_before IS NULL OR j.updated_at < _filtered.updated_before)
+       AND pgfence._filter_matches(j.status, j.queue, j.kind, j.last_error, j.updated_at, _filtered.status,
+                                   _filtered.queue, _filtered.kind, _filtered.error_contains,
+                                   _filtered.updated_after, _filtered.updated_before)
      ORDER BY j.id
      LIMIT _filtered.max_rows
 $$;
@@ -275,8 +317,8 @@ END $$;
 COMMENT ON FUNCTION pgfence.preview_action(text, text, text, text, text, timestamptz, timestamptz) IS
 $$Operators and viewers: how many jobs act_on_filter(action, the same filter) would act on now (the jobs of
 pgfence.jobs in a status action applies to, matching every filter given: status, queue, kind, error_contains a
-substring of last_error, updated_at in [updated_after, updated_before)), and the cap per call (10000). Counts only:
-jobs may change before the action. Errors: 22004, 22023.$$;
+substring of last_error, updated_at in [updated_after, updated_before): updated_before later than updated_after),
+and the cap per call (10000). Counts only: jobs may change before the action. Errors: 22004, 22023.$$;
 
 -- Operators: run an action on every job a filter matches, at most max_jobs.
 CREATE OR REPLACE FUNCTION pgfence.act_on_filter(action text, note text DEFAULT NULL, result jsonb DEFAULT NULL,
@@ -308,11 +350,14 @@ BEGIN
         'filter', jsonb_strip_nulls(jsonb_build_object('status', status, 'queue', queue, 'kind', kind,
                                                        'error_contains', error_contains,
                                                        'updated_after', updated_after,
-                                                       'updated_before', updated_before))));
+                                                       'updated_before', updated_before))),
+        status, queue, kind, error_contains, updated_after, updated_before);
 END $$;
 COMMENT ON FUNCTION pgfence.act_on_filter(text, text, jsonb, text, text, text, text, timestamptz, timestamptz, integer) IS
 $$Operator: run action (requeue, cancel, mark_done or purge) on every job the filter matches (as preview_action), in id
-order, when they are at most max_jobs (1..10000, default 10000); more: 22023 and nothing changes. Rows as requeue_many;
+order, when they are at most max_jobs (1..10000, default 10000); more: 22023 and nothing changes. Each job is locked and
+the filter checked again: one that no longer matches (a queued job claimed meanwhile, a failed job failed again with
+another error) is refused (acted false, detail 'no longer matches the filter'). Rows as requeue_many;
 one operator_audit row with the ids acted on, the note (required for mark_done and purge) and the filter. Errors: 22004,
 22023.$$;
 
