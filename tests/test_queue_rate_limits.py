@@ -117,6 +117,23 @@ def test_setting_the_limit_again_grants_no_new_burst(conn: Conn, queue: str) -> 
     assert claim(conn, [queue], max_jobs=10) == []
 
 
+def test_changing_the_limit_keeps_the_bucket_the_old_limit_refilled(conn: Conn, queue: str) -> None:
+    """A changed limit keeps the bucket as it stands when it changes, refilled at the old
+    rate up to then (at most the new size), and refills at the new rate from then: the
+    time before the change is not counted again at the new rate."""
+    _enqueue_n(conn, queue, 20)
+    _limit(conn, queue, 5, "100 milliseconds")
+    assert len(claim(conn, [queue], max_jobs=10)) == 5  # emptied
+    time.sleep(0.3)  # full again at 5 per 100 ms
+    _limit(conn, queue, 2, "1 day")  # so the new bucket starts at 2 (its size), not at what a day's rate refills
+    assert one(conn, "SELECT claims_available FROM pgfence.queue_limits() WHERE queue = %s", (queue,)) == 2
+    assert len(claim(conn, [queue], max_jobs=10)) == 2
+    _limit(conn, queue, 10, "1 day")  # emptied at 1 per 12 h: raising the limit gives no refill of the past at 10/day
+    time.sleep(0.2)
+    _limit(conn, queue, 10, "100 milliseconds")
+    assert len(claim(conn, [queue], max_jobs=10)) <= 5  # (0.2 s at 10 per day: nothing; since the change: ms)
+
+
 def test_a_cap_and_a_rate_limit_together_take_the_smaller_allowance(conn: Conn, queue: str) -> None:
     _enqueue_n(conn, queue, 10)
     conn.execute("SELECT pgfence.set_queue_limit(%s, 2)", (queue,))

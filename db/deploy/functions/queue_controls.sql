@@ -144,16 +144,21 @@ BEGIN
         PERFORM pgfence._check_range('max_claims', max_claims, 1, 1000000);
         PERFORM pgfence._check_interval('per', per, interval '1 millisecond', interval '1 day',
             '1 millisecond..1 day', 'pass an interval between 1 millisecond and 1 day, e.g. ''1 second''');
-        -- A new limit starts with a full bucket; a changed one keeps what is left of its
-        -- bucket (at most the new size), so setting a limit again grants no extra burst.
+        -- A new limit starts with a full bucket; a changed one keeps its bucket as it stands
+        -- now, refilled at the old rate up to now (at most the new size), and refills at the
+        -- new rate from now: setting a limit again grants no extra burst, and the time
+        -- before the change is not refilled again at the new rate (a lowered rate would
+        -- otherwise starve a queue whose bucket was full, a raised one refill the past).
         INSERT INTO pgfence.queue_controls AS c (queue, max_claims, claims_per, rate_tokens, rate_refilled_at,
                                                  rate_limited_at, rate_limited_by)
         VALUES (queue, max_claims, per, max_claims, clock_timestamp(), clock_timestamp(), pgfence._invoker())
         ON CONFLICT ON CONSTRAINT queue_controls_pkey DO UPDATE
             SET max_claims = excluded.max_claims, claims_per = excluded.claims_per,
                 rate_tokens = CASE WHEN c.rate_tokens IS NULL THEN excluded.rate_tokens
-                                   ELSE least(c.rate_tokens, excluded.max_claims) END,
-                rate_refilled_at = coalesce(c.rate_refilled_at, excluded.rate_refilled_at),
+                                   ELSE least(pgfence._rate_tokens(c.max_claims, c.claims_per, c.rate_tokens,
+                                                                   c.rate_refilled_at, excluded.rate_refilled_at),
+                                              excluded.max_claims) END,
+                rate_refilled_at = excluded.rate_refilled_at,
                 rate_limited_at = excluded.rate_limited_at, rate_limited_by = excluded.rate_limited_by;
         RETURN;
     END IF;
@@ -174,8 +179,10 @@ COMMENT ON FUNCTION pgfence.set_queue_rate_limit(text, integer, interval) IS
 $$Operator: claims hand out at most max_claims (1..1000000) jobs of queue per `per` (1 millisecond..1 day,
 default 1 second), across all workers: a token bucket of max_claims, refilled continuously at max_claims per
 `per` by the database clock, so the burst after an idle spell is max_claims and over any window of length T at
-most max_claims + max_claims * T / per are claimed; the other jobs stay queued. NULL removes the limit (per is
-then ignored). It binds the claims that start after it commits. Errors: 22004, 22023.$$;
+most max_claims + max_claims * T / per are claimed; the other jobs stay queued. Set again, it keeps the bucket
+as the old limit left it (refilled up to now, at most the new max_claims) and refills at the new rate from now.
+NULL removes the limit (per is then ignored). It binds the claims that start after it commits. Errors: 22004,
+22023.$$;
 
 -- The queues with a control, how many of their jobs are processing now, and what a rate
 -- limit's bucket allows now. (A DROP and CREATE: its result gained the rate limit's
