@@ -199,6 +199,23 @@ def test_requeue_many_acts_on_what_it_may_and_audits_those_ids_once(conn: Conn, 
     assert a["detail"] == {"bulk": "ids", "asked": 5, "refused": 2}
 
 
+def test_requeue_many_of_jobs_without_a_key_opens_no_subtransaction(dsn: str, conn: Conn, q: str) -> None:
+    """Each job requeued in a subtransaction took a subtransaction id: 10,000 of them in one
+    transaction, far past the 64 a snapshot lists (every session's visibility checks then
+    read pg_subtrans). Jobs without a key are updated in the call's own transaction."""
+    plain = [enqueue(conn, q) for _ in range(3)]
+    keyed = enqueue(conn, q, idempotency_key="k1")
+    conn.execute("SELECT count(*) FROM pgfence.cancel_many(%s)", ([*plain, keyed],))
+    with connect(dsn, autocommit=False) as tx:
+        got = rows(tx, "SELECT id, acted FROM pgfence.requeue_many(%s)", ([*plain, keyed],))
+        assert all(r["acted"] for r in got)
+        own = one(tx, "SELECT pg_current_xact_id()::xid::text")
+        assert [r[0] for r in tx.execute("SELECT xmin::text FROM pgfence.jobs WHERE id = ANY(%s)", (plain,))] == [
+            own] * 3
+        assert one(tx, "SELECT xmin::text FROM pgfence.jobs WHERE id = %s", (keyed,)) != own  # (a key: still one)
+        tx.rollback()
+
+
 def test_cancel_many_keeps_refusing_the_dead_letter(conn: Conn, q: str) -> None:
     failed = enqueue(conn, q, max_attempts=1)
     token = claim_job(conn, q, failed)

@@ -83,9 +83,11 @@ COMMENT ON FUNCTION pgfence._check_action(text, text, jsonb) IS
 -- matches its filter (f_*, checked as _filtered checks it; all NULL for a call by ids):
 -- the selection read the jobs as they were, and a job may change before it is locked
 -- (claimed, failed again with another error), or have been changing, uncommitted, when
--- read (the lock waits for that change, and the check sees its result); only the requeue of a job whose idempotency key another
--- job may hold runs in a subtransaction. The jobs to purge are deleted together once
--- all are checked (still locked). One row per job, one audit row for the call (the ids
+-- read (the lock waits for that change, and the check sees its result). Only the
+-- requeue of a job with an idempotency key runs in a subtransaction (_requeue's, and,
+-- when another job may hold its key, this one's around it), so a bulk call over jobs
+-- without keys opens none. The jobs to purge are deleted together once all are checked
+-- (still locked). One row per job, one audit row for the call (the ids
 -- acted on; none written when none was).
 CREATE OR REPLACE FUNCTION pgfence._act_on(action text, job_ids bigint[], note text, result jsonb, audit_detail jsonb,
                                            f_status text DEFAULT NULL, f_queue text DEFAULT NULL,

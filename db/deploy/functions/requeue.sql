@@ -12,7 +12,9 @@
 -- functions/operator_bulk call it too); requeue(job_id, note DEFAULT NULL) records
 -- each success in pgfence.operator_audit with its optional note. (A new parameter
 -- with a DEFAULT would be an overload beside requeue(bigint): the old signature is
--- dropped, and every call that worked, positional or named, still does.)
+-- dropped, and every call that worked, positional or named, still does.) A job without
+-- an idempotency key is updated outside a subtransaction (a bulk requeue opened one per
+-- job).
 
 BEGIN;
 
@@ -60,6 +62,20 @@ BEGIN
                 HINT = format('job %s is the live job for this key; requeue is refused so the key stays unique', v_holder);
         END IF;
     END IF;
+    IF j.idempotency_key IS NULL THEN
+        -- No key, no unique index to violate: the same update without the block below,
+        -- whose exception handler opens a subtransaction (requeue_many and act_on_filter
+        -- call this per job: 10,000 subtransaction ids in one transaction, far past the
+        -- 64 a snapshot lists, and every session's visibility checks read pg_subtrans
+        -- until it commits).
+        UPDATE pgfence.jobs
+           SET status = 'queued', available_at = v_now, attempt_token = NULL, reserved_by = NULL,
+               reserved_at = NULL, heartbeat_at = NULL, lease_expires_at = NULL, finished_at = NULL,
+               max_attempts = greatest(max_attempts, attempts + 1), updated_at = v_now
+         WHERE id = job_id;
+        PERFORM pg_notify('pgfence_enqueue', pgfence._wakeup_tag(j.queue));
+        RETURN j.queue;
+    END IF;
     -- The check above cannot see a holder that commits after it (a concurrent
     -- enqueue or requeue with the same key): the unique index decides, and its
     -- violation is reported like the check's.
@@ -71,14 +87,12 @@ BEGIN
          WHERE id = job_id;
         -- A holder that completed while the update waited for it: its key is in
         -- held_keys now (see _key_held_after_insert).
-        IF j.idempotency_key IS NOT NULL THEN
-            v_holder := pgfence._key_held_after_insert(j.queue, j.idempotency_key);
-            IF v_holder IS NOT NULL THEN
-                RAISE EXCEPTION USING ERRCODE = 'PF003',
-                    MESSAGE = format('pgfence: cannot requeue job %s: job %s now holds its idempotency key',
-                                     job_id, v_holder),
-                    HINT = format('job %s is done with this key and its history is kept; requeue is refused so the key stays unique', v_holder);
-            END IF;
+        v_holder := pgfence._key_held_after_insert(j.queue, j.idempotency_key);
+        IF v_holder IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'PF003',
+                MESSAGE = format('pgfence: cannot requeue job %s: job %s now holds its idempotency key',
+                                 job_id, v_holder),
+                HINT = format('job %s is done with this key and its history is kept; requeue is refused so the key stays unique', v_holder);
         END IF;
     EXCEPTION WHEN unique_violation THEN
         SELECT h.id INTO v_holder FROM pgfence.jobs h
