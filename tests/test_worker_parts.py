@@ -767,3 +767,32 @@ def test_wait_event_says_set_or_timed_out_and_never_swallows_a_cancel() -> None:
                 kept += 1
         return timed_out, was_set, kept
     assert asyncio.run(body()) == (False, True, 50)
+
+
+def test_a_logged_exception_and_its_traceback_are_escaped(caplog: pytest.LogCaptureFixture) -> None:
+    # A database error's message may quote what a caller sent (a queue name, an error
+    # text): an exception logged as an argument, and the traceback of log.exception, are
+    # written with ESC, bidi and line-breaking characters escaped (a newline in a message
+    # would otherwise forge a line of the log); the frames keep their own line breaks.
+    from pgfence._text import escaped_logger
+    log = escaped_logger("pgfence.worker")
+
+    def fails() -> None:
+        try:
+            raise KeyError("inner \x1b[31m")
+        except KeyError as exc:
+            raise RuntimeError("outer \x1b[2J\nFORGED line \u202e") from exc
+
+    with caplog.at_level(logging.DEBUG, logger="pgfence.worker"):
+        try:
+            fails()
+        except RuntimeError as exc:
+            log.warning("claim failed (%s)", exc)
+            log.exception("worker %s: claiming failed", "w\x1b]0;title\x07")
+    text = caplog.text
+    assert "\x1b" not in text and "\u202e" not in text and "\x07" not in text
+    assert not any(line.startswith("FORGED") for line in text.splitlines()), text
+    assert "claim failed (outer \\u001b[2J\\u000aFORGED line \\u202e)" in text
+    assert "RuntimeError: outer \\u001b[2J\\u000aFORGED line \\u202e" in text
+    assert "The above exception was the direct cause of the following exception:" in text
+    assert "in fails" in text and "Traceback (most recent call last):" in text

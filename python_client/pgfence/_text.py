@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
+import traceback
 from typing import Any
 
 # C0/C1 controls, DEL, soft hyphen, combining grapheme joiner, ALM, Hangul fillers,
@@ -36,15 +37,47 @@ def printable(value: Any) -> str:
 
 
 class EscapeArgs(logging.Filter):
-    """A logger filter: the string arguments of every record are made :func:`printable`
-    (the format strings are pgfence's own; the arguments may come from the database)."""
+    """A logger filter: the string and exception arguments of every record are made
+    :func:`printable` (the format strings are pgfence's own; the arguments may come from
+    the database), and so is the traceback of a record that carries one (``log.exception``:
+    an exception's message may quote the database), line by line, its newlines kept."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if isinstance(record.args, tuple):
-            record.args = tuple(printable(a) if isinstance(a, str) else a for a in record.args)
+            record.args = tuple(_escaped_arg(a) for a in record.args)
         elif isinstance(record.args, dict):
-            record.args = {k: printable(v) if isinstance(v, str) else v for k, v in record.args.items()}
+            record.args = {k: _escaped_arg(v) for k, v in record.args.items()}
+        if record.exc_info and record.exc_info[1] is not None and not record.exc_text:
+            # (a Formatter writes exc_text when it is set, and formats exc_info only when not)
+            record.exc_text = escaped_traceback(record.exc_info[1])
         return True
+
+
+def escaped_traceback(exc: BaseException) -> str:
+    """The traceback ``logging`` writes for `exc` (its causes and contexts first), each
+    frame's lines made printable with their newlines kept, and each exception's own
+    ``Type: message`` made printable whole: a newline in a message from the database
+    is written ``\\u000a``, so it cannot forge a line of the log."""
+    out: list[str] = []
+
+    def walk(te: traceback.TracebackException) -> None:
+        if te.__cause__ is not None:
+            walk(te.__cause__)
+            out.append("\nThe above exception was the direct cause of the following exception:\n\n")
+        elif te.__context__ is not None and not te.__suppress_context__:
+            walk(te.__context__)
+            out.append("\nDuring handling of the above exception, another exception occurred:\n\n")
+        if te.stack:
+            out.append("Traceback (most recent call last):\n")
+            out.extend(printable(line) + "\n" for frame in te.stack.format() for line in frame.rstrip("\n").split("\n"))
+        out.append(printable("".join(te.format_exception_only()).rstrip("\n")) + "\n")
+
+    walk(traceback.TracebackException(type(exc), exc, exc.__traceback__))
+    return "".join(out).rstrip("\n")
+
+
+def _escaped_arg(value: Any) -> Any:
+    return printable(value) if isinstance(value, (str, BaseException)) else value
 
 
 def escaped_logger(name: str) -> logging.Logger:
