@@ -14,7 +14,7 @@
 -- with a DEFAULT would be an overload beside requeue(bigint): the old signature is
 -- dropped, and every call that worked, positional or named, still does.) A job without
 -- an idempotency key is updated outside a subtransaction (a bulk requeue opened one per
--- job).
+-- job); both branches make the same row update, _requeue_row.
 
 BEGIN;
 
@@ -28,6 +28,19 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION pgfence._raise_transition(bigint, text, text, text) IS
   'Private: raise PF003 (refused transition).';
+
+-- The row update of a requeue: queued and runnable at `at`, the lease fields cleared,
+-- one more attempt allowed. Its caller has locked the row and checked the transition.
+CREATE OR REPLACE FUNCTION pgfence._requeue_row(job_id bigint, at timestamptz) RETURNS void
+LANGUAGE sql AS $$
+    UPDATE pgfence.jobs
+       SET status = 'queued', available_at = _requeue_row.at, attempt_token = NULL, reserved_by = NULL,
+           reserved_at = NULL, heartbeat_at = NULL, lease_expires_at = NULL, finished_at = NULL,
+           max_attempts = greatest(max_attempts, attempts + 1), updated_at = _requeue_row.at
+     WHERE id = _requeue_row.job_id;
+$$;
+COMMENT ON FUNCTION pgfence._requeue_row(bigint, timestamptz) IS
+  'Private: the row update of _requeue (queued, runnable at at, lease cleared, max_attempts at least attempts + 1); the caller locked the row and checked the transition.';
 
 -- Operator: put a failed, manual_review or cancelled job back in the queue,
 -- runnable now. The next claim issues a new token. Attempts are kept (history);
@@ -68,11 +81,7 @@ BEGIN
         -- call this per job: 10,000 subtransaction ids in one transaction, far past the
         -- 64 a snapshot lists, and every session's visibility checks read pg_subtrans
         -- until it commits).
-        UPDATE pgfence.jobs
-           SET status = 'queued', available_at = v_now, attempt_token = NULL, reserved_by = NULL,
-               reserved_at = NULL, heartbeat_at = NULL, lease_expires_at = NULL, finished_at = NULL,
-               max_attempts = greatest(max_attempts, attempts + 1), updated_at = v_now
-         WHERE id = job_id;
+        PERFORM pgfence._requeue_row(job_id, v_now);
         PERFORM pg_notify('pgfence_enqueue', pgfence._wakeup_tag(j.queue));
         RETURN j.queue;
     END IF;
@@ -80,11 +89,7 @@ BEGIN
     -- enqueue or requeue with the same key): the unique index decides, and its
     -- violation is reported like the check's.
     BEGIN
-        UPDATE pgfence.jobs
-           SET status = 'queued', available_at = v_now, attempt_token = NULL, reserved_by = NULL,
-               reserved_at = NULL, heartbeat_at = NULL, lease_expires_at = NULL, finished_at = NULL,
-               max_attempts = greatest(max_attempts, attempts + 1), updated_at = v_now
-         WHERE id = job_id;
+        PERFORM pgfence._requeue_row(job_id, v_now);
         -- A holder that completed while the update waited for it: its key is in
         -- held_keys now (see _key_held_after_insert).
         v_holder := pgfence._key_held_after_insert(j.queue, j.idempotency_key);

@@ -3,6 +3,7 @@
 BEGIN;
 
 SELECT 'pgfence.requeue(bigint, text)'::regprocedure, 'pgfence._requeue(bigint)'::regprocedure,
+       'pgfence._requeue_row(bigint, timestamptz)'::regprocedure,
        'pgfence._raise_transition(bigint, text, text, text)'::regprocedure;
 SELECT 1 / (prosrc LIKE '%pg_notify(''pgfence_enqueue'', pgfence._wakeup_tag(%')::int
   FROM pg_proc WHERE oid = 'pgfence._requeue(bigint)'::regprocedure;
