@@ -14,7 +14,7 @@
 // leading or trailing space, ...: claim refuses it, 22023): these checks are what the
 // worker itself needs, and the bounds the Python worker checks by default.
 
-const { printable } = require("./text");
+const { printable, isWellFormed } = require("./text");
 
 /** The defaults of pgfence.limits() the worker's checks use (as python_client/pgfence/limits.py's Limits()). */
 const LIMITS = Object.freeze({ batch: 10000, queues: 10000, lease_min_ms: 1, lease_max_ms: 86400000, name_chars: 128 });
@@ -124,8 +124,6 @@ function distance(a, b) {
 
 // -- one check per kind of value ---------------------------------------------------------
 
-const LONE_SURROGATE = /[\ud800-\udfff]/u; // (with the u flag only an unpaired half matches)
-
 /**
  * A name (a job kind, a queue, a queue set, a worker id): a string of 1..128 characters
  * (code points, as PostgreSQL's char_length counts them), with no lone surrogate (which
@@ -137,7 +135,7 @@ function name(option, value, hint) {
   if (length < 1 || length > LIMITS.name_chars) {
     throw new WorkerOptionError(option, value, `is a name of ${length} characters`, hint);
   }
-  if (LONE_SURROGATE.test(value)) throw new WorkerOptionError(option, value, "holds a lone surrogate (not Unicode text)", hint);
+  if (!isWellFormed(value)) throw new WorkerOptionError(option, value, "holds a lone surrogate (not Unicode text)", hint);
   return value;
 }
 
