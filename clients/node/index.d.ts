@@ -55,12 +55,12 @@ export interface ClaimedJob {
   /** Seconds the job had been runnable (since its available_at) when it was claimed, on the database's clock. */
   waited_s: number;
 }
-/** A job as a worker's handler sees it. */
-export interface Job extends ClaimedJob {
+/** A job as a worker's handler sees it: frozen (the worker reports with its id and token); its payload is not. */
+export interface Job extends Readonly<ClaimedJob> {
   /** Aborted when the lease is lost (reclaimed, cancelled, taken over, its run timeout passed) or the worker shuts down. */
-  signal: AbortSignal;
+  readonly signal: AbortSignal;
   /** The same, polled. */
-  shouldStop(): boolean;
+  readonly shouldStop: () => boolean;
 }
 export interface Outcome { id: JobId; accepted: boolean; status: string | null; detail: string | null }
 export interface HeartbeatOutcome extends Outcome { lease_expires_at: Date | null }

@@ -63,6 +63,11 @@ class Ledger {
       const entry = new Entry(job, this._stopping, claimedAt);
       job.signal = entry.controller.signal;
       job.shouldStop = () => entry.shouldStop();
+      // The reporter completes, fails and snoozes with this object's id and token: a
+      // handler that assigns to them (a bug, or a payload-driven merge into `job`) must not
+      // make the worker report for another id or with another token. Its payload stays the
+      // handler's to change.
+      Object.freeze(job);
       const old = this.held.get(job.id);
       if (old !== undefined) {
         if (this.finishing.has(job.id)) this.finishing.delete(job.id);

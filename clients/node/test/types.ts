@@ -43,6 +43,9 @@ async function example(): Promise<void> {
       if (!job.payload.to) throw new PermanentFailure("no recipient");
       if (job.attempts < 2) throw new RetryAfter(10_000);
       if (job.payload.later) throw new Snooze("5 minutes");
+      job.payload.seen = true; // the payload is the handler's to change
+      // @ts-expect-error a handler's job is frozen: the worker reports with its id and token
+      job.attempt_token = job.attempt_token;
       return { sent: true };
     },
   }, { concurrency: 8, lease: 30_000, queues: ["email"], metricsPort: 9100, metricsBind: "127.0.0.1" });

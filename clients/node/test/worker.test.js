@@ -157,6 +157,37 @@ test("a handler's signal aborts when its lease is lost (cancel), and its late re
   assert.equal(w.worker.counters.lease_lost, 1);
 });
 
+test("a handler's job is frozen: assigning to its id or token changes nothing the worker reports with", async () => {
+  const queue = queueName("frozen");
+  const other = await client.enqueue("other", {}, { queue, run_at: new Date(Date.now() + 3600e3) });
+  const ids = await Promise.all([client.enqueue("strict", { n: 1 }, { queue }), client.enqueue("merge", { n: 2 }, { queue })]);
+  const threw = [];
+  const w = await startWorker(queue, {
+    strict: async (job) => {
+      // (this file is strict code: an assignment to a frozen property throws)
+      try { job.id = other; } catch (err) { threw.push(err instanceof TypeError); }
+      try { job.attempt_token = "00000000-0000-0000-0000-000000000000"; } catch (err) { threw.push(err instanceof TypeError); }
+      job.payload.n += 10; // the payload stays the handler's
+      return { n: job.payload.n };
+    },
+    merge: async (job) => {
+      try { Object.assign(job, { id: other }); } catch (err) { threw.push(err instanceof TypeError); }
+      return { id: job.id };
+    },
+  });
+  try {
+    await waitFor(async () => (await Promise.all(ids.map((id) => client.job(id)))).every((j) => j.status === "done"),
+      10000, "both jobs done");
+  } finally {
+    await w.stop();
+  }
+  assert.deepEqual(threw, [true, true, true]);
+  assert.deepEqual((await client.job(ids[0])).result, { n: 11 });
+  assert.deepEqual((await client.job(ids[1])).result, { id: String(ids[1]) });
+  assert.equal((await client.job(other)).status, "queued");
+  assert.equal(w.worker.counters.completed, 2);
+});
+
 test("stop(): unstarted jobs go back uncounted, an interrupted one by the reclaim rule", async () => {
   const queue = queueName("shutdown");
   const first = await client.enqueue("hold", {}, { queue, priority: 10 });
