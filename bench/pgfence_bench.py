@@ -706,7 +706,8 @@ def soak(dsn: str, seconds: float, depth: int, shape: WorkerShape, window: float
     cheap samples: this queue's finished jobs (enqueued minus what is still in
     pgfence.jobs: live work only with the history; on the old schema, where done rows stay
     in pgfence.jobs until purged, minus its rows not done) and the window's rate;
-    pgfence.jobs' total size (heap, indexes, TOAST) and dead rows; the checkpoints begun
+    pgfence.jobs' total size (heap, indexes, TOAST), its heap and its indexes apart, its dead
+    rows and autovacuum's passes over it in the window; the checkpoints begun
     and the WAL written in the window (cluster-wide); the history's total
     size over its leaf partitions, their number and how many seen earlier are gone; the
     rows routed to the default partition since the start (completions whose partition
@@ -748,8 +749,11 @@ def soak(dsn: str, seconds: float, depth: int, shape: WorkerShape, window: float
         with prod.lock:  # no enqueue_many between len(ids) and the count
             live = int(scalar_in(mon, live_sql_q, {"q": queue}))
             finished = len(prod.ids) - live
-        row = mon.execute("SELECT pg_total_relation_size('pgfence.jobs'), s.n_dead_tup FROM pg_stat_user_tables s"
-                          " WHERE s.relid = 'pgfence.jobs'::regclass").fetchone()
+        # (the heap's main fork and the indexes apart too: which of them a step in the total is;
+        # autovacuum's passes over the table so far)
+        row = mon.execute("SELECT pg_total_relation_size('pgfence.jobs'), s.n_dead_tup,"
+                          " pg_relation_size('pgfence.jobs'), pg_indexes_size('pgfence.jobs'), s.autovacuum_count"
+                          " FROM pg_stat_user_tables s WHERE s.relid = 'pgfence.jobs'::regclass").fetchone()
         assert row is not None
         # (rows routed to the default partition so far: completions whose partition was not
         # made in time; the statistics lag their transactions by up to a second)
@@ -763,6 +767,7 @@ def soak(dsn: str, seconds: float, depth: int, shape: WorkerShape, window: float
         now = {oid for oid, _, _ in parts}
         seen.update(now)
         return {"finished": finished, "hot_bytes": int(row[0]), "dead_rows": int(row[1]),
+                "heap_bytes": int(row[2]), "index_bytes": int(row[3]), "autovacuums": int(row[4]),
                 "checkpoints": int(ckpt[0]), "wal_bytes": int(ckpt[1]),
                 "history_bytes": sum(b for _, b, _ in parts), "partitions": len(parts),
                 "dropped": len(seen - now), "into_default": int(into_default)}
@@ -791,7 +796,9 @@ def soak(dsn: str, seconds: float, depth: int, shape: WorkerShape, window: float
             cur, now = sample(), time.time()
             windows.append({"t": round(now - t0, 1), "rate": (cur["finished"] - prev["finished"]) / (now - prev_t),
                             "finished": cur["finished"] - finished_at_start,
-                            "hot_bytes": cur["hot_bytes"], "history_bytes": cur["history_bytes"],
+                            "hot_bytes": cur["hot_bytes"], "heap_bytes": cur["heap_bytes"],
+                            "index_bytes": cur["index_bytes"], "autovacuums": cur["autovacuums"] - prev["autovacuums"],
+                            "history_bytes": cur["history_bytes"],
                             "partitions": cur["partitions"], "dead_rows": cur["dead_rows"],
                             "into_default": cur["into_default"] - default_at_start,
                             "checkpoints": cur["checkpoints"] - prev["checkpoints"],

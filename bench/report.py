@@ -311,19 +311,23 @@ def soak_table(po: Optional[dict[str, Any]]) -> str:
     if not sk:
         return "Soak: not run."
     lines = [f"Per {sk['window']:.0f} s window of the soak (t from the first worker's READY; sizes table-wide:"
-             " pgfence.jobs heap + indexes + TOAST, the history's leaf partitions; dead rows of pgfence.jobs; rows"
+             " pgfence.jobs heap + indexes + TOAST, and its heap and its indexes apart, the history's leaf"
+             " partitions; dead rows of pgfence.jobs and autovacuum's passes over it in the window; rows"
              " routed to the default partition since the start, completions whose partition was not made in time;"
              " checkpoints begun in the window and WAL written per second, cluster-wide).",
-             "", "| t s | jobs/s | pgfence.jobs MB | history MB | partitions | dead rows | into default | checkpoints"
-             " | WAL MB/s |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "", "| t s | jobs/s | pgfence.jobs MB | heap MB | indexes MB | history MB | partitions | dead rows"
+             " | autovacuums | into default | checkpoints | WAL MB/s |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for w in sk["windows"]:
         hist, parts = (_mb(w["history_bytes"]), str(w["partitions"])) if sk["history"] else ("-", "-")
+        heap = _mb(w["heap_bytes"]) if "heap_bytes" in w else "-"
+        indexes = _mb(w["index_bytes"]) if "index_bytes" in w else "-"
+        passes = f"{w['autovacuums']}" if "autovacuums" in w else "-"
         into_default = f"{w['into_default']:,}" if "into_default" in w else "-"
         ckpts = f"{w['checkpoints']}" if "checkpoints" in w else "-"
         wal = f"{w['wal_mb_s']:.1f}" if "wal_mb_s" in w else "-"
-        lines.append(f"| {w['t']:.1f} | {fmt_num(w['rate'])} | {_mb(w['hot_bytes'])} | {hist} | {parts} |"
-                     f" {w['dead_rows']:,} | {into_default} | {ckpts} | {wal} |")
+        lines.append(f"| {w['t']:.1f} | {fmt_num(w['rate'])} | {_mb(w['hot_bytes'])} | {heap} | {indexes} | {hist} |"
+                     f" {parts} | {w['dead_rows']:,} | {passes} | {into_default} | {ckpts} | {wal} |")
     return "\n".join(lines)
 
 

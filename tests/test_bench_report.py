@@ -49,3 +49,21 @@ def test_drain_and_latency_ratios_are_also_given_round_by_round() -> None:
     assert p50["turn_ratios"] == pytest.approx([0.5, 2.0])
     table = report.ratio_table(report.ratios(rows))
     assert "turn by turn: median 1.50 (1.00-2.00, 3 turns)" in table
+
+
+def test_soak_table_shows_the_heap_and_the_indexes_apart_and_dashes_for_older_results() -> None:
+    base = {"t": 10.1, "rate": 34605.4, "hot_bytes": 79_000_000, "history_bytes": 110_600_000, "partitions": 11,
+            "dead_rows": 82296, "into_default": 0, "checkpoints": 0, "wal_mb_s": 54.5}
+    new = dict(base, t=20.1, heap_bytes=42_200_000, index_bytes=36_700_000, autovacuums=4)
+    table = report.soak_table({"soak": {"window": 10.0, "history": True, "windows": [base, new]}})
+    lines = table.splitlines()
+    header = next(line for line in lines if line.startswith("| t s |"))
+    columns = [c.strip() for c in header.strip("|").split("|")]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines if line.startswith("| 10.1") or
+            line.startswith("| 20.1")]
+    assert [len(r) for r in rows] == [len(columns)] * 2
+    old_row, new_row = (dict(zip(columns, r)) for r in rows)
+    assert (new_row["pgfence.jobs MB"], new_row["heap MB"], new_row["indexes MB"], new_row["autovacuums"]) == \
+        ("79.0", "42.2", "36.7", "4")
+    assert (old_row["heap MB"], old_row["indexes MB"], old_row["autovacuums"]) == ("-", "-", "-")
+    assert (new_row["dead rows"], new_row["history MB"], new_row["WAL MB/s"]) == ("82,296", "110.6", "54.5")
