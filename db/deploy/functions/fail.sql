@@ -6,7 +6,11 @@
 -- per-job inputs are a function of their own (_check_fail_inputs); behaviour unchanged.
 -- Changed after @v0.6.0: the attempts a fail ends carry the job's queue
 -- (tables/job_queue_keys). Changed after @v0.7.0: the array-lengths message shows NULL
--- for a retry_ins or permanents not given (it showed nothing: "retry_ins= permanents=2").
+-- for a retry_ins or permanents not given (it showed nothing: "retry_ins= permanents=2");
+-- fail_many never reads pgfence.jobs sequentially (enable_seqscan = off, jit = off, as
+-- claim): once a backlog had left the table and its primary key large and a vacuum or
+-- ANALYZE had counted a few live rows, its generic plan read the whole table on every
+-- call (230 MB, 2 live rows: 130 ms a fail; with the setting 0.9-1.6 ms).
 
 BEGIN;
 
@@ -75,7 +79,12 @@ LANGUAGE plpgsql
 -- Generic plans: every input row is looked up by primary key (LATERAL ... OFFSET 0),
 -- so the plan never depends on the values, and replanning on every call (the
 -- custom-plan default, several partial indexes to prove) cost more than the work.
-SET plan_cache_mode = force_generic_plan AS $$
+SET plan_cache_mode = force_generic_plan
+-- Rows are reached by primary key, never by reading pgfence.jobs (docs/performance.md,
+-- "No sequential scans"), and no JIT (with sequential scans off, a statement that can
+-- only scan sequentially is costed 10^10).
+SET enable_seqscan = off
+SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     n integer := pgfence._check_batch(job_ids, attempt_tokens);

@@ -4,7 +4,11 @@
 -- requires: functions/_checks
 -- requires: functions/_rules
 --
--- heartbeat and heartbeat_many, whole. Changed after @v0.7.0: a job's run timeout
+-- heartbeat and heartbeat_many, whole. Changed after @v0.7.0: heartbeat_many never
+-- reads pgfence.jobs sequentially (enable_seqscan = off, jit = off, as claim): once a
+-- backlog had left the table and its primary key large and a vacuum or ANALYZE had
+-- counted a few live rows, its generic plan read the whole table on every call (230 MB,
+-- 2 live rows: 150-220 ms a heartbeat; with the setting 0.8-1.3 ms). And a job's run timeout
 -- (tables/job_timeouts) bounds its attempt: a heartbeat never extends a lease past the
 -- deadline reserved_at + timeout (the reply shows the capped expiry), and once the
 -- deadline has passed it is refused (PF001, "timed out after ..."), ending the attempt
@@ -26,7 +30,12 @@ LANGUAGE plpgsql
 -- Generic plans: every input row is looked up by primary key (LATERAL ... OFFSET 0),
 -- so the plan never depends on the values, and replanning on every call (the
 -- custom-plan default, several partial indexes to prove) cost more than the work.
-SET plan_cache_mode = force_generic_plan AS $$
+SET plan_cache_mode = force_generic_plan
+-- Rows are reached by primary key, never by reading pgfence.jobs (docs/performance.md,
+-- "No sequential scans"), and no JIT (with sequential scans off, a statement that can
+-- only scan sequentially is costed 10^10).
+SET enable_seqscan = off
+SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     n integer := pgfence._check_batch(job_ids, attempt_tokens);

@@ -8,7 +8,9 @@
 -- snooze and snooze_many: a handler that cannot run its job yet (a resource not ready,
 -- a rate limit outside) hands it back to run again after a delay, and that is not a
 -- failure. Fenced like fail: only while the token is current (PF001 otherwise, refusals
--- recorded as for the other fenced calls).
+-- recorded as for the other fenced calls). snooze_many, as the other fenced batches,
+-- never reads pgfence.jobs sequentially (enable_seqscan = off, jit = off): see
+-- functions/complete.
 --
 -- How "not counted" works: claim counts every attempt (attempts + 1), and the dead-letter
 -- rule is attempts >= max_attempts. A snooze keeps attempts as it is (so attempt numbers
@@ -50,7 +52,12 @@ CREATE OR REPLACE FUNCTION pgfence.snooze_many(job_ids bigint[], attempt_tokens 
 RETURNS TABLE(id bigint, accepted boolean, status text, detail text)
 LANGUAGE plpgsql
 -- Generic plans, as fail_many: every input row is looked up by primary key.
-SET plan_cache_mode = force_generic_plan AS $$
+SET plan_cache_mode = force_generic_plan
+-- Rows are reached by primary key, never by reading pgfence.jobs (docs/performance.md,
+-- "No sequential scans"), and no JIT (with sequential scans off, a statement that can
+-- only scan sequentially is costed 10^10).
+SET enable_seqscan = off
+SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     n integer := pgfence._check_batch(job_ids, attempt_tokens);

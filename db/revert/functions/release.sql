@@ -1,11 +1,7 @@
--- Revert pgfence:functions/release from pg (back to @v0.4.0)
+-- Revert pgfence:functions/release from pg (back to @v0.7.0)
 --
--- The rework changed no definition: it restates the change whole (CREATE OR REPLACE,
--- its rows in pgfence.routine_grants, which @v0.4.0 had too, from the schema change).
--- Nothing to undo but to apply the rule again.
+-- Runs the @v0.7.0 script again (re-runnable: CREATE OR REPLACE, its rule rows): a
+-- CREATE OR REPLACE sets a function's settings to those its definition names, so
+-- release_many is back to plan_cache_mode alone.
 
-BEGIN;
-
-SELECT pgfence._apply_privileges();
-
-COMMIT;
+\ir ../../deploy/functions/release@v0.7.0.sql

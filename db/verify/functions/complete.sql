@@ -16,7 +16,8 @@ SELECT 1 / (prosrc LIKE '%pgfence._end_timed_out(%')::int
 SELECT 1 / (prosrc LIKE '%held_until%')::int
   FROM pg_proc WHERE oid = 'pgfence.complete_many(bigint[], uuid[], jsonb[])'::regprocedure;
 
-SELECT 1 / (prosrc LIKE '%held_until%')::int
+-- (never a sequential scan of pgfence.jobs, no JIT)
+SELECT 1 / (proconfig @> '{enable_seqscan=off,jit=off}')::int
   FROM pg_proc WHERE oid = 'pgfence.complete_many(bigint[], uuid[], jsonb[])'::regprocedure;
 
 ROLLBACK;

@@ -17,4 +17,8 @@ SELECT 1 / (prosrc LIKE '%INSERT INTO pgfence.attempts (job_id, queue,%')::int
 SELECT 1 / (prosrc LIKE '%coalesce(cardinality(permanents)::text, ''NULL'')%')::int
   FROM pg_proc WHERE oid = 'pgfence._check_fail_inputs(integer, text[], interval[], boolean[])'::regprocedure;
 
+-- (never a sequential scan of pgfence.jobs, no JIT)
+SELECT 1 / (proconfig @> '{enable_seqscan=off,jit=off}')::int
+  FROM pg_proc WHERE oid = 'pgfence.fail_many(bigint[], uuid[], text[], interval[], boolean[])'::regprocedure;
+
 ROLLBACK;

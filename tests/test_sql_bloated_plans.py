@@ -1,0 +1,156 @@
+"""The fenced calls reach pgfence.jobs by primary key even when its statistics say it
+is nearly empty and its files say it is large: what a backlog leaves behind.
+
+Vacuum does not give pgfence.jobs' pages back (vacuum_truncate = false), and a btree
+never shrinks. Once a vacuum or ANALYZE has counted a few live rows in such a table,
+the planner prices each primary-key probe at the key's pages over those rows, and a
+generic plan that joins a batch to the table chose to read it whole instead, on every
+call (a 230 MB table, 2 live rows: 45 ms a complete, 150-220 ms a heartbeat, where
+0.8-1.3 ms is the norm). Claim and the reclaim already ran with enable_seqscan off;
+the fenced batches (heartbeat_many, complete_many, fail_many, release_many,
+snooze_many) do too now, and with them their one-job forms.
+
+A database of its own (the bloat and the statistics would otherwise be every other
+test's), with autovacuum off on pgfence.jobs so that the statistics stay as set. The
+plans are read with auto_explain (every nested statement, as a NOTICE), not timed.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any, Callable
+
+import psycopg
+import pytest
+
+from support.db import connect, scratch_database, sqitch_deploy
+
+Conn = psycopg.Connection[Any]
+
+# A long queue name makes the primary key (id, queue) wide, as a real deployment's names
+# do: the ratio of its pages to the table's is what the planner's choice turns on.
+BALLAST = "ballast-" + "x" * 90
+FENCED = ("pgfence.heartbeat_many(bigint[], uuid[], interval)",
+          "pgfence.complete_many(bigint[], uuid[], jsonb[])",
+          "pgfence.fail_many(bigint[], uuid[], text[], interval[], boolean[])",
+          "pgfence.release_many(bigint[], uuid[], boolean)",
+          "pgfence.snooze_many(bigint[], uuid[], interval[])")
+
+
+@pytest.fixture(scope="module")
+def bloated_dsn(dsn: str) -> Iterator[str]:
+    """pgfence.jobs after a backlog of 150,000 jobs that were deleted: its pages and its
+    index pages kept, 2 live rows counted by ANALYZE."""
+    with scratch_database(dsn, "pgfence_bloated") as the_dsn:
+        sqitch_deploy(the_dsn)
+        with connect(the_dsn) as c:
+            c.execute("ALTER TABLE pgfence.jobs SET (autovacuum_enabled = false)")
+            c.execute("INSERT INTO pgfence.jobs (queue, kind) SELECT %s, 'k' FROM generate_series(1, 150000)",
+                      (BALLAST,))
+            c.execute("DELETE FROM pgfence.jobs")
+            c.execute("VACUUM pgfence.jobs")
+            c.execute("INSERT INTO pgfence.jobs (queue, kind, available_at)"
+                      " SELECT %s, 'k', now() + interval '1 day' FROM generate_series(1, 2)", (BALLAST,))
+            c.execute("ANALYZE pgfence.jobs")
+            pages, tuples = c.execute("SELECT relpages, reltuples FROM pg_class"
+                                      " WHERE oid = 'pgfence.jobs'::regclass").fetchone() or (0, 0)
+            assert (pages > 3000, tuples) == (True, 2)
+        yield the_dsn
+
+
+@pytest.fixture
+def db(bloated_dsn: str) -> Iterator[Conn]:
+    c = connect(bloated_dsn)
+    try:
+        yield c
+    finally:
+        c.execute("DELETE FROM pgfence.jobs WHERE queue <> %s", (BALLAST,))
+        c.close()
+
+
+def plans_of(conn: Conn, call: Callable[[], Any]) -> list[str]:
+    """Every statement's plan that `call` runs on conn (nested ones too), as auto_explain
+    writes them."""
+    notes: list[str] = []
+
+    def keep(d: psycopg.errors.Diagnostic) -> None:
+        notes.append(d.message_primary or "")
+    conn.add_notice_handler(keep)
+    conn.execute("LOAD 'auto_explain'")
+    for setting in ("auto_explain.log_min_duration = 0", "auto_explain.log_nested_statements = on",
+                    "auto_explain.log_level = notice", "client_min_messages = notice"):
+        conn.execute(f"SET {setting}")
+    try:
+        call()
+    finally:
+        conn.execute("SET auto_explain.log_min_duration = -1")
+        conn.remove_notice_handler(keep)
+    assert notes, "auto_explain wrote no plan"
+    return notes
+
+
+def reads_jobs_whole(plans: list[str]) -> list[str]:
+    """The plans that scan pgfence.jobs sequentially (the first line of each)."""
+    return [p.splitlines()[1] if len(p.splitlines()) > 1 else p for p in plans
+            if re.search(r"Seq Scan on jobs\b", p)]
+
+
+def claimed(conn: Conn, queue: str, n: int) -> tuple[list[int], list[Any]]:
+    conn.execute("SELECT count(*) FROM pgfence.enqueue_many(array_fill('k'::text, ARRAY[%s]),"
+                 " array_fill('{}'::jsonb, ARRAY[%s]), queue => %s)", (n, n, queue))
+    rows = conn.execute("SELECT id, attempt_token FROM pgfence.claim(worker_id => 'w', queues => ARRAY[%s],"
+                        " max_jobs => %s)", (queue, n)).fetchall()
+    assert len(rows) == n
+    return [r[0] for r in rows], [r[1] for r in rows]
+
+
+CALLS: dict[str, Callable[[Conn, list[int], list[Any]], str]] = {
+    "heartbeat_many": lambda c, i, t: f"SELECT count(*) FROM pgfence.heartbeat_many('{_a(i)}', '{_a(t)}')",
+    "heartbeat": lambda c, i, t: f"SELECT pgfence.heartbeat({i[0]}, '{t[0]}')",
+    "complete_many": lambda c, i, t: f"SELECT count(*) FROM pgfence.complete_many('{_a(i)}', '{_a(t)}')",
+    "complete": lambda c, i, t: f"SELECT pgfence.complete({i[0]}, '{t[0]}')",
+    "fail_many": lambda c, i, t: (f"SELECT count(*) FROM pgfence.fail_many('{_a(i)}', '{_a(t)}',"
+                                  f" array_fill('boom'::text, ARRAY[{len(i)}]))"),
+    "fail": lambda c, i, t: f"SELECT pgfence.fail({i[0]}, '{t[0]}', 'boom')",
+    "release_many": lambda c, i, t: f"SELECT count(*) FROM pgfence.release_many('{_a(i)}', '{_a(t)}')",
+    "release": lambda c, i, t: f"SELECT pgfence.release({i[0]}, '{t[0]}')",
+    "snooze_many": lambda c, i, t: (f"SELECT count(*) FROM pgfence.snooze_many('{_a(i)}', '{_a(t)}',"
+                                    f" array_fill(interval '1 hour', ARRAY[{len(i)}]))"),
+    "snooze": lambda c, i, t: f"SELECT pgfence.snooze({i[0]}, '{t[0]}', interval '1 hour')",
+}
+
+
+def _a(values: list[Any]) -> str:
+    return "{" + ",".join(str(v) for v in values) + "}"
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_a_fenced_call_never_reads_the_bloated_table_whole(db: Conn, name: str) -> None:
+    ids, tokens = claimed(db, f"bloated-{name}", 3)
+    statement = CALLS[name](db, ids, tokens)
+    plans = plans_of(db, lambda: db.execute(statement).fetchall())
+    assert reads_jobs_whole(plans) == []
+    # (the call did its work on its jobs: all of them for a batch, the first for one job)
+    acted = ids if name.endswith("_many") else ids[:1]
+    states = db.execute("SELECT status, heartbeat_at IS NOT NULL FROM pgfence.all_jobs WHERE id = ANY (%s)",
+                        (acted,)).fetchall()
+    want = {"heartbeat": ("processing", True), "complete": ("done", False)}.get(name.removesuffix("_many"),
+                                                                               ("queued", False))
+    assert states == [want] * len(acted)
+
+
+def test_without_the_setting_the_same_statistics_make_a_fenced_batch_read_the_table_whole(db: Conn) -> None:
+    """The negative control: the scan above can see what it looks for. In a transaction
+    rolled back, complete_many loses its settings and reads the table whole."""
+    ids, tokens = claimed(db, "bloated-control", 3)
+    with db.transaction(force_rollback=True):
+        db.execute("ALTER FUNCTION pgfence.complete_many(bigint[], uuid[], jsonb[]) RESET enable_seqscan")
+        plans = plans_of(db, lambda: db.execute("SELECT count(*) FROM pgfence.complete_many(%s, %s)",
+                                                (ids, tokens)).fetchall())
+    assert reads_jobs_whole(plans) != []
+
+
+def test_every_fenced_batch_turns_sequential_scans_and_jit_off(db: Conn) -> None:
+    for sig in FENCED:
+        config = db.execute("SELECT proconfig FROM pg_proc WHERE oid = %s::regprocedure", (sig,)).fetchone()
+        assert config is not None and {"enable_seqscan=off", "jit=off"} <= set(config[0] or ()), sig
