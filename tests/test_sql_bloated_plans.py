@@ -154,3 +154,27 @@ def test_every_fenced_batch_turns_sequential_scans_and_jit_off(db: Conn) -> None
     for sig in FENCED:
         config = db.execute("SELECT proconfig FROM pg_proc WHERE oid = %s::regprocedure", (sig,)).fetchone()
         assert config is not None and {"enable_seqscan=off", "jit=off"} <= set(config[0] or ()), sig
+
+
+def test_a_refused_batch_after_many_reported_refusals_never_reads_the_table_whole(db: Conn) -> None:
+    """The clients report every refused one-job call (report_rejection), which records it
+    through the same private function as the batches' refusals do. PL/pgSQL keeps a
+    function's plans for the session: a generic plan of that function made while
+    report_rejection ran (from its sixth call on) was the one every later refused batch
+    on the connection used, so report_rejection plans as the batches do."""
+    ids, tokens = claimed(db, "bloated-refused", 1)
+    db.execute("SELECT count(*) FROM pgfence.fail_many(%s, %s, ARRAY['again'])", (ids, tokens))
+    db.execute("UPDATE pgfence.jobs SET available_at = now() WHERE id = %s", (ids[0],))
+    again = db.execute("SELECT attempt_token FROM pgfence.claim(worker_id => 'w', queues => ARRAY['bloated-refused'],"
+                       " max_jobs => 1)").fetchall()
+    assert len(again) == 1
+    stale = tokens[0]
+    for _ in range(8):
+        db.execute("SELECT pgfence.report_rejection(%s, %s, 'complete')", (ids[0], stale))
+    plans = plans_of(db, lambda: db.execute("SELECT accepted FROM pgfence.complete_many(%s, %s)",
+                                            (ids, [stale])).fetchall())
+    assert reads_jobs_whole(plans) == []
+    assert db.execute("SELECT count(*) FROM pgfence.rejections WHERE job_id = %s", (ids[0],)).fetchone() == (9,)
+    plans = plans_of(db, lambda: db.execute("SELECT pgfence.report_rejection(%s, %s, 'complete')",
+                                            (ids[0], stale)).fetchall())
+    assert reads_jobs_whole(plans) == []

@@ -23,7 +23,8 @@ class Entry {
     this.counted = false;    // the worker's metrics have counted how it ended (once per attempt)
     // The lease's end as the database last said it (the claim, then each accepted
     // heartbeat): earlier than asked when the job's run timeout caps it (heartbeats.js).
-    this.expires = job.lease_expires_at instanceof Date ? job.lease_expires_at : null;
+    // (a copy: the job is frozen, but a Date in it is not, and a handler may change it)
+    this.expires = job.lease_expires_at instanceof Date ? new Date(job.lease_expires_at.getTime()) : null;
     this.controller = new AbortController();
     this._stopping = stopping;
   }

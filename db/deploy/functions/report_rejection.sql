@@ -9,7 +9,12 @@
 -- stored). Changed after @v0.5.0: a done job is read from the history
 -- (pgfence.all_jobs), so a refused call on it is reported as before.
 -- Changed after @v0.7.0: the operation snooze (functions/snooze); a repeat by the token
--- whose snooze is recorded is accepted, so it is not reported.
+-- whose snooze is recorded is accepted, so it is not reported. And it runs with
+-- enable_seqscan = off and jit = off, as the fenced batches: its private
+-- _record_rejection is theirs too, and PL/pgSQL keeps the generic plan a function's
+-- sixth call makes for the rest of the session. Made while report_rejection ran, on a
+-- table a backlog had left large with a few live rows counted, it read the whole table,
+-- and every later refused batch on the connection did the same.
 
 BEGIN;
 
@@ -19,7 +24,12 @@ BEGIN;
 -- pgfence.rejections next to the attempt history. Batch calls record their own.
 CREATE OR REPLACE FUNCTION pgfence.report_rejection(job_id bigint, attempt_token uuid, operation text)
 RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- No sequential scan, no JIT, as the fenced batches (functions/complete): the job is
+-- read by primary key, and _record_rejection, which the batches' refusals run too,
+-- keeps for the session the plans its first calls made, whoever called it.
+SET enable_seqscan = off
+SET jit = off AS $$
 #variable_conflict use_variable
 DECLARE
     j record;

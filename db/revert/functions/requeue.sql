@@ -6,7 +6,8 @@
 BEGIN;
 DROP FUNCTION pgfence.requeue(bigint, text);
 DROP FUNCTION pgfence._requeue(bigint);
-DROP FUNCTION pgfence._requeue_row(bigint, timestamptz);
+-- (IF EXISTS: a database that deployed this change before _requeue_row existed has none)
+DROP FUNCTION IF EXISTS pgfence._requeue_row(bigint, timestamptz);
 COMMIT;
 
 \ir ../../deploy/functions/requeue@v0.7.0.sql

@@ -11,4 +11,8 @@ SELECT 1 / (prosrc LIKE '%pgfence._token_held(job_id, attempt_token, j.attempt_t
 SELECT 1 / (prosrc LIKE '%''snooze''%')::int
   FROM pg_proc WHERE oid = 'pgfence.report_rejection(bigint, uuid, text)'::regprocedure;
 
+-- (no sequential scan, no JIT: the plans of _record_rejection are shared with the batches)
+SELECT 1 / (proconfig @> '{enable_seqscan=off,jit=off}')::int
+  FROM pg_proc WHERE oid = 'pgfence.report_rejection(bigint, uuid, text)'::regprocedure;
+
 ROLLBACK;
