@@ -178,3 +178,15 @@ def test_a_refused_batch_after_many_reported_refusals_never_reads_the_table_whol
     plans = plans_of(db, lambda: db.execute("SELECT pgfence.report_rejection(%s, %s, 'complete')",
                                             (ids[0], stale)).fetchall())
     assert reads_jobs_whole(plans) == []
+
+
+@pytest.mark.parametrize("read", ["job", "attempts_of", "rejections_of", "rejections_not_stored"])
+def test_reading_one_job_never_reads_the_bloated_table_whole(db: Conn, read: str) -> None:
+    """What `pgfence show` and the dashboard's job page call: job() read the table whole
+    twice per call in this state."""
+    ids, tokens = claimed(db, f"bloated-read-{read}", 1)
+    statement = f"SELECT * FROM pgfence.{read}({ids[0]})"
+    plans = plans_of(db, lambda: db.execute(statement).fetchall())
+    assert reads_jobs_whole(plans) == []
+    if read == "job":
+        assert db.execute(statement).fetchall()[0][:2] == (ids[0], "bloated-read-job")

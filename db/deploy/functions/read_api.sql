@@ -14,7 +14,9 @@
 -- and may call these functions; job() also returns the job's run timeout and unique_for
 -- (pgfence.jobs' columns since tables/job_timeouts and tables/job_unique_for, earlier in
 -- the plan; NULL for a done job, whose history row keeps neither): a DROP and CREATE, as
--- its result changed.
+-- its result changed. job, attempts_of, rejections_of and rejections_not_stored run
+-- with enable_seqscan = off and jit = off: after a backlog had left pgfence.jobs large
+-- with a few live rows counted, job() read it whole twice per call.
 
 BEGIN;
 
@@ -58,7 +60,11 @@ RETURNS TABLE(id bigint, queue text, kind text, payload jsonb, status text, prio
               heartbeat_at timestamptz, lease_expires_at timestamptz, reclaim_count integer,
               last_error text, result jsonb, created_at timestamptz, updated_at timestamptz,
               finished_at timestamptz, enqueued_by text, timeout interval, unique_for interval)
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql STABLE
+-- (by id, never by reading pgfence.jobs or the history whole: see functions/complete,
+-- a table a backlog left large with a few live rows counted; and so no JIT)
+SET enable_seqscan = off
+SET jit = off AS $$
 BEGIN
     IF job_id IS NULL THEN
         PERFORM pgfence._raise_null('job_id', 'pass the id of the job to read');
@@ -82,7 +88,11 @@ CREATE OR REPLACE FUNCTION pgfence.attempts_of(job_id bigint)
 RETURNS TABLE(attempt integer, attempt_token uuid, worker text, claimed_at timestamptz,
               heartbeat_at timestamptz, lease_expires_at timestamptz, ended_at timestamptz,
               outcome text, error text)
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql STABLE
+-- (by id, never by reading pgfence.jobs or the history whole: see functions/complete,
+-- a table a backlog left large with a few live rows counted; and so no JIT)
+SET enable_seqscan = off
+SET jit = off AS $$
 #variable_conflict use_column
 BEGIN
     IF attempts_of.job_id IS NULL THEN
@@ -108,7 +118,11 @@ own row (pgfence.job). Errors: 22004.$$;
 CREATE OR REPLACE FUNCTION pgfence.rejections_of(job_id bigint)
 RETURNS TABLE(attempt_token uuid, operation text, caller text, detail text,
               rejected_at timestamptz)
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql STABLE
+-- (by id, never by reading pgfence.jobs or the history whole: see functions/complete,
+-- a table a backlog left large with a few live rows counted; and so no JIT)
+SET enable_seqscan = off
+SET jit = off AS $$
 #variable_conflict use_column
 BEGIN
     IF rejections_of.job_id IS NULL THEN
@@ -129,7 +143,11 @@ first, at most 100 stored per job (pgfence.rejections_not_stored counts the rest
 does not exist or the caller may not see it. Errors: 22004.$$;
 
 CREATE OR REPLACE FUNCTION pgfence.rejections_not_stored(job_id bigint) RETURNS bigint
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql STABLE
+-- (by id, never by reading pgfence.jobs or the history whole: see functions/complete,
+-- a table a backlog left large with a few live rows counted; and so no JIT)
+SET enable_seqscan = off
+SET jit = off AS $$
 #variable_conflict use_column
 BEGIN
     IF rejections_not_stored.job_id IS NULL THEN
