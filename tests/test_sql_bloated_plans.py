@@ -104,19 +104,19 @@ def claimed(conn: Conn, queue: str, n: int) -> tuple[list[int], list[Any]]:
     return [r[0] for r in rows], [r[1] for r in rows]
 
 
-CALLS: dict[str, Callable[[Conn, list[int], list[Any]], str]] = {
-    "heartbeat_many": lambda c, i, t: f"SELECT count(*) FROM pgfence.heartbeat_many('{_a(i)}', '{_a(t)}')",
-    "heartbeat": lambda c, i, t: f"SELECT pgfence.heartbeat({i[0]}, '{t[0]}')",
-    "complete_many": lambda c, i, t: f"SELECT count(*) FROM pgfence.complete_many('{_a(i)}', '{_a(t)}')",
-    "complete": lambda c, i, t: f"SELECT pgfence.complete({i[0]}, '{t[0]}')",
-    "fail_many": lambda c, i, t: (f"SELECT count(*) FROM pgfence.fail_many('{_a(i)}', '{_a(t)}',"
+CALLS: dict[str, Callable[[list[int], list[Any]], str]] = {
+    "heartbeat_many": lambda i, t: f"SELECT count(*) FROM pgfence.heartbeat_many('{_a(i)}', '{_a(t)}')",
+    "heartbeat": lambda i, t: f"SELECT pgfence.heartbeat({i[0]}, '{t[0]}')",
+    "complete_many": lambda i, t: f"SELECT count(*) FROM pgfence.complete_many('{_a(i)}', '{_a(t)}')",
+    "complete": lambda i, t: f"SELECT pgfence.complete({i[0]}, '{t[0]}')",
+    "fail_many": lambda i, t: (f"SELECT count(*) FROM pgfence.fail_many('{_a(i)}', '{_a(t)}',"
                                   f" array_fill('boom'::text, ARRAY[{len(i)}]))"),
-    "fail": lambda c, i, t: f"SELECT pgfence.fail({i[0]}, '{t[0]}', 'boom')",
-    "release_many": lambda c, i, t: f"SELECT count(*) FROM pgfence.release_many('{_a(i)}', '{_a(t)}')",
-    "release": lambda c, i, t: f"SELECT pgfence.release({i[0]}, '{t[0]}')",
-    "snooze_many": lambda c, i, t: (f"SELECT count(*) FROM pgfence.snooze_many('{_a(i)}', '{_a(t)}',"
+    "fail": lambda i, t: f"SELECT pgfence.fail({i[0]}, '{t[0]}', 'boom')",
+    "release_many": lambda i, t: f"SELECT count(*) FROM pgfence.release_many('{_a(i)}', '{_a(t)}')",
+    "release": lambda i, t: f"SELECT pgfence.release({i[0]}, '{t[0]}')",
+    "snooze_many": lambda i, t: (f"SELECT count(*) FROM pgfence.snooze_many('{_a(i)}', '{_a(t)}',"
                                     f" array_fill(interval '1 hour', ARRAY[{len(i)}]))"),
-    "snooze": lambda c, i, t: f"SELECT pgfence.snooze({i[0]}, '{t[0]}', interval '1 hour')",
+    "snooze": lambda i, t: f"SELECT pgfence.snooze({i[0]}, '{t[0]}', interval '1 hour')",
 }
 
 
@@ -127,7 +127,7 @@ def _a(values: list[Any]) -> str:
 @pytest.mark.parametrize("name", sorted(CALLS))
 def test_a_fenced_call_never_reads_the_bloated_table_whole(db: Conn, name: str) -> None:
     ids, tokens = claimed(db, f"bloated-{name}", 3)
-    statement = CALLS[name](db, ids, tokens)
+    statement = CALLS[name](ids, tokens)
     plans = plans_of(db, lambda: db.execute(statement).fetchall())
     assert reads_jobs_whole(plans) == []
     # (the call did its work on its jobs: all of them for a batch, the first for one job)

@@ -18,11 +18,12 @@
 -- (enable_seqscan = off, jit = off, as claim): once a backlog had left the table and
 -- its primary key large and a vacuum or ANALYZE had counted a few live rows, its
 -- generic plan read the whole table on every call (230 MB, 2 live rows: 45 ms a
--- complete; with the setting 0.9 ms). Also after @v0.7.0: an attempt whose run timeout (tables/job_timeouts) has passed
--- cannot complete, even before the sweeper reclaimed it: it is refused (PF001, "timed
--- out after ...") and ended as timed_out (_end_timed_out). A job enqueued with
--- unique_for (tables/job_unique_for) holds its key once done only until created_at +
--- unique_for (held_keys.held_until), or not at all when that has passed (unique_for 0).
+-- complete; with the setting 0.9 ms). Also after @v0.7.0: an attempt whose run timeout
+-- (tables/job_timeouts) has passed cannot complete, even before the sweeper reclaimed
+-- it: it is refused (PF001, "timed out after ...") and ended as timed_out
+-- (_end_timed_out). A job enqueued with unique_for (tables/job_unique_for) holds its key
+-- once done only until created_at + unique_for (held_keys.held_until), or not at all
+-- when that has passed (unique_for 0).
 -- A done job's purge_at is finished_at + its retention counted in UTC (_utc_plus), the
 -- same whatever the worker's session TimeZone.
 
