@@ -8,7 +8,9 @@ generic plan that joins a batch to the table chose to read it whole instead, on 
 call (a 230 MB table, 2 live rows: 45 ms a complete, 150-220 ms a heartbeat, where
 0.8-1.3 ms is the norm). Claim and the reclaim already ran with enable_seqscan off;
 the fenced batches (heartbeat_many, complete_many, fail_many, release_many,
-snooze_many) do too now, and with them their one-job forms.
+snooze_many) do too now, and with them their one-job forms; so do the private
+functions that record a refusal (whoever calls them) and purge_finished (called
+directly, outside the sweeper).
 
 A database of its own (the bloat and the statistics would otherwise be every other
 test's), with autovacuum off on pgfence.jobs so that the statistics stay as set. The
@@ -156,19 +158,40 @@ def test_every_fenced_batch_turns_sequential_scans_and_jit_off(db: Conn) -> None
         assert config is not None and {"enable_seqscan=off", "jit=off"} <= set(config[0] or ()), sig
 
 
+RECORDERS = ("pgfence._record_rejection(bigint, uuid, text, text)",
+             "pgfence._record_rejections(bigint[], uuid[], boolean[], text)")
+
+
+def refused_job(db: Conn, queue: str) -> tuple[int, Any]:
+    """A job claimed again after its first attempt failed, and that first attempt's token
+    (stale now: a refusal of it is recorded)."""
+    ids, tokens = claimed(db, queue, 1)
+    db.execute("SELECT count(*) FROM pgfence.fail_many(%s, %s, ARRAY['again'])", (ids, tokens))
+    db.execute("UPDATE pgfence.jobs SET available_at = now() WHERE id = %s", (ids[0],))
+    again = db.execute("SELECT attempt_token FROM pgfence.claim(worker_id => 'w', queues => ARRAY[%s],"
+                       " max_jobs => 1)", (queue,)).fetchall()
+    assert len(again) == 1
+    return ids[0], tokens[0]
+
+
+def record_plans_after_a_plain_caller(db: Conn, job_id: int, stale: Any) -> list[str]:
+    """_record_rejection called eight times from a statement without settings of its own
+    (its generic plan is made from the sixth call on, and kept for the session), then the
+    plans of a ninth call."""
+    for _ in range(8):
+        db.execute("SELECT pgfence._record_rejection(%s, %s, 'complete', 'test')", (job_id, stale))
+    return plans_of(db, lambda: db.execute("SELECT pgfence._record_rejection(%s, %s, 'complete', 'test')",
+                                           (job_id, stale)).fetchall())
+
+
 def test_a_refused_batch_after_many_reported_refusals_never_reads_the_table_whole(db: Conn) -> None:
     """The clients report every refused one-job call (report_rejection), which records it
     through the same private function as the batches' refusals do. PL/pgSQL keeps a
     function's plans for the session: a generic plan of that function made while
     report_rejection ran (from its sixth call on) was the one every later refused batch
     on the connection used, so report_rejection plans as the batches do."""
-    ids, tokens = claimed(db, "bloated-refused", 1)
-    db.execute("SELECT count(*) FROM pgfence.fail_many(%s, %s, ARRAY['again'])", (ids, tokens))
-    db.execute("UPDATE pgfence.jobs SET available_at = now() WHERE id = %s", (ids[0],))
-    again = db.execute("SELECT attempt_token FROM pgfence.claim(worker_id => 'w', queues => ARRAY['bloated-refused'],"
-                       " max_jobs => 1)").fetchall()
-    assert len(again) == 1
-    stale = tokens[0]
+    job_id, stale = refused_job(db, "bloated-refused")
+    ids = [job_id]
     for _ in range(8):
         db.execute("SELECT pgfence.report_rejection(%s, %s, 'complete')", (ids[0], stale))
     plans = plans_of(db, lambda: db.execute("SELECT accepted FROM pgfence.complete_many(%s, %s)",
@@ -178,6 +201,61 @@ def test_a_refused_batch_after_many_reported_refusals_never_reads_the_table_whol
     plans = plans_of(db, lambda: db.execute("SELECT pgfence.report_rejection(%s, %s, 'complete')",
                                             (ids[0], stale)).fetchall())
     assert reads_jobs_whole(plans) == []
+
+
+def test_recording_a_refusal_never_reads_the_table_whole_whoever_calls_it(db: Conn) -> None:
+    """The private functions that record refusals carry the settings themselves: a plan
+    made while a caller without them ran (none does today; a future one might) is what
+    every later refusal of the session would use."""
+    for sig in RECORDERS:
+        config = db.execute("SELECT proconfig FROM pg_proc WHERE oid = %s::regprocedure", (sig,)).fetchone()
+        assert config is not None and {"enable_seqscan=off", "jit=off"} <= set(config[0] or ()), sig
+    job_id, stale = refused_job(db, "bloated-recorder")
+    assert reads_jobs_whole(record_plans_after_a_plain_caller(db, job_id, stale)) == []
+    assert db.execute("SELECT count(*) FROM pgfence.rejections WHERE job_id = %s", (job_id,)).fetchone() == (9,)
+
+
+def test_without_its_settings_recording_a_refusal_reads_the_table_whole(db: Conn) -> None:
+    """The negative control of the test above, in a transaction rolled back."""
+    job_id, stale = refused_job(db, "bloated-recorder-control")
+    with db.transaction(force_rollback=True):
+        db.execute(f"ALTER FUNCTION {RECORDERS[0]} RESET ALL")
+        assert reads_jobs_whole(record_plans_after_a_plain_caller(db, job_id, stale)) != []
+
+
+def expired_failures(db: Conn, queue: str, n: int) -> list[int]:
+    """n jobs failed for good and past their retention (failed 7 days by default)."""
+    ids, tokens = claimed(db, queue, n)
+    db.execute("SELECT count(*) FROM pgfence.fail_many(%s, %s, array_fill('boom'::text, ARRAY[%s]),"
+               " permanents => array_fill(true, ARRAY[%s]))", (ids, tokens, n, n))
+    db.execute("UPDATE pgfence.jobs SET created_at = created_at - interval '30 days',"
+               " finished_at = finished_at - interval '30 days' WHERE id = ANY (%s)", (ids,))
+    return ids
+
+
+def purge_plans(db: Conn) -> list[str]:
+    """purge_finished called directly eight times (a plan kept for the session from the
+    sixth), then the plans of a ninth call."""
+    for _ in range(8):
+        db.execute("SELECT pgfence.purge_finished(1)")
+    return plans_of(db, lambda: db.execute("SELECT pgfence.purge_finished(1)").fetchall())
+
+
+def test_a_direct_purge_never_reads_the_bloated_table_whole(db: Conn) -> None:
+    """A DBA's own cron line calls purge_finished outside the sweeper (whose step turns
+    sequential scans off for everything it runs)."""
+    ids = expired_failures(db, "bloated-purge", 12)
+    assert reads_jobs_whole(purge_plans(db)) == []
+    # (each call purged one: nine of the twelve are gone)
+    assert db.execute("SELECT count(*) FROM pgfence.jobs WHERE id = ANY (%s)", (ids,)).fetchone() == (3,)
+
+
+def test_without_its_settings_a_direct_purge_reads_the_table_whole(db: Conn) -> None:
+    """The negative control of the test above, in a transaction rolled back."""
+    expired_failures(db, "bloated-purge-control", 12)
+    with db.transaction(force_rollback=True):
+        db.execute("ALTER FUNCTION pgfence.purge_finished(integer) RESET enable_seqscan")
+        assert reads_jobs_whole(purge_plans(db)) != []
 
 
 @pytest.mark.parametrize("read", ["job", "attempts_of", "rejections_of", "rejections_not_stored"])

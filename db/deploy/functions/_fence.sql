@@ -1,5 +1,5 @@
--- Deploy pgfence:functions/_fence to pg (reworked after @v0.6.0)
--- requires: functions/_fence@v0.6.0
+-- Deploy pgfence:functions/_fence to pg (reworked after @v0.7.0)
+-- requires: functions/_fence@v0.7.0
 -- requires: tables/job_queue_keys
 -- requires: tables/history
 -- requires: tables/rejections_cap
@@ -15,6 +15,14 @@
 -- Changed after @v0.6.0: a stored refusal and the overflow count carry the job's queue
 -- (tables/job_queue_keys); the slot insert names no conflict target (the slot key gains
 -- queue in data/job_queue_keys).
+-- Changed after @v0.7.0: _record_rejection and _record_rejections run with
+-- enable_seqscan = off and jit = off themselves. PL/pgSQL keeps the generic plan that a
+-- function's sixth call makes for the rest of the session, whoever calls it; after a
+-- backlog pgfence.jobs stays large (no truncation, a btree never shrinks), and a plan
+-- made while a caller without these settings ran, at a statistic of a few live rows,
+-- read the whole table on every later refusal of that session. Their callers
+-- (report_rejection and the fenced batches) carry the same settings since @v0.7.0;
+-- here the rule no longer depends on every future caller remembering it.
 
 BEGIN;
 
@@ -104,7 +112,10 @@ COMMENT ON FUNCTION pgfence._refusal_detail(bigint, uuid, text, uuid, text, text
 -- requeue lock FOR NO KEY UPDATE, which FOR KEY SHARE does not delay.
 CREATE OR REPLACE FUNCTION pgfence._record_rejection(job_id bigint, attempt_token uuid, operation text, detail text)
 RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- By primary key and the slot key, never by reading a table (see the header).
+SET enable_seqscan = off
+SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_slot integer;
@@ -153,7 +164,9 @@ COMMENT ON FUNCTION pgfence._record_rejection(bigint, uuid, text, text) IS
 -- refusals.
 CREATE OR REPLACE FUNCTION pgfence._record_rejections(job_ids bigint[], attempt_tokens uuid[], accepted boolean[],
                                            operation text) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off
+SET jit = off AS $$
 BEGIN
     PERFORM pgfence._record_rejection(i.id, i.token, operation,
                 pgfence._fence_detail(j.status, j.attempt_token, i.token, j.last_error, j.reserved_by))

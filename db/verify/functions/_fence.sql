@@ -17,4 +17,11 @@ SELECT 1 / (pgfence._token_held(-1, '00000000-0000-0000-0000-000000000000', NULL
 SELECT 1 / (prosrc LIKE '%INSERT INTO pgfence.rejections (job_id, queue,%')::int
   FROM pg_proc WHERE oid = 'pgfence._record_rejection(bigint, uuid, text, text)'::regprocedure;
 
+-- (the rework after @v0.7.0: the recording of refusals never reads a table whole, no JIT)
+SELECT 1 / (count(*) = 2)::int
+  FROM pg_proc
+ WHERE oid IN ('pgfence._record_rejection(bigint, uuid, text, text)'::regprocedure,
+               'pgfence._record_rejections(bigint[], uuid[], boolean[], text)'::regprocedure)
+   AND proconfig @> '{enable_seqscan=off,jit=off}';
+
 ROLLBACK;
