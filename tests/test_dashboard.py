@@ -523,3 +523,27 @@ def test_an_unexpected_error_is_a_plain_500_with_the_headers(op_pool: Any, monke
     r = c.get("/dead")
     assert r.status_code == 500 and "secret" not in r.text
     assert "script-src 'self'" in r.headers["content-security-policy"]
+
+
+def test_a_value_that_does_not_parse_is_refused_not_dropped_from_a_filter(op_pool: Any, conn: Conn, q: str) -> None:
+    # An "until" that was not a time used to be left out of the filter: the preview listed
+    # "until yesterday" and counted every failed job of the queue, and the confirm acted on all.
+    old = failed_job(conn, q, "smtp down")
+    c = client_for(op_pool)
+    token = csrf_of(c.get("/dead").text)
+    for field, value in (("until", "yesterday"), ("after", "2026-13-01"), ("until", "\x00")):
+        form = {"csrf": token, "mode": "filter", "status": "failed", "queue": q, field: value, "action": "requeue"}
+        for confirm in ({}, {"confirm": "1"}):
+            r = c.post("/bulk", data={**form, **confirm}, headers=ORIGIN)
+            assert r.status_code == 400 and field in r.text, (field, value, r.text[:300])
+    for ids in (["abc"], [str(old), "1_0"], [str(old), "٣"], [str(old), "9" * 5000]):
+        r = c.post("/bulk", data={"csrf": token, "action": "requeue", "ids": ids, "confirm": "1"}, headers=ORIGIN)
+        assert r.status_code == 400 and "job id" in r.text, (ids, r.text[:300])
+    assert one(conn, "SELECT status FROM pgfence.jobs WHERE id = %s", (old,)) == "failed"
+    # the pages refuse what they cannot read instead of showing every job
+    for path in ("/jobs?id=abc", f"/jobs?queue={q}&until=yesterday", f"/jobs?queue={q}&after=soon",
+                 f"/jobs?queue={q}&status=bogus", f"/jobs?queue={q}&before=x", "/inbox?before=x", "/audit?before=1e3",
+                 "/jobs/1_0"):
+        r = c.get(path)
+        assert r.status_code == 400, (path, r.status_code)
+    assert c.get(f"/jobs?queue={q}&until=&after=&id=&before=&status=").status_code == 200

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import secrets
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -225,7 +226,7 @@ def create_app(pool: Any, config: Config) -> Starlette:
         return render(request, tmpl, ov=ov, chart=_chart(ov["series"]))
 
     async def inbox(request: Request) -> Response:
-        before = _int(request.query_params.get("before"))
+        before = _int(request.query_params.get("before"), "before")
         queue = request.query_params.get("queue") or None
         rows = await run_in_threadpool(data.manual_review, before, queue)
         return render(request, "inbox.html", rows=rows[:d.PAGE], queue=queue,
@@ -233,11 +234,12 @@ def create_app(pool: Any, config: Config) -> Starlette:
 
     async def jobs(request: Request) -> Response:
         q = request.query_params
-        f = d.JobFilter(queue=q.get("queue") or None, kind=q.get("kind") or None,
-                        status=q.get("status") if q.get("status") in STATES else None,
-                        key=q.get("key") or None, job_id=_int(q.get("id")), error=q.get("error") or None,
-                        after=_time(q.get("after")), before=_time(q.get("until")))
-        rows = await run_in_threadpool(data.jobs, f, _int(q.get("before")))
+        if q.get("status") not in (None, "", *STATES):
+            raise _Refused(400, "unknown status")
+        f = d.JobFilter(queue=q.get("queue") or None, kind=q.get("kind") or None, status=q.get("status") or None,
+                        key=q.get("key") or None, job_id=_int(q.get("id"), "id"), error=q.get("error") or None,
+                        after=_time(q.get("after"), "after"), before=_time(q.get("until"), "until"))
+        rows = await run_in_threadpool(data.jobs, f, _int(q.get("before"), "before"))
         params = {k: v for k, v in q.items() if k != "before" and v}
         nxt = None
         if len(rows) > d.PAGE:
@@ -246,7 +248,7 @@ def create_app(pool: Any, config: Config) -> Starlette:
                       window=fmt_age(d.ERROR_SEARCH_WINDOW))
 
     async def job(request: Request) -> Response:
-        job_id = _int(request.path_params["job_id"])
+        job_id = _int(request.path_params["job_id"], "the job id")
         if job_id is None:
             return error_page(request, 404, "no such job")
 
@@ -267,7 +269,7 @@ def create_app(pool: Any, config: Config) -> Starlette:
         return render(request, "dead.html", groups=groups)
 
     async def audit(request: Request) -> Response:
-        rows = await run_in_threadpool(data.audit_log, _int(request.query_params.get("before")))
+        rows = await run_in_threadpool(data.audit_log, _int(request.query_params.get("before"), "before"))
         return render(request, "audit.html", rows=rows[:d.PAGE],
                       next_before=rows[d.PAGE - 1]["id"] if len(rows) > d.PAGE else None)
 
@@ -279,7 +281,7 @@ def create_app(pool: Any, config: Config) -> Starlette:
     # -- actions ------------------------------------------------------------
     async def job_action(request: Request) -> Response:
         form = await form_of(request)
-        job_id = _int(request.path_params["job_id"])
+        job_id = _int(request.path_params["job_id"], "the job id")
         action = str(form.get("action", ""))
         if job_id is None or action not in ACTIONS:
             raise _Refused(400, "unknown action")
@@ -311,7 +313,7 @@ def create_app(pool: Any, config: Config) -> Starlette:
         if form.get("mode") == "filter":
             flt = {"status": form.get("status") or None, "queue": form.get("queue") or None,
                    "kind": form.get("kind") or None, "error": form.get("error") or None,
-                   "after": _time(str(form.get("after") or "")), "before": _time(str(form.get("until") or ""))}
+                   "after": _time(form.get("after"), "after"), "before": _time(form.get("until"), "until")}
             if flt["status"] not in (None, *STATES):
                 raise _Refused(400, "unknown status")
             if not form.get("confirm"):
@@ -319,7 +321,7 @@ def create_app(pool: Any, config: Config) -> Starlette:
                 return render(request, "preview.html", action=action, n=n, cap_n=cap, form=form, ids=None)
             rows = await run_in_threadpool(data.act_on_filter, actor, action, flt, note, result)
         else:
-            ids = sorted({i for i in (_int(v) for v in form.getlist("ids") if isinstance(v, str)) if i is not None})
+            ids = sorted({i for i in (_int(v, "a job id") for v in form.getlist("ids")) if i is not None})
             if not ids:
                 raise _Refused(400, "select at least one job")
             if len(ids) > d.BULK_CAP:
@@ -340,10 +342,7 @@ def create_app(pool: Any, config: Config) -> Starlette:
             raise _Refused(400, "unknown action")
         limit = None
         if action == "limit":
-            text = str(form.get("max_running") or "").strip()
-            limit = _int(text) if text else None
-            if text and limit is None:
-                raise _Refused(400, "max_running must be a whole number (empty removes the cap)")
+            limit = _int(str(form.get("max_running") or "").strip(), "max_running (empty removes the cap)")
         await run_in_threadpool(data.queue_action, request.scope["pgfence.actor"], action, queue, limit)
         log.info("queue %s %s by %s", action, queue, request.scope["pgfence.actor"])
         return RedirectResponse("/queues", status_code=303)
@@ -386,26 +385,30 @@ class _Refused(Exception):
         self.message = message
 
 
-def _int(text: Optional[str]) -> Optional[int]:
-    if text is None:
+def _int(text: Any, name: str) -> Optional[int]:
+    """A bigint from a query or form value: None when absent or empty. Anything else that is
+    not one (``abc``, ``1_0``, other scripts' digits, out of range) is refused, 400: a value
+    left out of a filter would widen it, and a bulk action would act on the wider set."""
+    if text is None or text == "":
         return None
-    try:
-        v = int(str(text).strip())
-    except ValueError:
-        return None
-    return v if -(2 ** 63) <= v < 2 ** 63 else None
+    raw = text.strip() if isinstance(text, str) else ""
+    if not re.fullmatch(r"-?[0-9]{1,19}", raw) or not -(2 ** 63) <= int(raw) < 2 ** 63:
+        raise _Refused(400, f"{name} must be a whole number (a bigint)")
+    return int(raw)
 
 
-def _time(text: Optional[str]) -> Optional[datetime]:
-    if not text:
+def _time(text: Any, name: str) -> Optional[datetime]:
+    """A time from a query or form value (ISO 8601; without an offset, UTC): None when absent
+    or empty, refused (400) when it does not parse, as :func:`_int`."""
+    if text is None or text == "":
         return None
-    raw = text.strip()
+    raw = text.strip() if isinstance(text, str) else ""
     if raw.endswith(("Z", "z")):
         raw = raw[:-1] + "+00:00"
     try:
         v = datetime.fromisoformat(raw)
     except ValueError:
-        return None
+        raise _Refused(400, f"{name} must be a time such as 2026-12-01T10:00Z") from None
     return v if v.tzinfo is not None else v.replace(tzinfo=timezone.utc)
 
 
