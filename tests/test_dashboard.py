@@ -547,3 +547,16 @@ def test_a_value_that_does_not_parse_is_refused_not_dropped_from_a_filter(op_poo
         r = c.get(path)
         assert r.status_code == 400, (path, r.status_code)
     assert c.get(f"/jobs?queue={q}&until=&after=&id=&before=&status=").status_code == 200
+
+
+def test_a_deeply_nested_payload_is_not_blown_up_by_the_indentation(op_pool: Any, conn: Conn, q: str) -> None:
+    # 40 kB of zeros 62 arrays deep: indented, every zero is a line of 126 spaces, a 2.6 MB
+    # page (a 1 MiB payload, the most enqueue takes: 65 MB, and as much again for the result)
+    depth, n = 62, 20_000
+    payload = '{"a": ' + "[" * depth + ",".join(["0"] * n) + "]" * depth + "}"
+    job_id = enqueue(conn, q, payload=payload)
+    from pgfence.dashboard.data import pretty_json
+    assert pretty_json('{"a": [1, {"b": 2}]}') == '{\n  "a": [\n    1,\n    {\n      "b": 2\n    }\n  ]\n}'
+    html = client_for(op_pool).get(f"/jobs/{job_id}").text
+    assert len(html) < 4 * len(payload) + 100_000, len(html)
+    assert ": " + "[" * depth + "0, 0, 0" in html   # shown as stored, on one line

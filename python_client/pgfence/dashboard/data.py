@@ -460,14 +460,29 @@ class Data:
                 raise ValueError(action)
 
 
+#: An indented JSON text is at most this many times its text's length (or 64 KiB): indenting a
+#: payload of many values deep inside nested arrays writes each value on a line of its own
+#: after two spaces per level, 65 times the text at the 64 levels enqueue takes.
+PRETTY_MAX_GROWTH = 4
+
+
 def pretty_json(text: Optional[str]) -> Optional[str]:
-    """A JSON text indented for reading (as it is, when it does not parse here)."""
+    """A JSON text indented for reading; as it is, when it does not parse here or when
+    indenting would make it more than :data:`PRETTY_MAX_GROWTH` times longer (it stops
+    writing at that length)."""
     if text is None:
         return None
+    budget = max(PRETTY_MAX_GROWTH * len(text), 65536)
+    out: list[str] = []
     try:
-        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+        for chunk in json.JSONEncoder(indent=2, ensure_ascii=False).iterencode(json.loads(text)):
+            budget -= len(chunk)
+            if budget < 0:
+                return text
+            out.append(chunk)
     except (ValueError, RecursionError):
         return text
+    return "".join(out)
 
 
-__all__ = ["Data", "JobFilter", "Identity", "PAGE", "BULK_CAP", "ERROR_SEARCH_WINDOW", "pretty_json", "Jsonb"]
+__all__ = ["Data", "JobFilter", "Identity", "PAGE", "BULK_CAP", "ERROR_SEARCH_WINDOW", "pretty_json", "PRETTY_MAX_GROWTH", "Jsonb"]
