@@ -560,3 +560,24 @@ def test_a_deeply_nested_payload_is_not_blown_up_by_the_indentation(op_pool: Any
     html = client_for(op_pool).get(f"/jobs/{job_id}").text
     assert len(html) < 4 * len(payload) + 100_000, len(html)
     assert ": " + "[" * depth + "0, 0, 0" in html   # shown as stored, on one line
+
+
+def test_a_post_body_is_bounded_before_it_is_read(op_pool: Any) -> None:
+    # /login reads its form before any session exists: an unbounded body was read into memory whole
+    from pgfence.dashboard.security import MAX_BODY
+    c = client_for(op_pool, login=False)
+    form = {"content-type": "application/x-www-form-urlencoded", **ORIGIN}
+    # (Starlette refuses a field over 1 MiB, and a form of more than 1,000 fields, after reading them:
+    # 999 fields of a MiB each were read, a GiB in memory per request)
+    big = b"&".join(b"f%d=" % i + b"a" * 1_000_000 for i in range(MAX_BODY // 1_000_000 + 1))
+    r = c.post("/login", content=big, headers=form)
+    assert r.status_code == 413 and "too large" in r.text
+    r = c.post("/login", content=iter([b"token=", b"a" * 100]), headers=form)   # chunked: no length declared
+    assert r.status_code == 411
+    for length in ("-1", "1e3", "0x10", "", "１２".encode(), "9" * 5000):
+        r = c.post("/login", content=b"token=x", headers={**form, "content-length": length})
+        assert r.status_code in (400, 411), length
+    r = c.post("/login", content=b"token=" + TOKEN.encode(), headers=form, follow_redirects=False)
+    assert r.status_code == 303   # a form of the size of ours goes through
+    # the largest form the dashboard takes: a result of Starlette's 1 MiB a field, and a note and ids
+    assert MAX_BODY >= (1 << 20) + 200_000

@@ -145,6 +145,16 @@ def create_app(pool: Any, config: Config) -> Starlette:
             if host not in allowed:
                 return PlainTextResponse("pgfence dashboard: Host header not allowed\n", status_code=400)
             if request.method not in ("GET", "HEAD"):
+                # (its length before it is read: a form is read whole, /login's before any log-in)
+                length = request.headers.get("content-length")
+                if length is None or "transfer-encoding" in request.headers:
+                    return PlainTextResponse("pgfence dashboard: a request body needs a Content-Length\n",
+                                             status_code=411)
+                if not re.fullmatch(r"[0-9]{1,18}", length):
+                    return PlainTextResponse("pgfence dashboard: bad Content-Length\n", status_code=400)
+                if int(length) > sec.MAX_BODY:
+                    return PlainTextResponse(f"pgfence dashboard: request body too large (at most {sec.MAX_BODY}"
+                                             " bytes)\n", status_code=413)
                 origin = request.headers.get("origin") or request.headers.get("referer")
                 if origin is None or sec.origin_host(origin) not in allowed:
                     return PlainTextResponse("pgfence dashboard: cross-origin request refused\n", status_code=403)

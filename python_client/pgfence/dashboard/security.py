@@ -35,6 +35,12 @@ SECURITY_HEADERS = {
     "cache-control": "no-store",
 }
 
+#: The largest request body taken, by its Content-Length (a body without one is refused): the
+#: largest form the dashboard takes is a mark-done result of at most 1 MiB (Starlette's cap
+#: per field), a note and 1,000 fields (Starlette's cap); Starlette reads a form whole before
+#: it counts, and /login reads one before any log-in.
+MAX_BODY = 4 << 20
+
 SESSION_COOKIE = "pgfence_session"
 SESSION_SECONDS = 12 * 3600
 
