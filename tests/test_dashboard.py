@@ -581,3 +581,19 @@ def test_a_post_body_is_bounded_before_it_is_read(op_pool: Any) -> None:
     assert r.status_code == 303   # a form of the size of ours goes through
     # the largest form the dashboard takes: a result of Starlette's 1 MiB a field, and a note and ids
     assert MAX_BODY >= (1 << 20) + 200_000
+
+
+def test_bidi_and_control_characters_of_payloads_and_errors_are_shown_escaped(op_pool: Any, conn: Conn,
+                                                                              q: str) -> None:
+    # U+202E (right-to-left override) makes "\u202e0001" read as "1000" on the page an operator
+    # decides a payment on; the job page's error and every payload showed it as it was
+    job_id = manual_review_job(conn, q, payload='{"amount": "\u202e0001", "to": "\u2066x\u2069"}')
+    fid = failed_job(conn, q, error="Traceback\n  line \u202eevil\x1b[2J\nValueError: \u200bboom")
+    cut = manual_review_job(conn, q, payload='{"pad": "' + "p" * 5000 + '", "z": "\u202e9"}')
+    c = client_for(op_pool)
+    for path in (f"/jobs/{job_id}", f"/jobs/{fid}", "/inbox", f"/jobs/{cut}"):
+        html = c.get(path).text
+        for ch in ("\u202e", "\u2066", "\u2069", "\u200b", "\x1b"):
+            assert ch not in html, (path, ch)
+    assert "\\u202e0001" in c.get(f"/jobs/{job_id}").text
+    assert "Traceback\n  line \\u202eevil\\u001b[2J\nValueError: \\u200bboom" in c.get(f"/jobs/{fid}").text

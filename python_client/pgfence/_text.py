@@ -36,6 +36,12 @@ def printable(value: Any) -> str:
     return _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
+def printable_lines(value: Any) -> str:
+    """:func:`printable` line by line, the newlines kept: a traceback, indented JSON."""
+    text = value if isinstance(value, str) else str(value)
+    return "\n".join(printable(line) for line in text.split("\n"))
+
+
 class EscapeArgs(logging.Filter):
     """A logger filter: the string and exception arguments of every record are made
     :func:`printable` (the format strings are pgfence's own; the arguments may come from

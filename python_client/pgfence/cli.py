@@ -34,7 +34,7 @@ from typing import Any, Callable, NoReturn, Optional, Sequence
 import psycopg
 from psycopg_pool import PoolTimeout
 
-from ._text import escaped_logger, printable
+from ._text import escaped_logger, printable, printable_lines
 from .client import Client
 from .errors import PgfenceError
 from .metrics_text import prometheus_text
@@ -616,13 +616,13 @@ def _show_value(name: str, value: Any) -> str:
     if name in ("payload", "result"):
         if value is None:
             return "null"
-        return "\n".join(map(printable, json.dumps(value, indent=2, ensure_ascii=False).split("\n")))
+        return printable_lines(json.dumps(value, indent=2, ensure_ascii=False))
     if value is None:
         return "-"
     if isinstance(value, datetime):
         return value.isoformat(sep=" ")
     if name == "last_error":
-        return "\n".join(map(printable, str(value).split("\n")))
+        return printable_lines(value)
     return printable(value)
 
 

@@ -33,7 +33,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from .._text import escaped_logger, printable
+from .._text import escaped_logger, printable, printable_lines
 from . import data as d
 from . import security as sec
 from .timeline import build as build_timeline
@@ -92,6 +92,7 @@ def _env() -> Environment:
     env.filters["age"] = fmt_age
     env.filters["ts"] = fmt_ts
     env.filters["printable"] = lambda v: "" if v is None else printable(v)
+    env.filters["printable_lines"] = lambda v: "" if v is None else printable_lines(v)
     env.filters["pretty"] = d.pretty_json
     env.globals["STATES"] = STATES
     env.globals["LIVE"] = LIVE
