@@ -597,3 +597,21 @@ def test_bidi_and_control_characters_of_payloads_and_errors_are_shown_escaped(op
             assert ch not in html, (path, ch)
     assert "\\u202e0001" in c.get(f"/jobs/{job_id}").text
     assert "Traceback\n  line \\u202eevil\\u001b[2J\nValueError: \\u200bboom" in c.get(f"/jobs/{fid}").text
+
+
+def test_a_result_nested_too_deep_to_parse_is_refused_with_a_clear_error(op_pool: Any, conn: Conn, q: str) -> None:
+    # json.loads raises RecursionError, not ValueError, past ~1,000 levels: it was a 500
+    job_id = manual_review_job(conn, q)
+    c = client_for(op_pool)
+    token = csrf_of(c.get("/inbox").text)
+    deep = "[" * 100_000 + "]" * 100_000
+    r = c.post(f"/jobs/{job_id}/action", data={"action": "mark_done", "note": "n", "result": deep, "csrf": token},
+               headers=ORIGIN)
+    assert r.status_code == 400 and "JSON" in r.text
+    r = c.post("/bulk", data={"action": "mark_done", "note": "n", "result": deep, "ids": str(job_id), "csrf": token},
+               headers=ORIGIN)
+    assert r.status_code == 400 and "JSON" in r.text
+    # and a value PostgreSQL refuses says why, without a "None:" where there is no SQLSTATE
+    r = c.post(f"/jobs/{job_id}/action", data={"action": "mark_done", "note": "n\x00", "csrf": token}, headers=ORIGIN)
+    assert r.status_code == 400 and "NUL" in r.text and "None" not in r.text
+    assert one(conn, "SELECT status FROM pgfence.jobs WHERE id = %s", (job_id,)) == "manual_review"

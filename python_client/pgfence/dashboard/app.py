@@ -202,8 +202,10 @@ def create_app(pool: Any, config: Config) -> Starlette:
                 msg = diag.message_primary or str(exc)
                 hint = diag.message_hint
                 log.info("database error %s: %s", diag.sqlstate, msg)
+                # (psycopg's own refusals, a NUL in a text, have no SQLSTATE)
                 return error_page(request, 409 if diag.sqlstate in ("PF002", "PF003") else 400,
-                                  f"{diag.sqlstate}: {msg}" + (f" (hint: {hint})" if hint else ""))
+                                  (f"{diag.sqlstate}: " if diag.sqlstate else "") + msg
+                                  + (f" (hint: {hint})" if hint else ""))
         return wrapper
 
     # -- login --------------------------------------------------------------
@@ -429,7 +431,7 @@ def _result(form: FormData) -> Optional[str]:
         return None
     try:
         json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # (nested past ~1,000 levels: RecursionError)
         raise _Refused(400, "the result must be JSON (or empty)") from None
     return text
 
