@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -310,3 +311,26 @@ def test_an_unauthenticated_browser_is_refused_on_a_non_loopback_bind(op_pool: A
         shot(page, "login")
         page.close()
     assert one(conn, "SELECT status FROM pgfence.jobs WHERE id = %s", (job_id,)) == "manual_review"
+
+
+def test_a_dead_letter_group_whose_error_has_line_breaks_is_requeued(operator: tuple[Any, str], conn: Conn,
+                                                                     q: str) -> None:
+    # a browser sends every line break of a form's value as CRLF (the HTML standard): the group's
+    # error went back as "...\r\nretry..." and matched no job ("Nothing to do")
+    page, base = operator
+    ids = [failed_job(conn, q, f"smtp down {q}\nretry in 5 min\r\nlast line\rend") for _ in range(2)]
+    page.goto(f"{base}/dead")
+    page.locator("#dead tr", has_text=f"smtp down {q}").get_by_role("button", name="Requeue all…").click()
+    assert "This will touch 2 jobs" in page.locator("#preview-count").inner_text()
+    page.click("#confirm")
+    assert "2 of 2" in page.locator("h1").inner_text()
+    assert one(conn, "SELECT count(*) FROM pgfence.jobs WHERE id = ANY(%s) AND status = 'queued'", (ids,)) == 2
+    # and from the jobs page, whose filter came in the URL (the dead letter's count links there)
+    for job_id in ids:   # (out of the way of the next claim)
+        one(conn, "SELECT pgfence.cancel(job_id => %s)", (job_id,))
+    more = failed_job(conn, q, f"smtp down {q}\nretry in 5 min\r\nlast line\rend")
+    page.goto(f"{base}/jobs?status=failed&queue={q}&error=" + quote(f"{q}\nretry in 5 min\r\nlast"))
+    page.get_by_role("button", name="Preview: run again").click()
+    assert "This will touch 1 job" in page.locator("#preview-count").inner_text()
+    page.click("#confirm")
+    assert one(conn, "SELECT status FROM pgfence.jobs WHERE id = %s", (more,)) == "queued"

@@ -94,6 +94,8 @@ def _env() -> Environment:
     env.filters["printable"] = lambda v: "" if v is None else printable(v)
     env.filters["printable_lines"] = lambda v: "" if v is None else printable_lines(v)
     env.filters["pretty"] = d.pretty_json
+    # a database string in a hidden input: as a JSON string (ASCII, no line break), read back by _text
+    env.filters["carried"] = lambda v: json.dumps("" if v is None else str(v))
     env.globals["STATES"] = STATES
     env.globals["LIVE"] = LIVE
     return env
@@ -324,14 +326,15 @@ def create_app(pool: Any, config: Config) -> Starlette:
             raise _Refused(400, f"{action.replace('_', ' ')} needs a note")
         actor = request.scope["pgfence.actor"]
         if form.get("mode") == "filter":
-            flt = {"status": form.get("status") or None, "queue": form.get("queue") or None,
-                   "kind": form.get("kind") or None, "error": form.get("error") or None,
+            flt = {"status": form.get("status") or None, "queue": _text(form, "queue"),
+                   "kind": _text(form, "kind"), "error": _text(form, "error"),
                    "after": _time(form.get("after"), "after"), "before": _time(form.get("until"), "until")}
             if flt["status"] not in (None, *STATES):
                 raise _Refused(400, "unknown status")
             if not form.get("confirm"):
                 n, cap = await run_in_threadpool(data.preview, action, flt)
-                return render(request, "preview.html", action=action, n=n, cap_n=cap, form=form, ids=None)
+                return render(request, "preview.html", action=action, n=n, cap_n=cap, form=form, ids=None,
+                              texts={k: flt[k] for k in ("queue", "kind", "error")})
             rows = await run_in_threadpool(data.act_on_filter, actor, action, flt, note, result)
         else:
             ids = sorted({i for i in (_int(v, "a job id") for v in form.getlist("ids")) if i is not None})
@@ -341,7 +344,7 @@ def create_app(pool: Any, config: Config) -> Starlette:
                 raise _Refused(400, f"at most {d.BULK_CAP} jobs per action")
             if not form.get("confirm"):
                 return render(request, "preview.html", action=action, n=len(ids), cap_n=d.BULK_CAP, form=form,
-                              ids=ids)
+                              ids=ids, texts={})
             rows = await run_in_threadpool(data.act_many, actor, action, ids, note, result)
         log.info("bulk %s by %s: %s acted on", action, actor, sum(1 for r in rows if r["acted"]))
         return render(request, "bulk_done.html", action=action, rows=rows,
@@ -350,7 +353,7 @@ def create_app(pool: Any, config: Config) -> Starlette:
     async def queue_action(request: Request) -> Response:
         form = await form_of(request)
         action = str(form.get("action", ""))
-        queue = str(form.get("queue", ""))
+        queue = _text(form, "queue")
         if action not in ("pause", "resume", "limit") or not queue:
             raise _Refused(400, "unknown action")
         limit = None
@@ -423,6 +426,26 @@ def _time(text: Any, name: str) -> Optional[datetime]:
     except ValueError:
         raise _Refused(400, f"{name} must be a time such as 2026-12-01T10:00Z") from None
     return v if v.tzinfo is not None else v.replace(tzinfo=timezone.utc)
+
+
+def _text(form: FormData, name: str) -> Optional[str]:
+    """A text field of a form, None when empty: as typed (``name``), or as a page carried a
+    database string in a hidden input (``name_json``, a JSON string: a browser sends every
+    line break of a form's value as CRLF, so an error's LF would come back as CRLF and match
+    nothing)."""
+    raw = form.get(name + "_json")
+    if raw is None:
+        raw = form.get(name)
+        if raw is not None and not isinstance(raw, str):
+            raise _Refused(400, f"{name} must be text")
+        return raw or None
+    try:
+        value = json.loads(raw) if isinstance(raw, str) else None
+    except ValueError:
+        value = None
+    if not isinstance(value, str):
+        raise _Refused(400, f"{name}_json must be a JSON string")
+    return value or None
 
 
 def _result(form: FormData) -> Optional[str]:
