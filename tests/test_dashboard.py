@@ -615,3 +615,32 @@ def test_a_result_nested_too_deep_to_parse_is_refused_with_a_clear_error(op_pool
     r = c.post(f"/jobs/{job_id}/action", data={"action": "mark_done", "note": "n\x00", "csrf": token}, headers=ORIGIN)
     assert r.status_code == 400 and "NUL" in r.text and "None" not in r.text
     assert one(conn, "SELECT status FROM pgfence.jobs WHERE id = %s", (job_id,)) == "manual_review"
+
+
+def test_the_overview_and_the_queues_page_list_a_bounded_number_of_queues(op_pool: Any, conn: Conn, q: str) -> None:
+    # a producer names queues at will: a row each for every queue made the overview, rendered
+    # again every 5 s, grow without bound (100 MB for 100,000 queues)
+    from pgfence.dashboard.data import QUEUE_NAMES_SHOWN, QUEUES_SHOWN
+    names = [f"{q}-{i:04d}" for i in range(QUEUES_SHOWN + 5)]
+    ids = [failed_job(conn, n, f"same error {q}") for n in names[:QUEUE_NAMES_SHOWN + 3]]
+    conn.execute("SELECT pgfence.enqueue(kind => 'k', payload => '{}', queue => n) FROM unnest(%s::text[]) n",
+                 (names[QUEUE_NAMES_SHOWN + 3:],))
+    try:
+        c = client_for(op_pool)
+        for path in ("/", "/overview/live", "/queues"):
+            html = c.get(path).text
+            shown = len(set(re.findall(r"%s-\d{4}" % re.escape(q), html)))
+            assert 0 < shown <= QUEUES_SHOWN and 'id="queues-more"' in html, (path, shown)
+        dead = c.get("/dead").text
+        row = next(r for r in dead.split("<tr>") if f"same error {q}" in r)
+        assert len(re.findall(r"%s-\d{4}" % re.escape(q), row)) == QUEUE_NAMES_SHOWN
+        assert f"({QUEUE_NAMES_SHOWN + 3} queues)" in row
+        token = csrf_of(dead)
+        r = c.post("/bulk", data={"csrf": token, "action": "requeue", "ids": [str(i) for i in ids], "confirm": "1"},
+                   headers=ORIGIN)
+        assert r.status_code == 200 and f"{len(ids)} of {len(ids)}" in r.text
+        first = c.get("/audit").text.split("<tr>")[2]
+        assert len(re.findall(r"%s-\d{4}" % re.escape(q), first)) == QUEUE_NAMES_SHOWN
+        assert f"({QUEUE_NAMES_SHOWN + 3} queues)" in first
+    finally:
+        delete_queues(conn, names)

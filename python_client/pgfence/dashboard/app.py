@@ -289,9 +289,9 @@ def create_app(pool: Any, config: Config) -> Starlette:
                       next_before=rows[d.PAGE - 1]["id"] if len(rows) > d.PAGE else None)
 
     async def queues(request: Request) -> Response:
-        rows = await run_in_threadpool(data.queues)
+        rows, more = await run_in_threadpool(data.queues)
         schedules = await run_in_threadpool(data.schedules)
-        return render(request, "queues.html", rows=rows, schedules=schedules)
+        return render(request, "queues.html", rows=rows, more=more, schedules=schedules)
 
     # -- actions ------------------------------------------------------------
     async def job_action(request: Request) -> Response:

@@ -29,6 +29,12 @@ PAGE = 50
 INBOX_PAYLOAD_CHARS = 4000
 #: The most jobs one bulk action touches (the cap of pgfence's bulk functions).
 BULK_CAP = 10_000
+#: The overview and the queues page list at most this many queues (the first by name): a
+#: producer names queues at will, and a row each for 100,000 of them was a 100 MB page that
+#: the overview rendered again every 5 s. The dead letter and the audit list at most
+#: QUEUE_NAMES_SHOWN queue names per row (and say how many there are).
+QUEUES_SHOWN = 500
+QUEUE_NAMES_SHOWN = 20
 #: The error-text search reads at most this window of updated_at (the text has no index).
 ERROR_SEARCH_WINDOW = timedelta(days=1)
 
@@ -253,8 +259,9 @@ class Data:
         summary = {k: sum(v[k] for _, v in series) for k in ("done", "failed", "cancelled")}
         summary["rejected"] = sum(r["n"] for r in rejected)
         summary["expired"] = sum(q["expired"] for q in queues.values())
-        return {"queues": sorted(queues.values(), key=lambda q: q["queue"]), "series": series, "now": now,
-                "summary": summary, "sweeper": sweeper[0] if sweeper else None}
+        listed = sorted(queues.values(), key=lambda q: q["queue"])
+        return {"queues": listed[:QUEUES_SHOWN], "queues_more": max(0, len(listed) - QUEUES_SHOWN),
+                "series": series, "now": now, "summary": summary, "sweeper": sweeper[0] if sweeper else None}
 
     # -- lists ------------------------------------------------------------
     def manual_review(self, before_id: Optional[int], queue: Optional[str]) -> list[dict[str, Any]]:
@@ -323,21 +330,25 @@ class Data:
     def dead_letter(self) -> list[dict[str, Any]]:
         """Failed jobs grouped by their error (the first 500 characters), largest group first."""
         return self.rows(
-            "SELECT left(coalesce(last_error, ''), 500) AS error, count(*) AS n, array_agg(DISTINCT queue) AS queues,"
+            "SELECT left(coalesce(last_error, ''), 500) AS error, count(*) AS n,"
+            " (array_agg(DISTINCT queue))[1:%(names)s] AS queues, count(DISTINCT queue) AS queue_count,"
             " min(updated_at) AS first_at, max(updated_at) AS last_at, max(id) AS sample"
             " FROM pgfence.all_jobs WHERE status = 'failed'"
-            " GROUP BY 1 ORDER BY n DESC, error LIMIT 100")
+            " GROUP BY 1 ORDER BY n DESC, error LIMIT 100", {"names": QUEUE_NAMES_SHOWN})
 
-    def queues(self) -> list[dict[str, Any]]:
-        """Every queue with jobs in pgfence.jobs, a control, or jobs finished within the hour
-        (not stats(): it scans the whole history)."""
+    def queues(self) -> tuple[list[dict[str, Any]], int]:
+        """The queues with jobs in pgfence.jobs, a control, or jobs finished within the hour
+        (not stats(): it scans the whole history): the first :data:`QUEUES_SHOWN` by name, and
+        how many more there are."""
         names = {r["queue"] for r in self.rows("SELECT DISTINCT queue FROM pgfence.all_jobs WHERE status <> 'done'")}
         names |= {queue for queue, _ in self.hour.get()[2]}
         limits = {r["queue"]: r for r in self.rows(
             "SELECT queue, paused_at, paused_by, max_running, running, limited_at, limited_by"
             " FROM pgfence.queue_limits()")}
         names |= set(limits)
-        return [{"queue": n, "limit": limits.get(n)} for n in sorted(names)]
+        listed = sorted(names)
+        return ([{"queue": n, "limit": limits.get(n)} for n in listed[:QUEUES_SHOWN]],
+                max(0, len(listed) - QUEUES_SHOWN))
 
     def schedules(self) -> Optional[list[dict[str, Any]]]:
         if not self.has.get("schedules"):
@@ -366,10 +377,11 @@ class Data:
     def audit_log(self, before_id: Optional[int]) -> list[dict[str, Any]]:
         """The operator audit, newest first (keyset on its id): who did what to how many jobs."""
         return self.rows(
-            "SELECT id, at, db_role, login, actor, action, queues, count, note,"
+            "SELECT id, at, db_role, login, actor, action, queues[1:%(names)s] AS queues,"
+            " cardinality(queues) AS queue_count, count, note,"
             " job_ids[1:20] AS job_ids FROM pgfence.operator_audit"
             + (" WHERE id < %(before)s" if before_id is not None else "") +
-            " ORDER BY id DESC LIMIT %(limit)s", {"before": before_id, "limit": PAGE + 1})
+            " ORDER BY id DESC LIMIT %(limit)s", {"before": before_id, "limit": PAGE + 1, "names": QUEUE_NAMES_SHOWN})
 
     def now(self) -> datetime:
         return self.rows("SELECT now() AS now")[0]["now"]
@@ -485,4 +497,4 @@ def pretty_json(text: Optional[str]) -> Optional[str]:
     return "".join(out)
 
 
-__all__ = ["Data", "JobFilter", "Identity", "PAGE", "BULK_CAP", "ERROR_SEARCH_WINDOW", "pretty_json", "PRETTY_MAX_GROWTH", "Jsonb"]
+__all__ = ["Data", "JobFilter", "Identity", "PAGE", "BULK_CAP", "QUEUES_SHOWN", "QUEUE_NAMES_SHOWN", "ERROR_SEARCH_WINDOW", "pretty_json", "PRETTY_MAX_GROWTH", "Jsonb"]
