@@ -447,3 +447,140 @@ def test_cancelling_run_shuts_the_worker_down_as_stop_does(dsn: str, queue: str)
         got = sorted([((await checker.get_job(r.id)).status, (await checker.get_job(r.id)).attempts) for r in rows])
         assert got == [("done", 1)] + [("queued", 0)] * 3
     run(dsn, body)
+
+
+def test_a_handler_that_swallows_the_shutdowns_cancellation_does_not_hold_run_forever(
+        dsn: str, queue: str) -> None:
+    # Regression: run() gathered the cancelled runners with no bound; an async handler
+    # that caught CancelledError and went on held run() until it returned (as a sync
+    # handler's thread cannot, since the threaded Worker abandons it).
+    async def body(checker: AsyncClient) -> None:
+        running = asyncio.Event()
+        let_go = asyncio.Event()
+        ignored: list[bool] = []
+
+        async def deaf(job: Job) -> Any:
+            running.set()
+            while not let_go.is_set():
+                try:
+                    await asyncio.sleep(0.05)
+                except asyncio.CancelledError:
+                    ignored.append(True)  # swallowed: goes on
+            return {"late": True}
+
+        job_id = await checker.enqueue("deaf", queue=queue)
+        async with Running(dsn, queue, {"deaf": deaf}, shutdown_grace=0.2) as r:
+            await asyncio.wait_for(running.wait(), TIMEOUT)
+            try:
+                await r.stop(timeout=60)  # returns although the handler still runs
+            finally:
+                let_go.set()
+        assert ignored
+        row = await checker.get_job(job_id)
+        assert (row.status, row.attempts, row.result) == ("queued", 1, None)  # given back, late result void
+        assert r.worker.counters["released"] == 1
+    run(dsn, body)
+
+
+def test_a_cancelled_error_a_handler_raises_itself_during_the_grace_period_fails_its_attempt(
+        dsn: str, queue: str) -> None:
+    # Regression: while stopping, any CancelledError out of an async handler was taken for
+    # the shutdown's own cancellation and re-raised: the runner died with the attempt
+    # still marked running, the shutdown waited out the whole grace period and released
+    # the job as if the handler still ran, where the threaded worker fails the attempt.
+    async def body(checker: AsyncClient) -> None:
+        running = asyncio.Event()
+
+        async def gives_up(job: Job) -> Any:
+            running.set()
+            while not job.should_stop():
+                await asyncio.sleep(0.01)
+            raise asyncio.CancelledError("an inner task was cancelled")  # not the worker's doing
+
+        job_id = await checker.enqueue("gives_up", queue=queue, max_attempts=3)
+        async with Running(dsn, queue, {"gives_up": gives_up}, shutdown_grace=60) as r:
+            await asyncio.wait_for(running.wait(), TIMEOUT)
+            await r.stop(timeout=30)  # well before the grace period's end
+        row = await checker.get_job(job_id)
+        assert (row.status, row.attempts) == ("queued", 1)
+        assert row.last_error and "CancelledError" in row.last_error, row.last_error
+        assert (r.worker.counters["failed"], r.worker.counters["released"]) == (1, 0)
+    run(dsn, body)
+
+
+def test_a_plain_handler_returning_an_awaitable_has_it_awaited_on_the_loop(dsn: str, queue: str) -> None:
+    # Regression: a plain callable that returns a coroutine (a lambda around an async
+    # function, a decorator hiding the async def) ran on a handler thread, and its result,
+    # the coroutine itself, was not JSON: the job was dead-lettered without its work done,
+    # and the coroutine was never awaited.
+    async def send(job: Job, to: str) -> Any:
+        await asyncio.sleep(0)
+        return {"sent": to, "n": job.payload["n"]}
+
+    async def body(checker: AsyncClient) -> None:
+        ids = [r.id for r in await checker.enqueue_many(["send"] * 3, [{"n": n} for n in range(3)], queue=queue)]
+        async with Running(dsn, queue, {"send": lambda job: send(job, "a@example.com")}, concurrency=2) as r:
+            rows = [await wait_status(checker, i, "done", "failed") for i in ids]
+        assert [(row.status, row.result) for row in rows] == \
+            [("done", {"sent": "a@example.com", "n": n}) for n in range(3)], [row.last_error for row in rows]
+        assert r.worker.counters["completed"] == 3
+    run(dsn, body)
+
+
+def test_cancelling_run_while_a_claim_is_in_flight_gives_its_jobs_back(dsn: str, queue: str) -> None:
+    # Regression: a claim that the cancellation of run() interrupted may have committed
+    # (its reply never read): its jobs stayed leased to this worker, which never knew
+    # them, until their leases expired with the attempt counted. They are now looked up
+    # by the claim's request id, as those of a claim whose reply was lost, and go back
+    # unstarted with the rest.
+    async def body(checker: AsyncClient) -> None:
+        ids = [r.id for r in await checker.enqueue_many(["echo"] * 3, queue=queue)]
+        committed = asyncio.Event()
+        ran: list[int] = []
+
+        async def echo(job: Job) -> Any:
+            ran.append(job.id)
+
+        client = await AsyncClient.connect(dsn, max_size=4)
+        try:
+            worker = AsyncWorker(client, {"echo": echo}, queues=[queue], poll_interval=0.2, run_sweeper=False,
+                                 lease=timedelta(seconds=120))
+            real = client.claim
+
+            async def slow_reply(*args: Any, **kwargs: Any) -> Any:
+                jobs = await real(*args, **kwargs)
+                if jobs:
+                    committed.set()
+                    await asyncio.sleep(60)  # the reply is on its way when run() is cancelled
+                return jobs
+            client.claim = slow_reply  # type: ignore[method-assign]
+            task = asyncio.ensure_future(worker.run(handle_signals=False))
+            await asyncio.wait_for(committed.wait(), TIMEOUT)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(task, TIMEOUT)
+        finally:
+            await client.close()
+        rows = [await checker.get_job(i) for i in ids]
+        assert [(row.status, row.attempts) for row in rows] == [("queued", 0)] * 3
+        assert ran == [] and worker.counters["released"] == 3
+    run(dsn, body)
+
+
+def test_a_worker_runs_once(dsn: str, queue: str) -> None:
+    # Adversarial finding: a second run(), beside the first or after it, shared the first's
+    # ledger, stop state and counters (two claim loops on one ledger; after a stop, a run
+    # that claimed with its parts already told to be done).
+    async def echo(job: Job) -> Any:
+        return job.payload
+
+    async def body(checker: AsyncClient) -> None:
+        job_id = await checker.enqueue("echo", {"n": 1}, queue=queue)
+        async with Running(dsn, queue, {"echo": echo}) as r:
+            await wait_status(checker, job_id, "done")
+            with pytest.raises(RuntimeError, match="already called"):
+                await r.worker.run(handle_signals=False)   # beside the first
+        with pytest.raises(RuntimeError, match="already called"):
+            await r.worker.run(handle_signals=False)       # after it
+        assert r.worker.counters["completed"] == 1
+    run(dsn, body)

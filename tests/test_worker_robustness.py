@@ -674,3 +674,84 @@ def test_a_payload_the_worker_cannot_decode_fails_alone_and_the_rest_of_the_batc
             wait_status(client, job_id, "done", timeout=20)
     assert bad.attempts == 1 and (bad.last_error or "").startswith("PayloadNotDecodable: ")
     assert worker.counters["completed"] == 40 and worker.counters["failed"] == 1
+
+
+def test_a_heartbeat_error_no_retry_mends_is_logged_and_the_next_round_renews_the_lease(
+        dsn: str, client: Client, queue: str, workers: list[Client], flavor: str) -> None:
+    # Adversarial finding: an error outside RETRYABLE (a RuntimeError here; a permission
+    # revoked, a function dropped) killed the heartbeat thread (the task, in AsyncWorker) for
+    # good: no lease was renewed again, and every running job was reclaimed under its handler.
+    release = threading.Event()
+
+    def slow(job: Job) -> Any:
+        release.wait(30)
+        return {"ok": True}
+
+    job_id = client.enqueue("slow", {}, queue=queue)
+    worker = start(dsn, queue, {"slow": slow}, workers, flavor=flavor, lease=timedelta(seconds=3))
+    real = worker.client.heartbeat_many
+    calls: list[int] = []
+
+    def flaky(*args: Any, **kwargs: Any) -> Any:   # (for AsyncClient, returns the coroutine awaited)
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("test: an error no retry mends")
+        return real(*args, **kwargs)
+    worker.client.heartbeat_many = flaky  # type: ignore[method-assign]
+    try:
+        with running_bounded(worker):
+            first = wait_status(client, job_id, "processing")
+            wait_for(lambda: len(calls) >= 1, 10, "the failed heartbeat")
+            # past the claim's own lease: only a later round can have moved its end
+            wait_for(lambda: client.get_job(job_id).lease_expires_at > first.lease_expires_at + timedelta(seconds=1),
+                     15, "a lease renewed after the failed round")
+            row = client.get_job(job_id)
+            assert (row.status, row.attempt_token) == ("processing", first.attempt_token)
+            release.set()
+            wait_all(client, [job_id], "done")
+    finally:
+        release.set()
+    assert client.get_job(job_id).attempts == 1
+    assert worker.counters["lease_lost"] == 0, worker.counters
+
+
+def test_the_threaded_worker_refuses_async_handlers_and_never_takes_an_awaitable_for_a_result(
+        dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
+    # Adversarial finding: Worker took an async def handler, called it and got a coroutine for
+    # every job: each was dead-lettered "ResultNotJSON" with its work never done, and Python
+    # warned "coroutine was never awaited" at collection.
+    async def send(job: Job) -> Any:
+        return {"sent": True}
+
+    from pgfence import WorkerOptionError
+    with pytest.raises(WorkerOptionError) as info:
+        start(dsn, queue, {"send": send, "echo": echo}, workers)
+    assert info.value.option == "handlers['send']" and "AsyncWorker" in info.value.hint
+    # a plain function that returns one (a lambda around it) is only seen when it returns
+    job_id = client.enqueue("send", {}, queue=queue, max_attempts=5)
+    made: list[Any] = []
+
+    def wrapped(job: Job) -> Any:
+        made.append(send(job))
+        return made[-1]
+    worker = start(dsn, queue, {"send": wrapped, "echo": echo}, workers)
+    with running_bounded(worker):
+        row = wait_status(client, job_id, "failed")
+        ordinary = client.enqueue("echo", {"n": 1}, queue=queue)
+        wait_all(client, [ordinary], "done")
+    # closed unrun: not left to warn "was never awaited" at collection
+    assert [inspect.getcoroutinestate(c) for c in made] == [inspect.CORO_CLOSED]
+    assert row.attempts == 1 and row.last_error.startswith("HandlerReturnedAwaitable: handler for 'send' returned "
+                                                           "coroutine"), row.last_error
+
+
+def test_a_threaded_worker_runs_once(dsn: str, client: Client, queue: str, workers: list[Client]) -> None:
+    job_id = client.enqueue("echo", {"n": 1}, queue=queue)
+    worker = start(dsn, queue, {"echo": echo}, workers)
+    with running_bounded(worker):
+        wait_all(client, [job_id], "done")
+        with pytest.raises(RuntimeError, match="already called"):
+            worker.run()   # beside the first (it returns at once, claiming nothing)
+    with pytest.raises(RuntimeError, match="already called"):
+        worker.run()       # after it
+    assert worker.counters["completed"] == 1

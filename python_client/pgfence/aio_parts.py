@@ -5,13 +5,12 @@
   connection failures until a second signal;
 * :class:`HandlerThreads`: the daemon threads that run sync handlers for the loop;
 * :class:`BlockingCalls`: the AsyncClient's calls the stand-in sweeper makes from its thread;
-* :func:`wait_event` and :func:`is_async`.
+* :func:`wait_event`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import queue
 import threading
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Coroutine, Optional, TypeVar
@@ -43,11 +42,6 @@ async def wait_event(event: asyncio.Event, timeout: float) -> bool:
         if not waiter.done():
             waiter.cancel()
     return bool(done)
-
-
-def is_async(handler: Any) -> bool:
-    """Whether ``handler`` is an ``async def`` function (or an object whose ``__call__`` is)."""
-    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None))
 
 
 class AsyncReporter(Reporting):
@@ -167,4 +161,4 @@ class BlockingCalls:
         return asyncio.run_coroutine_threadsafe(self.client.sweep(), self.loop).result()
 
 
-__all__ = ["AsyncReporter", "HandlerThreads", "BlockingCalls", "wait_event", "is_async"]
+__all__ = ["AsyncReporter", "HandlerThreads", "BlockingCalls", "wait_event"]

@@ -28,12 +28,16 @@ Stopping: :meth:`AsyncWorker.stop` (callable from any thread) or SIGTERM/SIGINT 
 the loop's ``add_signal_handler`` when run in the main thread) stops claiming, gives
 unstarted jobs back, waits ``shutdown_grace`` for running handlers and gives the rest
 back; async handlers still running then are cancelled (their attempts were released and
-their results would be void); a second signal hurries the shutdown.
+their results would be void; one that ignores its cancellation is left on the loop after 5
+s, and :meth:`AsyncWorker.run` returns all the same); a second signal hurries the shutdown.
+A plain handler that returns an awaitable (a lambda around an ``async def``) has it awaited
+on the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import signal
 import threading
 import time
@@ -44,9 +48,9 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Optional, S
 from . import sweeper
 from ._text import escaped_logger
 from .aio_client import AsyncClient
-from .aio_parts import AsyncReporter, BlockingCalls, HandlerThreads, is_async, wait_event
+from .aio_parts import AsyncReporter, BlockingCalls, HandlerThreads, wait_event
 from .claimer import SHUTDOWN_LOOKUP_WAIT, admit, claim_size, holdoff, idle_wait, may_have_claimed
-from .handlers import Handler, raised, refusal, returned, run_handler
+from .handlers import Handler, is_async, raised, refusal, returned
 from .heartbeats import Rounds, chunks, interval, revoke_refused
 from .ledger import Entry, Ledger, Result
 from .limits import Limits
@@ -113,6 +117,9 @@ class AsyncWorker(WorkerOptions):
         # The claim whose reply was lost (see pgfence.claimer), and until when to look it up.
         self._unanswered: Optional[uuid.UUID] = None
         self._unanswered_until = 0.0
+        # The runner tasks the shutdown cancelled: a CancelledError in any other comes from
+        # its handler, and fails the attempt.
+        self._cancelled: set[asyncio.Task[Any]] = set()
 
     @property
     def metrics_address(self) -> Optional[tuple[str, int]]:
@@ -133,7 +140,9 @@ class AsyncWorker(WorkerOptions):
 
     async def run(self, *, handle_signals: bool = True) -> None:
         """Run until :meth:`stop` (or SIGTERM/SIGINT when ``handle_signals`` and run from the
-        main thread; pass False where the application owns the signals, as uvicorn does)."""
+        main thread; pass False where the application owns the signals, as uvicorn does); once
+        (a second call raises RuntimeError)."""
+        self._running_once()
         metrics = self._metrics
         if metrics is None:
             await self._run(handle_signals)
@@ -190,9 +199,14 @@ class AsyncWorker(WorkerOptions):
             # What is still running now (runners; a flusher still retrying after 5 s) is
             # cancelled, not left behind on the loop: its outcomes are left to the leases.
             leftover = [t for t in [flusher, beats, *self._runners] if not t.done()]
-            for task in leftover:
-                task.cancel()
-            await asyncio.gather(*leftover, return_exceptions=True)
+            self._cancel(leftover)
+            if leftover:
+                # (bounded: an async handler may catch its CancelledError and go on)
+                _, deaf = await asyncio.wait(leftover, timeout=5)
+                if deaf:
+                    log.warning("worker %s: %s task(s) ignored their cancellation and are left running on the "
+                                "loop (their attempts were given back; their results are void)", self.worker_id,
+                                len(deaf))
             for s in signals:
                 loop.remove_signal_handler(s)
             for t in threads:
@@ -239,6 +253,12 @@ class AsyncWorker(WorkerOptions):
                     jobs = await self.client.claim(self.worker_id, self.queues, lease=self.lease, max_jobs=want,
                                                    request_id=request_id, queue_set=self.queue_set)
                     backoff = 0.1
+                except asyncio.CancelledError:
+                    # run() was cancelled with the claim in flight: it may have committed (its
+                    # reply unread). The shutdown looks it up and gives its jobs back unstarted.
+                    self._unanswered = request_id
+                    self._unanswered_until = time.monotonic() + self.lease.total_seconds()
+                    raise
                 except RETRYABLE as exc:
                     if may_have_claimed(exc):
                         self._unanswered = request_id
@@ -319,18 +339,30 @@ class AsyncWorker(WorkerOptions):
         if refused is not None:
             return refused
         job = entry.job
-        if job.kind not in self._async_kinds:
-            assert self._threads is not None
-            return await self._threads.run(run_handler, entry, self.handlers, self.worker_id, self.limits)
         try:
-            value = await self.handlers[job.kind](job)
-        except asyncio.CancelledError:
-            if self._stop.stopping.is_set():
+            if job.kind in self._async_kinds:
+                value = await self.handlers[job.kind](job)
+            else:
+                assert self._threads is not None
+                outcome = await self._threads.run(_on_thread, entry, self.handlers, self.limits)
+                if isinstance(outcome, Result):
+                    return outcome
+                value = await outcome.awaitable  # a plain handler's awaitable, awaited here
+        except asyncio.CancelledError as exc:
+            if asyncio.current_task() in self._cancelled:
                 raise  # the shutdown cancels what it gave back
-            return raised(entry, asyncio.CancelledError("the handler was cancelled"), self.limits)
+            # raised by the handler itself (an inner task it awaited was cancelled, say)
+            return raised(entry, exc if str(exc) else asyncio.CancelledError("the handler was cancelled"),
+                          self.limits)
         except BaseException as exc:  # noqa: B036 - as run_handler: anything a handler raises ends the attempt
             return raised(entry, exc, self.limits)
         return returned(entry, value)
+
+    def _cancel(self, tasks: Sequence[asyncio.Task[Any]]) -> None:
+        """Cancel ``tasks``, noting them as cancelled by the shutdown (see :meth:`_run_one`)."""
+        self._cancelled.update(tasks)
+        for task in tasks:
+            task.cancel()
 
     # -- reporting and heartbeats ----------------------------------------------
 
@@ -375,6 +407,10 @@ class AsyncWorker(WorkerOptions):
                 except RETRYABLE as exc:
                     log.warning("worker %s: heartbeat failed (%s); next try in %.1fs", self.worker_id,
                                 str(exc).strip(), rounds.interval)
+                    break
+                except Exception:  # (the task must outlive any one call: without it no lease is renewed)
+                    log.exception("worker %s: heartbeat failed; next try in %.1fs", self.worker_id,
+                                  rounds.interval)
                     break
                 revoke_refused(self._ledger, chunk, outcomes, self.counters)
 
@@ -429,8 +465,7 @@ class AsyncWorker(WorkerOptions):
         given_back = self._ledger.give_back_running()
         await self._reporter.release(given_back, started=True)
         if given_back:
-            for task in self._runners:
-                task.cancel()
+            self._cancel(self._runners)
         # 4. Report every outcome already produced before leaving.
         while self._ledger.unreported():
             await asyncio.sleep(0.01)
@@ -461,6 +496,25 @@ class AsyncWorker(WorkerOptions):
             self.shutdown_grace = 0
         self.stop()
         self._wake_all()
+
+
+class _Awaiting:
+    """What a plain handler returned when it is awaitable: awaited on the loop."""
+
+    def __init__(self, awaitable: Awaitable[Any]) -> None:
+        self.awaitable = awaitable
+
+
+def _on_thread(entry: Entry, handlers: Mapping[str, Any], limits: Limits) -> Union[Result, _Awaiting]:
+    """A plain handler's call, on a handler thread: its outcome (as :func:`pgfence.handlers.run_handler`),
+    or the awaitable it returned (a lambda around an ``async def``), for the loop to await."""
+    try:
+        value = handlers[entry.job.kind](entry.job)
+    except BaseException as exc:  # noqa: B036 - as run_handler
+        return raised(entry, exc, limits)
+    if inspect.isawaitable(value):
+        return _Awaiting(value)
+    return returned(entry, value)
 
 
 __all__ = ["AsyncWorker", "AsyncHandler"]

@@ -9,6 +9,7 @@ failure is retried or dead-lettered, and when, is decided by the database.
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 import traceback
@@ -150,11 +151,24 @@ def raised(entry: Entry, exc: BaseException, limits: Limits = Limits()) -> Resul
     return Result(entry, False, error_text(exc))
 
 
+def is_async(handler: Any) -> bool:
+    """Whether ``handler`` is an ``async def`` function (or an object whose ``__call__`` is)."""
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None))
+
+
 def returned(entry: Entry, value: Any) -> Result:
     """The outcome of a handler that returned ``value``: completed with it as the result,
-    or failed permanently when jsonb could not store it."""
+    or failed permanently when jsonb could not store it, or when it is an awaitable (the
+    threaded worker awaits nothing: its work was not done; a coroutine is closed unrun)."""
     if value is None:
         return Result(entry, True, None)
+    if inspect.isawaitable(value):
+        if inspect.iscoroutine(value):
+            value.close()  # (not left to warn "was never awaited" at collection)
+        return Result(entry, False, storable_text(
+            f"HandlerReturnedAwaitable: handler for {entry.job.kind!r} returned {type(value).__name__}, an "
+            "awaitable, not its result; its work was not done. The threaded Worker awaits nothing: run it with "
+            "pgfence.aio.AsyncWorker (pgfence worker --asyncio)"), permanent=True)
     try:
         text = result_json(value)
     except Exception as exc:  # TypeError, ValueError, RecursionError; a mapping whose items() raises
@@ -184,4 +198,4 @@ def run_handler(entry: Entry, handlers: Mapping[str, Handler], worker_id: str,
 
 
 __all__ = ["Handler", "Interrupted", "PermanentFailure", "RetryAfter", "Snooze", "run_handler", "refusal", "raised",
-           "returned", "error_text", "storable_text", "result_json", "MAX_ERROR_CHARS"]
+           "returned", "is_async", "error_text", "storable_text", "result_json", "MAX_ERROR_CHARS"]

@@ -145,6 +145,9 @@ class Heartbeats:
                 log.warning("worker %s: heartbeat failed (%s); next try in %.1fs", self.worker_id,
                             str(exc).strip(), self.interval)
                 break
+            except Exception:  # (the thread must outlive any one call: without it no lease is renewed)
+                log.exception("worker %s: heartbeat failed; next try in %.1fs", self.worker_id, self.interval)
+                break
             revoke_refused(self.ledger, chunk, outcomes, self.counters)
 
 

@@ -37,14 +37,14 @@ from . import sweeper
 from ._text import escaped_logger
 from .claimer import Claimer, ReadyBell
 from .client import Client
-from .handlers import Handler, Interrupted, PermanentFailure, RetryAfter, Snooze, run_handler
+from .handlers import Handler, Interrupted, PermanentFailure, RetryAfter, Snooze, is_async, run_handler
 from .heartbeats import Heartbeats
 from .ledger import Entry, LockedLedger
 from .limits import Limits
 from .listener import Listener
 from .reporter import Reporter
 from .stopping import Stop, install_signals
-from .worker_options import WorkerOptions
+from .worker_options import WorkerOptionError, WorkerOptions
 
 if TYPE_CHECKING:
     from .worker_metrics import WorkerMetrics
@@ -57,7 +57,8 @@ class Worker(WorkerOptions):
 
     Options (defaults in brackets):
 
-    * ``handlers``: ``{kind: callable(job) -> JSON-able result}``.
+    * ``handlers``: ``{kind: callable(job) -> JSON-able result}`` (an ``async def`` one is refused:
+      :class:`pgfence.aio.AsyncWorker` awaits them).
     * ``queues`` [all queues]: queue names to claim from.
     * ``queue_set`` [None]: instead of ``queues``, the name of a set of queues stored with
       :meth:`Client.define_queue_set` (claims send the name, not the list; the listener
@@ -107,6 +108,11 @@ class Worker(WorkerOptions):
                             lease=lease, poll_interval=poll_interval, shutdown_grace=shutdown_grace,
                             run_sweeper=run_sweeper, sweep_interval=sweep_interval, flush_interval=flush_interval,
                             flush_batch=flush_batch, worker_id=worker_id, listen=listen, limits=limits)
+        for kind, handler in self.handlers.items():
+            if is_async(handler):  # (it would return a coroutine for every job, unrun)
+                raise WorkerOptionError(f"handlers[{kind!r}]", handler, "is an async def function, which this "
+                                        "threaded Worker cannot await", "run it with pgfence.aio.AsyncWorker "
+                                        "(pgfence worker --asyncio), or pass a plain function")
         self.client = client
         # (the database's own statement of its limits, read once: pgfence.limits())
         self.limits = client.limits() if limits is None else limits
@@ -148,7 +154,9 @@ class Worker(WorkerOptions):
         self._work.ring_all()
 
     def run(self) -> None:
-        """Run until :meth:`stop` (or SIGTERM/SIGINT when called from the main thread)."""
+        """Run until :meth:`stop` (or SIGTERM/SIGINT when called from the main thread); once
+        (a second call raises RuntimeError)."""
+        self._running_once()
         if self._metrics is not None:
             self._metrics.start()  # before anything is claimed: a port in use fails here, with nothing to undo
         restore = install_signals(self._on_signal)

@@ -15,6 +15,7 @@ import math
 import os
 import random
 import socket
+import threading
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import Any, Callable, Optional
@@ -221,3 +222,11 @@ class WorkerOptions:
         self.worker_id = named or f"{socket.gethostname()}:{os.getpid()}:{random.getrandbits(24):06x}"
         self.counters = {"claimed": 0, "completed": 0, "failed": 0, "lease_lost": 0, "released": 0,
                          "snoozed": 0}
+        self._once = threading.Lock()  # (taken by the one run(); see _running_once)
+
+    def _running_once(self) -> None:
+        """Called first by run(): a worker runs once (its stop state, ledger and counters are
+        that run's; a second run(), after or beside the first, would share them)."""
+        if not self._once.acquire(blocking=False):
+            raise RuntimeError(f"worker {self.worker_id}: run() was already called; a worker runs once, "
+                               "make a new one to run again")
