@@ -584,3 +584,36 @@ def test_a_worker_runs_once(dsn: str, queue: str) -> None:
             await r.worker.run(handle_signals=False)       # after it
         assert r.worker.counters["completed"] == 1
     run(dsn, body)
+
+
+def test_a_second_cancel_hurries_the_shutdown_and_still_gives_the_jobs_back(dsn: str, queue: str) -> None:
+    # Adversarial finding: a cancellation of run() while it shut down (the second, when the
+    # first began the shutdown) cut the shutdown off inside its grace period: the running
+    # job was never given back and stayed leased to a worker that was gone. Now it hurries
+    # the shutdown, as a second signal does.
+    async def body(checker: AsyncClient) -> None:
+        running = asyncio.Event()
+
+        async def long(job: Job) -> Any:
+            running.set()
+            await asyncio.sleep(120)   # ignores should_stop(): only the end of the grace period ends it
+
+        job_id = await checker.enqueue("long", queue=queue)
+        client = await AsyncClient.connect(dsn, max_size=4)
+        try:
+            worker = AsyncWorker(client, {"long": long}, queues=[queue], poll_interval=0.2, run_sweeper=False,
+                                 shutdown_grace=120, lease=timedelta(seconds=120))
+            task = asyncio.ensure_future(worker.run(handle_signals=False))
+            await asyncio.wait_for(running.wait(), TIMEOUT)
+            task.cancel()   # the shutdown begins, and waits for the handler
+            await asyncio.sleep(0.5)
+            assert not task.done()
+            task.cancel()   # hurried: the job goes back now
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(task, TIMEOUT)
+        finally:
+            await client.close()
+        row = await checker.get_job(job_id)
+        assert (row.status, row.attempts) == ("queued", 1)
+        assert worker.counters["released"] == 1
+    run(dsn, body)

@@ -29,7 +29,8 @@ the loop's ``add_signal_handler`` when run in the main thread) stops claiming, g
 unstarted jobs back, waits ``shutdown_grace`` for running handlers and gives the rest
 back; async handlers still running then are cancelled (their attempts were released and
 their results would be void; one that ignores its cancellation is left on the loop after 5
-s, and :meth:`AsyncWorker.run` returns all the same); a second signal hurries the shutdown.
+s, and :meth:`AsyncWorker.run` returns all the same); a second signal, or a cancellation
+of :meth:`AsyncWorker.run` during the shutdown, hurries it.
 A plain handler that returns an awaitable (a lambda around an ``async def``) has it awaited
 on the loop.
 """
@@ -188,9 +189,10 @@ class AsyncWorker(WorkerOptions):
                     log.exception("worker %s: claiming failed; shutting down", self.worker_id)
                 self.stop()
                 self._wake_all()
-                await self._shutdown()
+                await self._shutdown_to_its_end()
                 raise
-            await self._shutdown()
+            if await self._shutdown_to_its_end():
+                raise asyncio.CancelledError()
         finally:
             self._stop.done.set()
             self._done.set()
@@ -440,6 +442,26 @@ class AsyncWorker(WorkerOptions):
         return threads
 
     # -- shutdown -------------------------------------------------------------
+
+    async def _shutdown_to_its_end(self) -> bool:
+        """:meth:`_shutdown`, run to its end: a cancellation of :meth:`run` meanwhile (a second
+        one, when the first began it) hurries it, as a second signal does, instead of cutting
+        it off before it gave the jobs back. True when it was cancelled meanwhile."""
+        shutdown = asyncio.ensure_future(self._shutdown())
+        cancelled = False
+        while True:
+            try:
+                await asyncio.shield(shutdown)
+                return cancelled
+            except asyncio.CancelledError:
+                if shutdown.done():
+                    raise
+                cancelled = True
+                log.warning("worker %s: cancelled while shutting down; giving running jobs back now",
+                            self.worker_id)
+                self._stop.hurry.set()
+                self.shutdown_grace = 0
+                self._wake_all()
 
     async def _shutdown(self) -> None:
         """The shutdown sequence of :class:`pgfence.Worker`, awaited."""
