@@ -617,3 +617,39 @@ def test_a_second_cancel_hurries_the_shutdown_and_still_gives_the_jobs_back(dsn:
         assert (row.status, row.attempts) == ("queued", 1)
         assert worker.counters["released"] == 1
     run(dsn, body)
+
+
+def test_a_cancel_of_a_hurried_shutdown_ends_it_though_a_database_call_hangs(dsn: str, queue: str) -> None:
+    # Review finding: once a cancellation hurried the shutdown, every later one was swallowed,
+    # so a release_many hanging on a dead network held run() (and asyncio.run's Ctrl-C) until
+    # TCP gave up. One more cancellation now ends it; the job is left to its lease.
+    async def body(checker: AsyncClient) -> None:
+        running, hanging = asyncio.Event(), asyncio.Event()
+
+        async def long(job: Job) -> Any:
+            running.set()
+            await asyncio.sleep(120)
+
+        job_id = await checker.enqueue("long", queue=queue)
+        client = await AsyncClient.connect(dsn, max_size=4)
+
+        async def dead_network(*args: Any, **kwargs: Any) -> Any:
+            hanging.set()
+            await asyncio.sleep(3600)
+        try:
+            worker = AsyncWorker(client, {"long": long}, queues=[queue], poll_interval=0.2, run_sweeper=False,
+                                 shutdown_grace=120, lease=timedelta(seconds=120))
+            task = asyncio.ensure_future(worker.run(handle_signals=False))
+            await asyncio.wait_for(running.wait(), TIMEOUT)
+            client.release_many = dead_network  # type: ignore[method-assign]
+            task.cancel()   # the shutdown begins
+            await asyncio.sleep(0.3)
+            task.cancel()   # hurried: the release hangs
+            await asyncio.wait_for(hanging.wait(), TIMEOUT)
+            task.cancel()   # ends it
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(task, TIMEOUT)
+        finally:
+            await client.close()
+        assert (await checker.get_job(job_id)).status == "processing"   # left to its lease
+    run(dsn, body)

@@ -644,3 +644,19 @@ def test_the_overview_and_the_queues_page_list_a_bounded_number_of_queues(op_poo
         assert f"({QUEUE_NAMES_SHOWN + 3} queues)" in first
     finally:
         delete_queues(conn, names)
+
+
+def test_no_bulk_form_widens_a_filter_it_cannot_carry(op_pool: Any, conn: Conn, q: str) -> None:
+    # Review finding: the jobs page filtered by an idempotency key (or an id) offered "everything
+    # matching this filter" without it (the bulk functions filter by neither): the action reached
+    # the whole queue. And a deeply nested *_json value was a 500 (RecursionError), not a 400.
+    key_job = enqueue(conn, q, key="k1")
+    c = client_for(op_pool)
+    for path in (f"/jobs?queue={q}&key=k1", f"/jobs?queue={q}&id={key_job}", f"/jobs?queue={q}&status=queued"):
+        html = c.get(path).text
+        assert ('Preview: run again' in html) == path.endswith("status=queued"), path
+    token = csrf_of(c.get("/dead").text)
+    deep = "[" * 100_000 + "]" * 100_000
+    r = c.post("/bulk", data={"csrf": token, "mode": "filter", "status": "failed", "queue_json": deep,
+                              "action": "requeue"}, headers=ORIGIN)
+    assert r.status_code == 400 and "queue_json" in r.text

@@ -140,6 +140,9 @@ class HandlerThreads:
 
 def _settle(future: "asyncio.Future[Any]", outcome: Any, error: Optional[BaseException]) -> None:
     if future.done():  # (its runner was cancelled by the shutdown)
+        awaitable = getattr(outcome, "awaitable", None)  # (a plain handler's coroutine, never to be awaited)
+        if awaitable is not None and hasattr(awaitable, "close"):
+            awaitable.close()
         return
     if error is not None:
         future.set_exception(error)

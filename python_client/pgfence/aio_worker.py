@@ -197,24 +197,26 @@ class AsyncWorker(WorkerOptions):
             self._stop.done.set()
             self._done.set()
             self._outcome.set()
-            await asyncio.wait([flusher, beats], timeout=5)
-            # What is still running now (runners; a flusher still retrying after 5 s) is
-            # cancelled, not left behind on the loop: its outcomes are left to the leases.
-            leftover = [t for t in [flusher, beats, *self._runners] if not t.done()]
-            self._cancel(leftover)
-            if leftover:
-                # (bounded: an async handler may catch its CancelledError and go on)
-                _, deaf = await asyncio.wait(leftover, timeout=5)
-                if deaf:
-                    log.warning("worker %s: %s task(s) ignored their cancellation and are left running on the "
-                                "loop (their attempts were given back; their results are void)", self.worker_id,
-                                len(deaf))
-            for s in signals:
-                loop.remove_signal_handler(s)
+            try:
+                await asyncio.wait([flusher, beats], timeout=5)
+                # What is still running now (runners; a flusher still retrying after 5 s) is
+                # cancelled, not left behind on the loop: its outcomes are left to the leases.
+                leftover = [t for t in [flusher, beats, *self._runners] if not t.done()]
+                self._cancel(leftover)
+                if leftover:
+                    # (bounded: an async handler may catch its CancelledError and go on)
+                    _, deaf = await asyncio.wait(leftover, timeout=5)
+                    if deaf:
+                        log.warning("worker %s: %s task(s) ignored their cancellation and are left running on "
+                                    "the loop (their attempts were given back; their results are void)",
+                                    self.worker_id, len(deaf))
+            finally:  # (also when cancelled in those waits: the signals and the threads are not left behind)
+                for s in signals:
+                    loop.remove_signal_handler(s)
+                if self._threads is not None:
+                    self._threads.close()
             for t in threads:
                 await loop.run_in_executor(None, t.join, 5)
-            if self._threads is not None:
-                self._threads.close()
             log.info("worker %s stopped: %s", self.worker_id, self.counters)
 
     # -- claiming -----------------------------------------------------------
@@ -446,7 +448,8 @@ class AsyncWorker(WorkerOptions):
     async def _shutdown_to_its_end(self) -> bool:
         """:meth:`_shutdown`, run to its end: a cancellation of :meth:`run` meanwhile (a second
         one, when the first began it) hurries it, as a second signal does, instead of cutting
-        it off before it gave the jobs back. True when it was cancelled meanwhile."""
+        it off before it gave the jobs back; one more, once hurried, ends it (a call to an
+        unreachable database may not return). True when it was cancelled meanwhile."""
         shutdown = asyncio.ensure_future(self._shutdown())
         cancelled = False
         while True:
@@ -455,6 +458,13 @@ class AsyncWorker(WorkerOptions):
                 return cancelled
             except asyncio.CancelledError:
                 if shutdown.done():
+                    raise
+                if self._stop.hurry.is_set():
+                    # already hurried, and cancelled again: a call to the database may hang (a
+                    # dead network); what is left goes to the leases
+                    shutdown.cancel()
+                    log.warning("worker %s: cancelled again while shutting down; what was not given back "
+                                "is reclaimed as its leases expire", self.worker_id)
                     raise
                 cancelled = True
                 log.warning("worker %s: cancelled while shutting down; giving running jobs back now",

@@ -167,8 +167,8 @@ def returned(entry: Entry, value: Any) -> Result:
             value.close()  # (not left to warn "was never awaited" at collection)
         return Result(entry, False, storable_text(
             f"HandlerReturnedAwaitable: handler for {entry.job.kind!r} returned {type(value).__name__}, an "
-            "awaitable, not its result; its work was not done. The threaded Worker awaits nothing: run it with "
-            "pgfence.aio.AsyncWorker (pgfence worker --asyncio)"), permanent=True)
+            "awaitable, not its result; its work was not done (a missing await? pgfence.Worker awaits nothing: "
+            "run async handlers with pgfence.aio.AsyncWorker, pgfence worker --asyncio)"), permanent=True)
     try:
         text = result_json(value)
     except Exception as exc:  # TypeError, ValueError, RecursionError; a mapping whose items() raises

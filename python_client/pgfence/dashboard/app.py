@@ -441,7 +441,7 @@ def _text(form: FormData, name: str) -> Optional[str]:
         return raw or None
     try:
         value = json.loads(raw) if isinstance(raw, str) else None
-    except ValueError:
+    except (ValueError, RecursionError):  # (nested past ~1,000 levels: RecursionError)
         value = None
     if not isinstance(value, str):
         raise _Refused(400, f"{name}_json must be a JSON string")
