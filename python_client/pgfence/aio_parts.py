@@ -11,11 +11,13 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import queue
 import threading
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Coroutine, Optional, TypeVar
 
 from .aio_client import AsyncClient
+from .handlers import Pending
 from .ledger import Entry, Ledger, Result
 from .limits import Limits
 from .models import SweeperHealth
@@ -140,9 +142,8 @@ class HandlerThreads:
 
 def _settle(future: "asyncio.Future[Any]", outcome: Any, error: Optional[BaseException]) -> None:
     if future.done():  # (its runner was cancelled by the shutdown)
-        awaitable = getattr(outcome, "awaitable", None)  # (a plain handler's coroutine, never to be awaited)
-        if awaitable is not None and hasattr(awaitable, "close"):
-            awaitable.close()
+        if isinstance(outcome, Pending) and inspect.iscoroutine(outcome.awaitable):
+            outcome.awaitable.close()  # (a plain handler's coroutine, never to be awaited)
         return
     if error is not None:
         future.set_exception(error)

@@ -38,7 +38,6 @@ on the loop.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import signal
 import threading
 import time
@@ -51,7 +50,7 @@ from ._text import escaped_logger
 from .aio_client import AsyncClient
 from .aio_parts import AsyncReporter, BlockingCalls, HandlerThreads, wait_event
 from .claimer import SHUTDOWN_LOOKUP_WAIT, admit, claim_size, holdoff, idle_wait, may_have_claimed
-from .handlers import Handler, is_async, raised, refusal, returned
+from .handlers import Handler, Pending, called, is_async, raised, refusal, returned
 from .heartbeats import Rounds, chunks, interval, revoke_refused
 from .ledger import Entry, Ledger, Result
 from .limits import Limits
@@ -348,8 +347,8 @@ class AsyncWorker(WorkerOptions):
                 value = await self.handlers[job.kind](job)
             else:
                 assert self._threads is not None
-                outcome = await self._threads.run(_on_thread, entry, self.handlers, self.limits)
-                if isinstance(outcome, Result):
+                outcome = await self._threads.run(called, entry, self.handlers, self.limits)
+                if not isinstance(outcome, Pending):
                     return outcome
                 value = await outcome.awaitable  # a plain handler's awaitable, awaited here
         except asyncio.CancelledError as exc:
@@ -528,25 +527,6 @@ class AsyncWorker(WorkerOptions):
             self.shutdown_grace = 0
         self.stop()
         self._wake_all()
-
-
-class _Awaiting:
-    """What a plain handler returned when it is awaitable: awaited on the loop."""
-
-    def __init__(self, awaitable: Awaitable[Any]) -> None:
-        self.awaitable = awaitable
-
-
-def _on_thread(entry: Entry, handlers: Mapping[str, Any], limits: Limits) -> Union[Result, _Awaiting]:
-    """A plain handler's call, on a handler thread: its outcome (as :func:`pgfence.handlers.run_handler`),
-    or the awaitable it returned (a lambda around an ``async def``), for the loop to await."""
-    try:
-        value = handlers[entry.job.kind](entry.job)
-    except BaseException as exc:  # noqa: B036 - as run_handler
-        return raised(entry, exc, limits)
-    if inspect.isawaitable(value):
-        return _Awaiting(value)
-    return returned(entry, value)
 
 
 __all__ = ["AsyncWorker", "AsyncHandler"]

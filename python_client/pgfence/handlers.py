@@ -14,7 +14,7 @@ import json
 import re
 import traceback
 from datetime import timedelta
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Awaitable, Callable, Mapping, Optional, Union
 
 from .client import RawJson
 from .ledger import Entry, Result
@@ -178,6 +178,24 @@ def returned(entry: Entry, value: Any) -> Result:
     return Result(entry, True, RawJson(text))
 
 
+class Pending:
+    """What :func:`called` gives for a handler that returned an awaitable: it, unawaited."""
+
+    def __init__(self, awaitable: Awaitable[Any]) -> None:
+        self.awaitable = awaitable
+
+
+def called(entry: Entry, handlers: Mapping[str, Handler], limits: Limits = Limits()) -> Union[Result, Pending]:
+    """Call the handler of ``entry``'s job (its kind has one: see :func:`refusal`): the outcome
+    of its raise or its return, or :class:`Pending` when it returned an awaitable (the asyncio
+    worker awaits it; :func:`run_handler` fails it, see :func:`returned`)."""
+    try:
+        value = handlers[entry.job.kind](entry.job)
+    except BaseException as exc:  # noqa: B036 - SystemExit from a handler too: it ends the attempt
+        return raised(entry, exc, limits)
+    return Pending(value) if inspect.isawaitable(value) else returned(entry, value)
+
+
 def run_handler(entry: Entry, handlers: Mapping[str, Handler], worker_id: str,
                 limits: Limits = Limits()) -> Result:
     """Run the handler of ``entry``'s job; always returns its outcome (see :func:`refusal`,
@@ -190,12 +208,10 @@ def run_handler(entry: Entry, handlers: Mapping[str, Handler], worker_id: str,
     refused = refusal(entry, handlers, worker_id)
     if refused is not None:
         return refused
-    try:
-        value = handlers[entry.job.kind](entry.job)
-    except BaseException as exc:  # noqa: B036 - SystemExit from a handler too: it ends the attempt
-        return raised(entry, exc, limits)
-    return returned(entry, value)
+    outcome = called(entry, handlers, limits)
+    return returned(entry, outcome.awaitable) if isinstance(outcome, Pending) else outcome
 
 
-__all__ = ["Handler", "Interrupted", "PermanentFailure", "RetryAfter", "Snooze", "run_handler", "refusal", "raised",
+__all__ = ["Handler", "Interrupted", "PermanentFailure", "RetryAfter", "Snooze", "run_handler", "called", "Pending",
+           "refusal", "raised",
            "returned", "is_async", "error_text", "storable_text", "result_json", "MAX_ERROR_CHARS"]
