@@ -260,7 +260,8 @@ class Data:
         summary["rejected"] = sum(r["n"] for r in rejected)
         summary["expired"] = sum(q["expired"] for q in queues.values())
         listed = sorted(queues.values(), key=lambda q: q["queue"])
-        return {"queues": listed[:QUEUES_SHOWN], "queues_more": max(0, len(listed) - QUEUES_SHOWN),
+        shown, more = _first_shown(listed)
+        return {"queues": shown, "queues_more": more,
                 "series": series, "now": now, "summary": summary, "sweeper": sweeper[0] if sweeper else None}
 
     # -- lists ------------------------------------------------------------
@@ -346,9 +347,8 @@ class Data:
             "SELECT queue, paused_at, paused_by, max_running, running, limited_at, limited_by"
             " FROM pgfence.queue_limits()")}
         names |= set(limits)
-        listed = sorted(names)
-        return ([{"queue": n, "limit": limits.get(n)} for n in listed[:QUEUES_SHOWN]],
-                max(0, len(listed) - QUEUES_SHOWN))
+        shown, more = _first_shown(sorted(names))
+        return [{"queue": n, "limit": limits.get(n)} for n in shown], more
 
     def schedules(self) -> Optional[list[dict[str, Any]]]:
         if not self.has.get("schedules"):
@@ -476,6 +476,11 @@ class Data:
 #: payload of many values deep inside nested arrays writes each value on a line of its own
 #: after two spaces per level, 65 times the text at the 64 levels enqueue takes.
 PRETTY_MAX_GROWTH = 4
+
+
+def _first_shown(listed: list[T]) -> tuple[list[T], int]:
+    """The first :data:`QUEUES_SHOWN` of ``listed``, and how many more there are."""
+    return listed[:QUEUES_SHOWN], max(0, len(listed) - QUEUES_SHOWN)
 
 
 def pretty_json(text: Optional[str]) -> Optional[str]:
