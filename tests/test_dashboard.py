@@ -365,6 +365,35 @@ def test_the_error_search_reads_done_jobs_only_when_asked(op_pool: Any, conn: Co
     assert found(f"/jobs?error=flaky+{q}&status=done") == [str(job_id)]
 
 
+def test_a_bulk_action_by_an_error_search_reaches_no_older_job_than_the_list_read(op_pool: Any, conn: Conn,
+                                                                                   q: str) -> None:
+    # The error text has no index, so the list reads a window of updated_at; the bulk form
+    # carries that window's start: it used to carry none, and "run again" reached every
+    # failed job of the queue with that error, however old, beyond those the list showed.
+    import html
+    recent, old = failed_job(conn, q, "smtp down"), failed_job(conn, q, "smtp down")
+    conn.execute("UPDATE pgfence.jobs SET updated_at = now() - interval '2 days' WHERE id = %s", (old,))
+    c = client_for(op_pool)
+    page = c.get(f"/jobs?queue={q}&error=smtp+down").text
+    assert re.findall(r'<td class="num"><a href="/jobs/(\d+)">', page) == [str(recent)]
+    bulk = page[page.index('<form method="post" action="/bulk"'):]
+    bulk = bulk[:bulk.index("</form>")]
+    form = {k: html.unescape(v) for k, v in re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', bulk)}
+    r = c.post("/bulk", data={**form, "action": "requeue"}, headers=ORIGIN)
+    assert r.status_code == 200 and "This will touch 1 job " in r.text, r.text
+    assert form["after"] in r.text  # the preview shows the window's start
+    confirm = r.text[r.text.index('<form method="post" action="/bulk">'):]
+    carried = {k: html.unescape(v) for k, v in re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">',
+                                                           confirm[:confirm.index("</form>")])}
+    r = c.post("/bulk", data=carried, headers=ORIGIN)
+    assert r.status_code == 200 and "1 of 1" in r.text, r.text
+    assert one(conn, "SELECT status FROM pgfence.jobs WHERE id = %s", (recent,)) == "queued"
+    assert one(conn, "SELECT status FROM pgfence.jobs WHERE id = %s", (old,)) == "failed"
+    # a narrower from..until is carried as given
+    page = c.get(f"/jobs?queue={q}&error=smtp+down&after=2026-01-01T00:00Z&until=2026-01-01T12:00Z").text
+    assert 'name="after" value="2026-01-01T00:00Z"' in page and "the error search's window" not in page
+
+
 def test_a_shared_reading_is_read_once_per_max_age_and_refreshed_in_the_background() -> None:
     import threading
     import time as _time

@@ -15,7 +15,7 @@ import json
 import logging
 import re
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Optional
@@ -254,13 +254,20 @@ def create_app(pool: Any, config: Config) -> Starlette:
         f = d.JobFilter(queue=q.get("queue") or None, kind=q.get("kind") or None, status=q.get("status") or None,
                         key=q.get("key") or None, job_id=_int(q.get("id"), "id"), error=q.get("error") or None,
                         after=_time(q.get("after"), "after"), before=_time(q.get("until"), "until"))
-        rows = await run_in_threadpool(data.jobs, f, _int(q.get("before"), "before"))
+        # The error search's window, fixed here: the list reads it, and the bulk form below
+        # carries it, so that "everything matching this filter" is no more than the list read.
+        now = datetime.now(timezone.utc)
+        window_start = d.error_window_start(f, now)
+        if window_start is not None:
+            f = replace(f, after=window_start)
+        rows = await run_in_threadpool(data.jobs, f, _int(q.get("before"), "before"), now)
         params = {k: v for k, v in q.items() if k != "before" and v}
         nxt = None
         if len(rows) > d.PAGE:
             nxt = "/jobs?" + urlencode({**params, "before": rows[d.PAGE - 1]["id"]})
         return render(request, "jobs.html", rows=rows[:d.PAGE], f=f, q=params, next_url=nxt,
-                      window=fmt_age(d.ERROR_SEARCH_WINDOW))
+                      window=fmt_age(d.ERROR_SEARCH_WINDOW),
+                      window_start=None if window_start is None else window_start.isoformat())
 
     async def job(request: Request) -> Response:
         job_id = _int(request.path_params["job_id"], "the job id")

@@ -16,7 +16,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Generic, Iterator, Optional, Sequence, TypeVar
 
 import psycopg
@@ -281,7 +281,7 @@ class Data:
             " ORDER BY j.id DESC LIMIT %(limit)s",
             {"before": before_id, "queue": queue, "limit": PAGE + 1, "chars": INBOX_PAYLOAD_CHARS})
 
-    def jobs(self, f: JobFilter, before_id: Optional[int]) -> list[dict[str, Any]]:
+    def jobs(self, f: JobFilter, before_id: Optional[int], now: Optional[datetime] = None) -> list[dict[str, Any]]:
         """One page of jobs matching the filter, newest id first (keyset on id: ``id < the last
         id shown``, never OFFSET).
 
@@ -289,7 +289,7 @@ class Data:
         parameters), so each combination is planned with only its own conditions. An
         idempotency key is looked up where it is indexed: live jobs by (queue, key), done
         ones in ``pgfence.held_keys``. The error text has no index: it is searched within a
-        window of updated_at (:data:`ERROR_SEARCH_WINDOW`, ending at "until" or now).
+        window of updated_at (:func:`error_window_start`, ending at "until" or ``now``).
         """
         where = []
         p: dict[str, Any] = {"limit": PAGE + 1}
@@ -315,14 +315,14 @@ class Data:
             p["ids"] = ids
         if f.error is not None:
             p["error"] = f.error
-            p["win"] = ERROR_SEARCH_WINDOW
             where.append("strpos(last_error, %(error)s) > 0")
             if f.status is None:
                 # live, failed and cancelled jobs (pgfence.jobs); done ones only when asked for
                 where.append("status <> 'done'")
-            end = "%(until)s::timestamptz" if f.before is not None else "now()"
-            if f.after is None or (f.before or datetime.now(f.after.tzinfo)) - f.after > ERROR_SEARCH_WINDOW:
-                where.append(f"updated_at >= {end} - %(win)s")
+            start = error_window_start(f, now)
+            if start is not None:
+                where.append("updated_at >= %(win_start)s")
+                p["win_start"] = start
         query = ("SELECT id, queue, kind, status, attempts, max_attempts, idempotency_key,"
                  " left(last_error, 200) AS error, created_at, updated_at, finished_at FROM pgfence.all_jobs"
                  + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id DESC LIMIT %(limit)s")
@@ -478,6 +478,22 @@ class Data:
 PRETTY_MAX_GROWTH = 4
 
 
+def error_window_start(f: JobFilter, now: Optional[datetime] = None) -> Optional[datetime]:
+    """Where an error-text search of ``f`` starts reading updated_at: :data:`ERROR_SEARCH_WINDOW`
+    before "until" (``f.before``) or ``now`` (the dashboard's clock); None when ``f`` searches
+    no error text, or gives a narrower "from" (``f.after``), which is then used as given. The
+    jobs page lists what this window holds, and its "everything matching this filter" form
+    carries the same start, so that a bulk action reaches no older job than the list read.
+    Rounded up to a whole second (what the form carries reads the same back)."""
+    if f.error is None:
+        return None
+    end = f.before or now or datetime.now(timezone.utc)
+    if f.after is not None and end - f.after <= ERROR_SEARCH_WINDOW:
+        return None
+    start = end - ERROR_SEARCH_WINDOW
+    return start.replace(microsecond=0) + timedelta(seconds=1) if start.microsecond else start
+
+
 def _first_shown(listed: list[T]) -> tuple[list[T], int]:
     """The first :data:`QUEUES_SHOWN` of ``listed``, and how many more there are."""
     return listed[:QUEUES_SHOWN], max(0, len(listed) - QUEUES_SHOWN)
@@ -502,4 +518,4 @@ def pretty_json(text: Optional[str]) -> Optional[str]:
     return "".join(out)
 
 
-__all__ = ["Data", "JobFilter", "Identity", "PAGE", "BULK_CAP", "QUEUES_SHOWN", "QUEUE_NAMES_SHOWN", "ERROR_SEARCH_WINDOW", "pretty_json", "PRETTY_MAX_GROWTH", "Jsonb"]
+__all__ = ["Data", "JobFilter", "Identity", "PAGE", "BULK_CAP", "QUEUES_SHOWN", "QUEUE_NAMES_SHOWN", "ERROR_SEARCH_WINDOW", "error_window_start", "pretty_json", "PRETTY_MAX_GROWTH", "Jsonb"]
