@@ -365,33 +365,66 @@ def test_the_error_search_reads_done_jobs_only_when_asked(op_pool: Any, conn: Co
     assert found(f"/jobs?error=flaky+{q}&status=done") == [str(job_id)]
 
 
+def _bulk_form(page: str) -> dict[str, str]:
+    """The hidden fields of the first form that posts to /bulk in ``page`` ({} when none)."""
+    import html
+    at = page.find('<form method="post" action="/bulk"')
+    if at < 0:
+        return {}
+    form = page[at:page.index("</form>", at)]
+    return {k: html.unescape(v) for k, v in re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', form)}
+
+
 def test_a_bulk_action_by_an_error_search_reaches_no_older_job_than_the_list_read(op_pool: Any, conn: Conn,
                                                                                    q: str) -> None:
     # The error text has no index, so the list reads a window of updated_at; the bulk form
     # carries that window's start: it used to carry none, and "run again" reached every
     # failed job of the queue with that error, however old, beyond those the list showed.
-    import html
+    from datetime import datetime, timedelta, timezone
     recent, old = failed_job(conn, q, "smtp down"), failed_job(conn, q, "smtp down")
     conn.execute("UPDATE pgfence.jobs SET updated_at = now() - interval '2 days' WHERE id = %s", (old,))
     c = client_for(op_pool)
+    t0 = datetime.now(timezone.utc)
     page = c.get(f"/jobs?queue={q}&error=smtp+down").text
+    t1 = datetime.now(timezone.utc)
     assert re.findall(r'<td class="num"><a href="/jobs/(\d+)">', page) == [str(recent)]
-    bulk = page[page.index('<form method="post" action="/bulk"'):]
-    bulk = bulk[:bulk.index("</form>")]
-    form = {k: html.unescape(v) for k, v in re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', bulk)}
+    form = _bulk_form(page)
+    # the window's start: a day before the page was made, rounded up to the second
+    start = datetime.fromisoformat(form["after"])
+    assert t0 - timedelta(days=1) <= start <= t1 - timedelta(days=1) + timedelta(seconds=1), (form, t0, t1)
     r = c.post("/bulk", data={**form, "action": "requeue"}, headers=ORIGIN)
     assert r.status_code == 200 and "This will touch 1 job " in r.text, r.text
     assert form["after"] in r.text  # the preview shows the window's start
-    confirm = r.text[r.text.index('<form method="post" action="/bulk">'):]
-    carried = {k: html.unescape(v) for k, v in re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">',
-                                                           confirm[:confirm.index("</form>")])}
+    carried = _bulk_form(r.text)
+    assert carried["after"] == form["after"]
     r = c.post("/bulk", data=carried, headers=ORIGIN)
     assert r.status_code == 200 and "1 of 1" in r.text, r.text
     assert one(conn, "SELECT status FROM pgfence.jobs WHERE id = %s", (recent,)) == "queued"
     assert one(conn, "SELECT status FROM pgfence.jobs WHERE id = %s", (old,)) == "failed"
+
+    # a window ending at a past "until" (its fraction of a second rounds the start up)
+    until = "2026-06-01T12:00:00.5Z"
+    one(conn, "SELECT pgfence.cancel(%s)", (recent,))  # (out of the way of failed_job's claim)
+    inside, outside = failed_job(conn, q, "smtp down"), failed_job(conn, q, "smtp down")
+    conn.execute("UPDATE pgfence.jobs SET updated_at = %s::timestamptz - interval '1 hour' WHERE id = %s",
+                 (until, inside))
+    conn.execute("UPDATE pgfence.jobs SET updated_at = %s::timestamptz - interval '1 day 1 minute' WHERE id = %s",
+                 (until, outside))
+    page = c.get(f"/jobs?queue={q}&error=smtp+down&until={until}").text
+    assert re.findall(r'<td class="num"><a href="/jobs/(\d+)">', page) == [str(inside)]
+    form = _bulk_form(page)
+    assert (form["after"], form["until"]) == ("2026-05-31T12:00:01+00:00", until), form
+    r = c.post("/bulk", data={**form, "action": "purge"}, headers=ORIGIN)
+    assert r.status_code == 200 and "This will touch 1 job " in r.text, r.text
+
     # a narrower from..until is carried as given
     page = c.get(f"/jobs?queue={q}&error=smtp+down&after=2026-01-01T00:00Z&until=2026-01-01T12:00Z").text
-    assert 'name="after" value="2026-01-01T00:00Z"' in page and "the error search's window" not in page
+    form = _bulk_form(page)
+    assert (form["after"], form["until"]) == ("2026-01-01T00:00Z", "2026-01-01T12:00Z"), form
+    assert "the error search's window" not in page
+    # no action applies to done jobs: no bulk form (the database would refuse the status)
+    assert _bulk_form(c.get(f"/jobs?queue={q}&error=smtp+down&status=done").text) == {}
+    assert _bulk_form(c.get(f"/jobs?queue={q}&status=failed").text) != {}
 
 
 def test_a_shared_reading_is_read_once_per_max_age_and_refreshed_in_the_background() -> None:

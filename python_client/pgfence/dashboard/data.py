@@ -484,14 +484,20 @@ def error_window_start(f: JobFilter, now: Optional[datetime] = None) -> Optional
     no error text, or gives a narrower "from" (``f.after``), which is then used as given. The
     jobs page lists what this window holds, and its "everything matching this filter" form
     carries the same start, so that a bulk action reaches no older job than the list read.
-    Rounded up to a whole second (what the form carries reads the same back)."""
+    Rounded up to a whole second (what the form carries reads the same back). The clock is
+    the dashboard's, not the database's: a skew between them moves the window by as much,
+    for the list and the action alike. A time without an offset is UTC."""
     if f.error is None:
         return None
-    end = f.before or now or datetime.now(timezone.utc)
-    if f.after is not None and end - f.after <= ERROR_SEARCH_WINDOW:
+    end = _utc(f.before or now or datetime.now(timezone.utc))
+    if f.after is not None and end - _utc(f.after) <= ERROR_SEARCH_WINDOW:
         return None
     start = end - ERROR_SEARCH_WINDOW
     return start.replace(microsecond=0) + timedelta(seconds=1) if start.microsecond else start
+
+
+def _utc(t: datetime) -> datetime:
+    return t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)
 
 
 def _first_shown(listed: list[T]) -> tuple[list[T], int]:
