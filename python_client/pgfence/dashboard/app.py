@@ -15,7 +15,7 @@ import json
 import logging
 import re
 import secrets
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Optional
@@ -254,13 +254,9 @@ def create_app(pool: Any, config: Config) -> Starlette:
         f = d.JobFilter(queue=q.get("queue") or None, kind=q.get("kind") or None, status=q.get("status") or None,
                         key=q.get("key") or None, job_id=_int(q.get("id"), "id"), error=q.get("error") or None,
                         after=_time(q.get("after"), "after"), before=_time(q.get("until"), "until"))
-        # The error search's window, fixed here: the list reads it, and the bulk form below
-        # carries it, so that "everything matching this filter" is no more than the list read.
-        now = datetime.now(timezone.utc)
-        window_start = d.error_window_start(f, now)
-        if window_start is not None:
-            f = replace(f, after=window_start)
-        rows = await run_in_threadpool(data.jobs, f, _int(q.get("before"), "before"), now)
+        # (the bulk form carries the error search's window: "everything matching this filter"
+        # is then no more than the list read)
+        rows, window_start = await run_in_threadpool(data.jobs, f, _int(q.get("before"), "before"))
         params = {k: v for k, v in q.items() if k != "before" and v}
         nxt = None
         if len(rows) > d.PAGE:
@@ -432,7 +428,7 @@ def _time(text: Any, name: str) -> Optional[datetime]:
         v = datetime.fromisoformat(raw)
     except ValueError:
         raise _Refused(400, f"{name} must be a time such as 2026-12-01T10:00Z") from None
-    return v if v.tzinfo is not None else v.replace(tzinfo=timezone.utc)
+    return d.as_utc(v)
 
 
 def _text(form: FormData, name: str) -> Optional[str]:

@@ -281,18 +281,20 @@ class Data:
             " ORDER BY j.id DESC LIMIT %(limit)s",
             {"before": before_id, "queue": queue, "limit": PAGE + 1, "chars": INBOX_PAYLOAD_CHARS})
 
-    def jobs(self, f: JobFilter, before_id: Optional[int], now: Optional[datetime] = None) -> list[dict[str, Any]]:
+    def jobs(self, f: JobFilter, before_id: Optional[int]) -> tuple[list[dict[str, Any]], Optional[datetime]]:
         """One page of jobs matching the filter, newest id first (keyset on id: ``id < the last
-        id shown``, never OFFSET).
+        id shown``, never OFFSET), and where the error search's window starts (None: no window).
 
         The WHERE clause is made of fixed fragments, one per filter given (values always as
         parameters), so each combination is planned with only its own conditions. An
         idempotency key is looked up where it is indexed: live jobs by (queue, key), done
         ones in ``pgfence.held_keys``. The error text has no index: it is searched within a
-        window of updated_at (:func:`error_window_start`, ending at "until" or ``now``).
+        window of updated_at (:func:`error_window_start`, ending at "until" or now), which the
+        jobs page's bulk form carries as its "from".
         """
         where = []
         p: dict[str, Any] = {"limit": PAGE + 1}
+        start = error_window_start(f)
         for name, value, frag in (
                 ("before", before_id, "id < %(before)s"), ("id", f.job_id, "id = %(id)s"),
                 ("queue", f.queue, "queue = %(queue)s"), ("kind", f.kind, "kind = %(kind)s"),
@@ -310,7 +312,7 @@ class Data:
                 " UNION ALL SELECT j.job_id FROM pgfence.held_keys j WHERE j.idempotency_key = %(key)s" + by_queue +
                 " LIMIT 1000", {"key": f.key, "queue": f.queue})]
             if not ids:
-                return []
+                return [], start
             where.append("id = ANY(%(ids)s)")
             p["ids"] = ids
         if f.error is not None:
@@ -319,14 +321,13 @@ class Data:
             if f.status is None:
                 # live, failed and cancelled jobs (pgfence.jobs); done ones only when asked for
                 where.append("status <> 'done'")
-            start = error_window_start(f, now)
             if start is not None:
                 where.append("updated_at >= %(win_start)s")
                 p["win_start"] = start
         query = ("SELECT id, queue, kind, status, attempts, max_attempts, idempotency_key,"
                  " left(last_error, 200) AS error, created_at, updated_at, finished_at FROM pgfence.all_jobs"
                  + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id DESC LIMIT %(limit)s")
-        return self.rows(query, p)
+        return self.rows(query, p), start
 
     def dead_letter(self) -> list[dict[str, Any]]:
         """Failed jobs grouped by their error (the first 500 characters), largest group first."""
@@ -478,9 +479,9 @@ class Data:
 PRETTY_MAX_GROWTH = 4
 
 
-def error_window_start(f: JobFilter, now: Optional[datetime] = None) -> Optional[datetime]:
+def error_window_start(f: JobFilter) -> Optional[datetime]:
     """Where an error-text search of ``f`` starts reading updated_at: :data:`ERROR_SEARCH_WINDOW`
-    before "until" (``f.before``) or ``now`` (the dashboard's clock); None when ``f`` searches
+    before "until" (``f.before``) or now (the dashboard's clock); None when ``f`` searches
     no error text, or gives a narrower "from" (``f.after``), which is then used as given. The
     jobs page lists what this window holds, and its "everything matching this filter" form
     carries the same start, so that a bulk action reaches no older job than the list read.
@@ -489,14 +490,15 @@ def error_window_start(f: JobFilter, now: Optional[datetime] = None) -> Optional
     for the list and the action alike. A time without an offset is UTC."""
     if f.error is None:
         return None
-    end = _utc(f.before or now or datetime.now(timezone.utc))
-    if f.after is not None and end - _utc(f.after) <= ERROR_SEARCH_WINDOW:
+    end = as_utc(f.before or datetime.now(timezone.utc))
+    if f.after is not None and end - as_utc(f.after) <= ERROR_SEARCH_WINDOW:
         return None
     start = end - ERROR_SEARCH_WINDOW
     return start.replace(microsecond=0) + timedelta(seconds=1) if start.microsecond else start
 
 
-def _utc(t: datetime) -> datetime:
+def as_utc(t: datetime) -> datetime:
+    """``t``, taken as UTC when it has no offset."""
     return t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)
 
 
@@ -524,4 +526,4 @@ def pretty_json(text: Optional[str]) -> Optional[str]:
     return "".join(out)
 
 
-__all__ = ["Data", "JobFilter", "Identity", "PAGE", "BULK_CAP", "QUEUES_SHOWN", "QUEUE_NAMES_SHOWN", "ERROR_SEARCH_WINDOW", "error_window_start", "pretty_json", "PRETTY_MAX_GROWTH", "Jsonb"]
+__all__ = ["Data", "JobFilter", "Identity", "PAGE", "BULK_CAP", "QUEUES_SHOWN", "QUEUE_NAMES_SHOWN", "ERROR_SEARCH_WINDOW", "error_window_start", "as_utc", "pretty_json", "PRETTY_MAX_GROWTH", "Jsonb"]
