@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -244,26 +244,33 @@ def latency_floor(dsn: str, procs: int, n: int = 100, rate: float = 20.0) -> dic
 
 def latency_against_floor(dsn: str, shape: WorkerShape, n: int = 100, rate: float = 20.0,
                           rounds: int = 3) -> dict[str, Any]:
-    """pgfence's latency step (`latency`, worker processes of `shape`) and its floor
-    (`latency_floor`, as many bare claimers) taking turns, `rounds` of each, who goes
-    first alternating, every run after settle() of pgfence.jobs: the two figures of
-    "within 0.3 ms of the floor" measured on the same table in the same state (a floor
-    run right after a churn of 600,000 jobs, on a table autovacuum was still working
-    through, measured 10.6 ms once). Returns the floor's and pgfence's p50/p95 (the
-    median over the rounds, spread min-max) and the p50 gap round by round."""
-    floors: list[dict[str, Any]] = []
-    mine: list[dict[str, Any]] = []
+    """pgfence's latency step (`latency`) with the threaded worker (processes of `shape`)
+    and with the asyncio worker (the same shape, asyncio=True), and its floor
+    (`latency_floor`, as many bare claimers), taking turns, `rounds` of each, who goes
+    first rotating, every run after settle() of pgfence.jobs: the figures of "within 0.3
+    ms of the floor" measured on the same table in the same state (a floor run right
+    after a churn of 600,000 jobs, on a table autovacuum was still working through,
+    measured 10.6 ms once). Returns the floor's p50/p95 and, per worker, its p50/p95 (the
+    median over the rounds, spread min-max) and its p50 gap to the floor round by round:
+    the threaded worker's at the top level ("pgfence", as before), the asyncio worker's
+    under "asyncio"."""
+    shapes = {"pgfence": shape, "asyncio": replace(shape, asyncio=True)}
+    order = ["floor", *shapes]
+    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in order}
     for r in range(rounds):
-        for what in (("floor", "pgfence") if r % 2 == 0 else ("pgfence", "floor")):
+        for what in order[r % len(order):] + order[:r % len(order)]:
             settle(dsn, ["pgfence.jobs"])
             if what == "floor":
-                floors.append(latency_floor(dsn, shape.procs, n, rate))
+                runs["floor"].append(latency_floor(dsn, shape.procs, n, rate))
             else:
-                mine.append(latency(dsn, shape, n, rate, f"pair{r}"))
-    gaps = [m["p50_ms"] - f["p50_ms"] for m, f in zip(mine, floors)]
+                runs[what].append(latency(dsn, shapes[what], n, rate, f"pair{what[0]}{r}"))
+
+    def against_floor(mine: list[dict[str, Any]]) -> dict[str, Any]:
+        gaps = [m["p50_ms"] - f["p50_ms"] for m, f in zip(mine, runs["floor"])]
+        return {"pgfence": merge_runs(mine, ("p50_ms", "p95_ms")), "p50_gaps_ms": gaps, "p50_gap_ms": median(gaps)}
     return {"rounds": rounds, "n": n, "rate": rate, "procs": shape.procs, "prefetch": shape.prefetch,
-            "floor": merge_runs(floors, ("p50_ms", "p95_ms")), "pgfence": merge_runs(mine, ("p50_ms", "p95_ms")),
-            "p50_gaps_ms": gaps, "p50_gap_ms": median(gaps)}
+            "floor": merge_runs(runs["floor"], ("p50_ms", "p95_ms")), **against_floor(runs["pgfence"]),
+            "asyncio": against_floor(runs["asyncio"])}
 
 
 # -------------------------------------------------------------------- depth --

@@ -306,17 +306,18 @@ def run_pgfence_only(cfg: Config, dsn: str) -> dict[str, Any]:
                                                                        cfg.ceiling_seconds))
     if out["ceiling"]:
         log(f"  {out['ceiling']['rate']:,.0f} jobs/s with no worker process")
-    log(f"pgfence latency against its floor: {cfg.single_runs} rounds of pgfence's latency step (prefetch {best_p})"
-        f" and the floor (bare INSERT + NOTIFY, {cfg.procs} bare SKIP LOCKED claimers), taking turns,"
-        f" {cfg.lat_n} jobs at {cfg.lat_rate:g}/s each")
+    log(f"pgfence latency against its floor: {cfg.single_runs} rounds of pgfence's latency step (prefetch {best_p}),"
+        f" threaded and asyncio workers, and the floor (bare INSERT + NOTIFY, {cfg.procs} bare SKIP LOCKED claimers),"
+        f" taking turns, {cfg.lat_n} jobs at {cfg.lat_rate:g}/s each")
     out["latency_floor"] = guarded(holder, "latency floor",
                                    lambda: pf.latency_against_floor(dsn, shape, cfg.lat_n, cfg.lat_rate,
                                                                     cfg.single_runs))
     if out["latency_floor"]:
         lf = out["latency_floor"]
-        log(f"  floor p50 {lf['floor']['p50_ms']:.2f} ms, p95 {lf['floor']['p95_ms']:.2f} ms;"
-            f" pgfence p50 {lf['pgfence']['p50_ms']:.2f} ms, p95 {lf['pgfence']['p95_ms']:.2f} ms;"
-            f" p50 gap by round {', '.join(f'{g:+.2f}' for g in lf['p50_gaps_ms'])} ms")
+        log(f"  floor p50 {lf['floor']['p50_ms']:.2f} ms, p95 {lf['floor']['p95_ms']:.2f} ms")
+        for name, w in (("threaded", lf), ("asyncio", lf["asyncio"])):
+            log(f"  {name} worker p50 {w['pgfence']['p50_ms']:.2f} ms, p95 {w['pgfence']['p95_ms']:.2f} ms;"
+                f" p50 gap by round {', '.join(f'{g:+.2f}' for g in w['p50_gaps_ms'])} ms")
     log(f"pgfence sweep: {cfg.sweep_n:,} expired leases")
     out["sweep"] = guarded(holder, "sweep", lambda: pf.sweep(dsn, cfg.sweep_n, 1000, cfg.sweep_idle_max_s))
     log(f"pgfence recovery: {cfg.recovery_samples} killed workers, 2 s lease, workers polling at 0.1 s")

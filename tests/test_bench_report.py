@@ -67,3 +67,27 @@ def test_soak_table_shows_the_heap_and_the_indexes_apart_and_dashes_for_older_re
         ("79.0", "42.2", "36.7", "4")
     assert (old_row["heap MB"], old_row["indexes MB"], old_row["autovacuums"]) == ("-", "-", "-")
     assert (new_row["dead rows"], new_row["history MB"], new_row["WAL MB/s"]) == ("82,296", "110.6", "54.5")
+
+
+def _floor(p50s: list[float], floor_p50s: list[float]) -> dict:
+    gaps = [m - f for m, f in zip(p50s, floor_p50s)]
+    return {"pgfence": {"p50_ms": sorted(p50s)[1], "p50_ms_spread": [min(p50s), max(p50s)], "p95_ms": 4.0},
+            "p50_gaps_ms": gaps, "p50_gap_ms": sorted(gaps)[1]}
+
+
+def test_latency_floor_rows_give_each_worker_its_gap_and_the_target_the_better_one() -> None:
+    floor_p50s = [2.2, 2.3, 2.1]
+    fl = {"rounds": 3, "n": 100, "rate": 20.0, "procs": 2, "prefetch": 500,
+          "floor": {"p50_ms": 2.2, "p50_ms_spread": [2.1, 2.3], "p95_ms": 3.0},
+          **_floor([3.2, 3.3, 3.0], floor_p50s), "asyncio": _floor([2.4, 2.5, 2.3], floor_p50s)}
+    lines = report.pgfence_only_table({"latency_floor": fl}, {}).splitlines()
+    row = next(line for line in lines if line.startswith("| latency against its floor"))
+    assert "threaded worker p50 3.2 ms (3.0-3.3)" in row and "asyncio worker p50 2.4 ms (2.3-2.5)" in row
+    target = next(line for line in lines if line.startswith("| latency target"))
+    assert target.endswith("| met by the asyncio worker: threaded worker +1.00 ms, asyncio worker +0.20 ms |")
+    # Results from before the asyncio worker took turns: the threaded worker alone, unmet.
+    del fl["asyncio"]
+    lines = report.pgfence_only_table({"latency_floor": fl}, {}).splitlines()
+    target = next(line for line in lines if line.startswith("| latency target"))
+    assert target.endswith("| unmet: threaded worker +1.00 ms |")
+    assert "asyncio" not in "\n".join(lines)
