@@ -766,3 +766,44 @@ def test_deploying_a_new_jobs_column_behind_a_long_transaction_does_not_stall_en
     with connect(scratch_dsn) as c:
         assert c.execute("SELECT count(*) FROM pg_constraint WHERE conrelid IN ('pgfence.jobs'::regclass,"
                          " 'pgfence.attempts'::regclass) AND NOT convalidated").fetchone() == (0,)
+
+
+def test_the_history_counts_deploy_over_a_history_and_revert_exactly(scratch_dsn: str) -> None:
+    """functions/history_counts over a database with done jobs in its history: metrics()
+    and stats() give the same numbers before, right after the deploy (nothing counted
+    yet), after the purge has counted (the watermark past every job) and after
+    `sqitch revert --to functions/purge_plans`, which leaves the catalog as it was."""
+    target = sqitch_target(scratch_dsn)
+    _ok(sqitch("deploy", "--to", "functions/purge_plans", target=target), "deploy --to functions/purge_plans")
+
+    def figures(c: Conn) -> Any:
+        return (c.execute("SELECT name, labels, value FROM pgfence.metrics() WHERE type = 'counter'"
+                          " OR name = 'pgfence_jobs' ORDER BY 1, 2::text").fetchall(),
+                c.execute("SELECT queue, status, jobs FROM pgfence.stats() ORDER BY 1, 2").fetchall())
+    with connect(scratch_dsn) as c:
+        c.execute("SELECT pgfence.pause_sweeper()")
+        for queue, n in (("hc-a", 30), ("hc-b", 7)):
+            c.execute("SELECT pgfence.enqueue_many(array_fill('k'::text, ARRAY[%s]), queue => %s)", (n, queue))
+            c.execute("SELECT pgfence.release(id, attempt_token) FROM pgfence.claim('w', ARRAY[%s], max_jobs => 3)",
+                      (queue,))
+            c.execute("SELECT count(*) FROM pgfence.claim('w', ARRAY[%s], max_jobs => 100) x,"
+                      " LATERAL pgfence.complete(x.id, x.attempt_token)", (queue,))
+        before, catalog_before = figures(c), catalog(c)
+        assert ("hc-a", "done", 30) in before[1] and ("hc-b", "done", 7) in before[1]
+    _ok(sqitch("deploy", target=target), "deploy functions/history_counts")
+    _ok(sqitch("verify", target=target), "verify (deployed)")
+    with connect(scratch_dsn) as c:
+        assert figures(c) == before
+        for _ in range(4):
+            c.execute("SELECT pgfence.purge_finished()")
+        assert c.execute("SELECT counted_to > (SELECT max(finished_at) FROM pgfence.finished_jobs)"
+                         " FROM pgfence.history_count_state").fetchone() == (True,)
+        assert c.execute("SELECT sum(n) FROM pgfence.history_counts WHERE metric = 'jobs_done'").fetchone() == (37,)
+        assert figures(c) == before
+    _ok(sqitch("revert", "-y", "--to", "functions/purge_plans", target=target), "revert --to functions/purge_plans")
+    _ok(sqitch("verify", target=target), "verify (reverted)")
+    with connect(scratch_dsn) as c:
+        assert figures(c) == before
+        after = catalog(c)
+        for part in catalog_before:
+            assert after[part] == catalog_before[part], part

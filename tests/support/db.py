@@ -187,6 +187,9 @@ def delete_queues(conn: Conn, queues: list[str], floor: int = 0) -> None:
                     WHERE job_id IN (SELECT id FROM gone UNION ALL SELECT id FROM done))
         SELECT count(*) FROM gone""", {"q": queues, "floor": floor})
     conn.execute("DELETE FROM pgfence.retention WHERE queue = ANY(%s)", (queues,))
+    # (the purge's counts of the history: what was deleted by hand here is no longer counted)
+    if one(conn, "SELECT to_regclass('pgfence.history_counts') IS NOT NULL"):
+        conn.execute("DELETE FROM pgfence.history_counts WHERE queue = ANY(%s)", (queues,))
 
 
 def expire_history(conn: Conn, job_ids: list[int]) -> int:
