@@ -14,8 +14,8 @@ from pgfence import Client, Metric
 from pgfence.cli import main
 from pgfence.metrics_text import prometheus_text
 from support.api import claim_job, complete, enqueue, fail, release
-from support.db import (connection, expire_history, one, queues_removed_after, rows, scratch_database, sqitch,
-                        sqitch_target)
+from support.db import (connection, expire_history, narrow_history, one, queues_removed_after, rows, scratch_database,
+                        sqitch, sqitch_target)
 
 Conn = psycopg.Connection[Any]
 
@@ -144,11 +144,7 @@ def test_after_a_drop_a_second_expired_partition_waits_for_the_next_pass(dsn: st
         with connection(scratch) as c:
             # 10-second partitions, nothing kept: two jobs 10 s apart are in two partitions
             c.execute("SELECT pgfence.set_retention(NULL, '0 seconds', '0 seconds')")
-            c.execute("SELECT pgfence.set_history_partition_width('10 seconds')")
-            for _ in range(50):
-                got = rows(c, "SELECT * FROM pgfence.maintain_history()")[0]
-                if got["dropped"] == got["created"] == 0:
-                    break
+            narrow_history(c)
             for qn in ("m", "m2"):  # (each at the start of a 10-second slot: its partition was made ahead)
                 c.execute("SELECT pg_sleep(10.2 - extract(epoch FROM clock_timestamp())::numeric % 10)")
                 jd = enqueue(c, qn)

@@ -19,8 +19,8 @@ import psycopg
 import pytest
 
 from support.api import claim_job, complete, enqueue, fail
-from support.db import (Conn, assert_error, connect, connection, expire_history, job, one, rows, scratch_database,
-                        sql_error, sqitch, sqitch_target)
+from support.db import (Conn, assert_error, connect, connection, expire_history, job, narrow_history, one, rows,
+                        scratch_database, sql_error, sqitch, sqitch_target)
 from support.roles import login_roles, set_role
 
 pytestmark = pytest.mark.usefixtures("job_id_floor")
@@ -486,11 +486,7 @@ def test_the_sweeper_purges_again_when_the_next_partition_range_ends(history_db:
         try:
             c.execute("SELECT pgfence.set_retention(NULL, interval '10 seconds', interval '10 seconds')")
             c.execute("DELETE FROM pgfence.retention WHERE queue IS NOT NULL")
-            c.execute("SELECT pgfence.set_history_partition_width('10 seconds')")
-            for _ in range(40):  # (the empty hour-wide partitions ahead, made again 10 s wide)
-                got = rows(c, "SELECT * FROM pgfence.maintain_history()")[0]
-                if got["dropped"] == got["created"] == 0:
-                    break
+            narrow_history(c)  # (the empty hour-wide partitions ahead, made again 10 s wide)
             got = _first_purge(c)
             got["boundary"] = _next_boundary(c, got["now"])
             assert got["next_purge"] is not None

@@ -77,6 +77,18 @@ def scratch_database(dsn: str, prefix: str) -> Iterator[str]:
             c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
+def narrow_history(conn: Conn, width: str = "10 seconds") -> None:
+    """History partitions `width` wide from now on: the setting, then maintain_history
+    until it has nothing left to make or drop (the empty partitions ahead, made again at
+    the new width)."""
+    conn.execute("SELECT pgfence.set_history_partition_width(%s::interval)", (width,))
+    for _ in range(50):
+        got = rows(conn, "SELECT * FROM pgfence.maintain_history()")[0]
+        if got["dropped"] == got["created"] == 0:
+            return
+    raise AssertionError("maintain_history kept making or dropping partitions")
+
+
 def backends(conn: Conn, application_name: str) -> list[tuple[int, str]]:
     """(pid, query) of this database's client backends with that application_name."""
     return [(int(r[0]), str(r[1])) for r in conn.execute(

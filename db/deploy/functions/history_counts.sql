@@ -3,6 +3,8 @@
 -- requires: functions/stats
 -- requires: functions/purge_plans
 -- requires: functions/history
+-- requires: functions/complete
+-- requires: functions/mark_done
 --
 -- metrics() and stats() no longer count the whole history on every call. They counted
 -- every row of pgfence.finished_jobs per queue (and the outcomes of the earlier attempts
@@ -10,32 +12,31 @@
 -- 20,000 jobs/s is 1.7 billion rows). Now the purge keeps per-partition counts of the
 -- rows finished before a watermark (pgfence.history_counts, up to
 -- history_count_state.counted_to), and the readers count only the rows past it through
--- the BRIN index on finished_at: the last 20-30 s of completions, whatever the history
+-- the BRIN index on finished_at: the last 10-20 s of completions, whatever the history
 -- holds. Counts are kept per partition, so that a dropped or truncated partition's
 -- counts stop counting with it in the same snapshot (its rows go to metric_totals in
--- the drop's transaction, as before); no completion writes anything more.
+-- the drop's transaction, as before); no completion writes anything more (it takes its
+-- transaction id before its finished_at: see below).
 --
--- The watermark moves only past rows that can no longer appear: a completion's
--- finished_at is the clock when its call began, and its transaction may commit later
--- (a worker completing inside its own transaction), so a row finished before a time t
--- may still be invisible after t. _count_history makes sure it is not, in two steps
--- (one per purge pass):
---   1. t is taken, then a fresh transaction id g (a subtransaction's: assigned after t);
---      at a later pass, when no other session of this database holds a snapshot taken
---      before g (every backend_xmin in pg_stat_activity is past g: no statement that
---      began before t is still running), t becomes the candidate, with as its gate a
---      fresh transaction id g' assigned after that look: a completion that began before
---      t and has ended its statement got its transaction id before the look, so below g';
---   2. at a later pass, when every transaction id up to g' has ended (the snapshot's
---      xmin is past it), the rows finished before t are all committed or never will be:
---      they are counted (partitions already counted: the rows between the old watermark
---      and t), and t becomes the watermark.
--- A session holding an old snapshot (a long report, pg_dump) or an old transaction id
--- (idle in transaction after a write) holds the watermark back meanwhile: the readers
--- count more rows past it, never a wrong number. Rows written into the history by other
--- means (an INSERT by hand, logical replication) with a finished_at already behind the
--- watermark are not counted until their partition is dropped (when metric_totals gets
--- them); complete and mark_done never do that.
+-- The watermark moves only past rows that can no longer appear. A completion takes its
+-- finished_at from the clock when its call begins, and its transaction may commit much
+-- later (a worker completing inside its own transaction, or a completion waiting for a
+-- lock on the history before it writes). So complete_many and _mark_done, the two
+-- writers of the history, now take their transaction id before they read the clock
+-- (and this change makes them again with that one line changed): every row finished
+-- before a time t then belongs to a transaction whose id was assigned before t. Each
+-- purge takes t, then a fresh transaction id g (a subtransaction's: assigned after t),
+-- and makes (t, g) the candidate; a later purge that finds every transaction id up to g
+-- ended (its snapshot's xmin is past g) counts the rows finished before t (partitions
+-- already counted: those between the old watermark and t) and makes t the watermark.
+-- An open transaction that has written, anywhere in the cluster (prepared ones
+-- included), holds the watermark back meanwhile: the readers count more rows past it,
+-- never a wrong number. The watermark never moves back (a clock stepped back is not
+-- followed until it passes the watermark again); rows written into the history by other
+-- means (an INSERT by hand, logical replication, the clock stepped back) with a
+-- finished_at already behind the watermark are counted only when their partition is
+-- dropped (metric_totals gets them), and rows deleted by hand from a partition stay in
+-- its counts until then.
 --
 -- A partition is counted from its first rows once (history_count_marks: its oid and
 -- relfilenode; a TRUNCATE or a rewrite gives it a new relfilenode, and it is counted
@@ -62,29 +63,29 @@ Valid while history_count_marks holds the partition with its current relfilenode
 (the purge); read by metrics() and stats() through _history_stored().$$;
 
 CREATE TABLE pgfence.history_count_marks (
-    part     oid PRIMARY KEY,
-    filenode oid NOT NULL
+    part        oid         PRIMARY KEY,
+    filenode    oid         NOT NULL,
+    lower_bound timestamptz NOT NULL
 );
 COMMENT ON TABLE pgfence.history_count_marks IS
-$$The history partitions history_counts holds counts of, with the relfilenode they had when counted: a
-partition truncated or rewritten since (another relfilenode) is counted again, a dropped one is forgotten.$$;
+$$The history partitions history_counts holds counts of, with the relfilenode and the lower bound they had when
+counted: a partition truncated or rewritten since (another relfilenode) is counted again, a dropped one is
+forgotten (a table made later with its oid has another lower bound).$$;
 
 CREATE TABLE pgfence.history_count_state (
     one        boolean     PRIMARY KEY DEFAULT true CHECK (one),
     counted_to timestamptz NOT NULL DEFAULT '-infinity',
-    next_t     timestamptz,
-    next_gate  xid8,
     cand_t     timestamptz,
     cand_gate  xid8,
     counted_at timestamptz,
-    CHECK ((next_t IS NULL) = (next_gate IS NULL) AND (cand_t IS NULL) = (cand_gate IS NULL))
+    CHECK ((cand_t IS NULL) = (cand_gate IS NULL))
 );
 INSERT INTO pgfence.history_count_state DEFAULT VALUES;
 COMMENT ON TABLE pgfence.history_count_state IS
 $$One row: the watermark of history_counts (counted_to: the rows finished before it are counted, in the
-partitions history_count_marks holds) and its next steps (next_t, next_gate: a time and a transaction id
-assigned after it; cand_t, cand_gate: the next watermark, once every transaction up to cand_gate has ended),
-as _count_history leaves them; counted_at: its last run.$$;
+partitions history_count_marks holds) and the next one (cand_t, with cand_gate a transaction id assigned after
+it: the watermark once every transaction up to cand_gate has ended), as _count_history leaves them; counted_at:
+its last run.$$;
 
 DO $$
 BEGIN
@@ -110,16 +111,19 @@ COMMENT ON FUNCTION pgfence._xid8_near(xid, xid8) IS
 -- from their bounds; the default partition is not one of them), and whether
 -- history_counts holds counts of each as it is now. (A bound is read back from its text,
 -- written and read in ISO and UTC whatever the session's settings: in another DateStyle
--- and TimeZone the text can name a zone abbreviation that reads back otherwise.)
+-- and TimeZone the text can name a zone abbreviation that reads back otherwise. Made
+-- without looking the partition up, 0 for its relation: a scrape waiting for a DROP
+-- reads the partitions of its snapshot, as it reads metric_totals.)
 CREATE OR REPLACE FUNCTION pgfence._history_parts()
 RETURNS TABLE(part oid, filenode oid, lower_bound timestamptz, upper_bound timestamptz, counted boolean)
 LANGUAGE sql STABLE SET datestyle = 'ISO, YMD' SET timezone = 'UTC' AS $$
     SELECT c.oid, c.relfilenode, b[1]::timestamptz, b[2]::timestamptz, m.part IS NOT NULL
       FROM pg_catalog.pg_inherits i
       JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
-      CROSS JOIN LATERAL regexp_match(pg_catalog.pg_get_expr(c.relpartbound, c.oid),
+      CROSS JOIN LATERAL regexp_match(pg_catalog.pg_get_expr(c.relpartbound, 0),
                                       E'^FOR VALUES FROM \\(''([^'']+)''\\) TO \\(''([^'']+)''\\)') b
-      LEFT JOIN pgfence.history_count_marks m ON m.part = c.oid AND m.filenode = c.relfilenode
+      LEFT JOIN pgfence.history_count_marks m
+             ON m.part = c.oid AND m.filenode = c.relfilenode AND m.lower_bound = b[1]::timestamptz
      WHERE i.inhparent = 'pgfence.finished_jobs'::regclass AND b IS NOT NULL
 $$;
 COMMENT ON FUNCTION pgfence._history_parts() IS
@@ -199,9 +203,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     s pgfence.history_count_state;
     v_t timestamptz;
-    v_oldest xid8;
     v_gate xid;
-    v_gate8 xid8;
     v_start timestamptz := clock_timestamp();
     v_parts integer := 0;
     v_part record;
@@ -212,66 +214,231 @@ BEGIN
      WHERE NOT EXISTS (SELECT FROM pgfence._history_parts() p WHERE p.part = m.part AND p.counted);
     DELETE FROM pgfence.history_counts k
      WHERE NOT EXISTS (SELECT FROM pgfence.history_count_marks m WHERE m.part = k.part);
-    -- 2. The candidate, once every transaction up to its gate has ended (this statement's
-    -- snapshot says so; the counting statements take later ones).
+    -- The candidate, once every transaction up to its gate has ended (this statement's
+    -- snapshot says so; the counting statements take later ones). Never backwards.
     IF s.cand_t IS NOT NULL AND pg_snapshot_xmin(pg_current_snapshot()) > s.cand_gate THEN
-        PERFORM pgfence._count_history_rows(s.counted_to, s.cand_t);
-        s.counted_to := s.cand_t;
+        IF s.cand_t > s.counted_to THEN
+            PERFORM pgfence._count_history_rows(s.counted_to, s.cand_t);
+            s.counted_to := s.cand_t;
+        END IF;
         s.cand_t := NULL;
         s.cand_gate := NULL;
     END IF;
     -- Partitions not counted yet: each from its first row up to the watermark (none
     -- while there is none), oldest first, at least one a call and more while this call
-    -- has spent under 0.2 s.
+    -- has spent under 0.2 s. (Its counts and mark are made again: a partition
+    -- truncated or rewritten since the first DELETE above has them still.)
     IF s.counted_to > '-infinity' THEN
         FOR v_part IN SELECT * FROM pgfence._history_parts() x WHERE NOT x.counted ORDER BY x.lower_bound LOOP
             EXIT WHEN v_parts > 0 AND clock_timestamp() - v_start > interval '0.2 seconds';
+            DELETE FROM pgfence.history_counts k WHERE k.part = v_part.part;
+            DELETE FROM pgfence.history_count_marks m WHERE m.part = v_part.part;
             INSERT INTO pgfence.history_counts AS k (part, metric, queue, label, n)
             SELECT v_part.part, c.metric, c.queue, c.label, c.n FROM (
                 SELECT 'jobs_done' AS metric, h.queue, '' AS label, count(*) AS n
                   FROM pgfence.finished_jobs h
-                 WHERE h.purge_at >= v_part.lower_bound AND h.purge_at < v_part.upper_bound AND h.finished_at < s.counted_to
+                 WHERE h.purge_at >= v_part.lower_bound AND h.purge_at < v_part.upper_bound
+                   AND h.finished_at < s.counted_to
                  GROUP BY h.queue
                 UNION ALL
                 SELECT 'attempts_ended', h.queue, e.a->>'outcome', count(*)
                   FROM pgfence.finished_jobs h CROSS JOIN LATERAL jsonb_array_elements(h.earlier_attempts) e(a)
-                 WHERE h.purge_at >= v_part.lower_bound AND h.purge_at < v_part.upper_bound AND h.finished_at < s.counted_to
-                   AND h.earlier_attempts IS NOT NULL
+                 WHERE h.purge_at >= v_part.lower_bound AND h.purge_at < v_part.upper_bound
+                   AND h.finished_at < s.counted_to AND h.earlier_attempts IS NOT NULL
                  GROUP BY h.queue, e.a->>'outcome') c;
-            INSERT INTO pgfence.history_count_marks (part, filenode) VALUES (v_part.part, v_part.filenode);
+            INSERT INTO pgfence.history_count_marks (part, filenode, lower_bound)
+            VALUES (v_part.part, v_part.filenode, v_part.lower_bound);
             v_parts := v_parts + 1;
         END LOOP;
     END IF;
-    -- 1. The time, then who still runs a statement begun before the last call's time,
-    -- then a transaction id assigned after both.
-    v_t := clock_timestamp();
-    PERFORM pg_stat_clear_snapshot();
-    SELECT min(pgfence._xid8_near(a.backend_xmin, pg_snapshot_xmax(pg_current_snapshot()))) INTO v_oldest
-      FROM pg_catalog.pg_stat_activity a
-     WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
-       AND a.backend_type <> 'autovacuum worker' AND a.backend_xmin IS NOT NULL;
-    -- A subtransaction's id (the block's handler makes it one; the handler never runs):
-    -- the calling transaction's own id may have been assigned before the look.
-    BEGIN
-        UPDATE pgfence.history_count_state SET counted_at = v_start RETURNING xmin INTO v_gate;
-        v_gate8 := pgfence._xid8_near(v_gate, pg_current_xact_id());
-    EXCEPTION WHEN lock_not_available THEN
-        RAISE;
-    END;
-    IF s.cand_t IS NULL AND s.next_t IS NOT NULL AND (v_oldest IS NULL OR v_oldest > s.next_gate) THEN
-        s.cand_t := s.next_t;
-        s.cand_gate := v_gate8;
+    -- The next candidate: the time, then a transaction id assigned after it (a
+    -- subtransaction's, which the block's handler makes it: the calling transaction's own
+    -- id may be older; the handler never runs).
+    IF s.cand_t IS NULL THEN
+        v_t := clock_timestamp();
+        BEGIN
+            UPDATE pgfence.history_count_state SET counted_at = v_start RETURNING xmin INTO v_gate;
+        EXCEPTION WHEN lock_not_available THEN
+            RAISE;
+        END;
+        IF v_t > s.counted_to THEN
+            s.cand_t := v_t;
+            s.cand_gate := pgfence._xid8_near(v_gate, pg_current_xact_id());
+        END IF;
     END IF;
     UPDATE pgfence.history_count_state
-       SET counted_to = s.counted_to, next_t = v_t, next_gate = v_gate8,
-           cand_t = s.cand_t, cand_gate = s.cand_gate, counted_at = v_start;
+       SET counted_to = s.counted_to, cand_t = s.cand_t, cand_gate = s.cand_gate, counted_at = v_start;
     RETURN s.counted_to;
 END $$;
 COMMENT ON FUNCTION pgfence._count_history() IS
 $$Private: one step of the history's counts (history_counts up to history_count_state.counted_to), run by
-purge_finished: the watermark moves to a time once no transaction that may still write a row finished before
-it is running (two calls later at the soonest); partitions not counted yet are counted (at least one a call).
-Returns the watermark.$$;
+purge_finished: the watermark moves to a time once every transaction whose id was assigned before it has
+ended (the next call at the soonest; complete_many and _mark_done take their id before their finished_at);
+partitions not counted yet are counted (at least one a call). Returns the watermark.$$;
+
+-- The two writers of the history take their transaction id before their finished_at
+-- (the watermark's rule above); nothing else of them changes.
+CREATE OR REPLACE FUNCTION pgfence.complete_many(
+    job_ids        bigint[],
+    attempt_tokens uuid[],
+    results        jsonb[] DEFAULT NULL
+) RETURNS TABLE(id bigint, accepted boolean, status text, detail text)
+LANGUAGE plpgsql
+-- Generic plans: every input row is looked up by primary key (LATERAL ... OFFSET 0),
+-- so the plan never depends on the values, and replanning on every call (the
+-- custom-plan default, several partial indexes to prove) cost more than the work.
+SET plan_cache_mode = force_generic_plan
+-- Rows are reached by primary key, never by reading pgfence.jobs (docs/performance.md,
+-- "No sequential scans"), and no JIT (with sequential scans off, a statement that can
+-- only scan sequentially is costed 10^10).
+SET enable_seqscan = off
+SET jit = off AS $$
+#variable_conflict use_column
+DECLARE
+    n integer := pgfence._check_batch(job_ids, attempt_tokens);
+    -- (this transaction's id first, then the clock: no row of the history is finished
+    -- before its transaction had an id; functions/history_counts counts on it)
+    v_now timestamptz := CASE WHEN pg_current_xact_id() IS NOT NULL THEN clock_timestamp() END;
+    v_count integer;
+    v_acc boolean[];
+    v_bad integer;
+    v_keep interval;
+BEGIN
+    IF NOT pgfence._array_ok(results) THEN
+        PERFORM pgfence._check_array('results', results);
+    END IF;
+    IF cardinality(results) <> n THEN
+        PERFORM pgfence._raise_invalid('results length', cardinality(results)::text,
+            format('job_ids has %s elements', n), 'pass NULL, or one result (or NULL) per job id');
+    END IF;
+    IF results IS NOT NULL THEN
+        SELECT min(t.ord) INTO v_bad FROM unnest(results) WITH ORDINALITY t(r, ord) WHERE NOT pgfence._result_ok(t.r);
+        IF v_bad IS NOT NULL THEN
+            PERFORM pgfence._check_result(format('results[%s]', v_bad), results[v_bad]);
+        END IF;
+    END IF;
+    -- target reads each finishing attempt (its lease, for the history); rows are
+    -- deleted in id order (a fixed lock order: no deadlock against a concurrent
+    -- heartbeat_many of the same jobs). When a row was refused, the answer is read
+    -- back afterwards (pgfence.all_jobs: a done job is in the history, with the
+    -- finishing token).
+    SELECT r.retain_done INTO v_keep FROM pgfence.retention r WHERE r.queue = '';
+    WITH target AS (
+        SELECT j.id, j.attempt_token, j.lease_expires_at, i.result, 'processing'::text AS held,
+               pgfence._utc_plus(v_now, coalesce(q.retain_done, v_keep)) AS purge_at
+          FROM unnest(job_ids, attempt_tokens, results) AS i(id, token, result)
+          CROSS JOIN LATERAL (SELECT * FROM pgfence.jobs x WHERE x.id = i.id AND x.attempt_token = i.token OFFSET 0) j
+          LEFT JOIN pgfence.retention q ON q.queue = j.queue
+         WHERE j.status = 'processing'
+           AND (j.timeout IS NULL OR v_now < j.reserved_at + j.timeout)
+         ORDER BY j.id
+    ), gone AS (
+        DELETE FROM pgfence.jobs j
+         USING target t
+         WHERE j.id = t.id AND j.status = t.held AND j.attempt_token = t.attempt_token
+        -- (j.status = <column> rather than = 'processing': the literal would let the
+        -- planner drive the join from the partial index jobs_reclaim_idx, whose row
+        -- estimate is tiny, and rescan the input for every processing row.)
+        RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts, j.available_at,
+                  j.recovery_policy, j.idempotency_key, j.attempt_token, j.reserved_by, j.reserved_at,
+                  j.heartbeat_at, t.lease_expires_at, j.reclaim_count, j.last_error, t.result, j.created_at,
+                  j.enqueued_by, t.purge_at, j.unique_for
+    ), earlier AS (
+        DELETE FROM pgfence.attempts a
+         USING gone g
+         WHERE a.job_id = g.id
+        RETURNING a.*
+    ), earlier_by_job AS (
+        SELECT e.job_id, jsonb_agg(to_jsonb(e) - 'job_id' ORDER BY e.ended_at, e.attempt) AS attempts
+          FROM earlier e GROUP BY e.job_id
+    ), keys AS (
+        -- (unique_for: no key held once done when created_at + unique_for has passed,
+        -- 0 among them; else held until then, and at most until the purge)
+        INSERT INTO pgfence.held_keys AS k (queue, idempotency_key, job_id, purge_at, held_until)
+        SELECT g.queue, g.idempotency_key, g.id, g.purge_at, g.created_at + g.unique_for
+          FROM gone g
+         WHERE g.idempotency_key IS NOT NULL
+           AND (g.unique_for IS NULL OR g.created_at + g.unique_for > v_now)
+        ON CONFLICT ON CONSTRAINT held_keys_pkey
+            DO UPDATE SET job_id = excluded.job_id, purge_at = excluded.purge_at, held_until = excluded.held_until
+    )
+    INSERT INTO pgfence.finished_jobs (id, queue, kind, payload, priority, attempts, max_attempts, available_at,
+                                       recovery_policy, idempotency_key, attempt_token, reserved_by, reserved_at,
+                                       heartbeat_at, lease_expires_at, reclaim_count, last_error, result,
+                                       created_at, finished_at, enqueued_by, earlier_attempts, purge_at)
+    SELECT g.id, g.queue, g.kind, g.payload, g.priority, g.attempts, g.max_attempts, g.available_at,
+           g.recovery_policy, g.idempotency_key, g.attempt_token, g.reserved_by, g.reserved_at,
+           g.heartbeat_at, g.lease_expires_at, g.reclaim_count, g.last_error, g.result,
+           g.created_at, v_now, g.enqueued_by, e.attempts, g.purge_at
+      FROM gone g LEFT JOIN earlier_by_job e ON e.job_id = g.id;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+
+    IF v_count = n THEN
+        -- All accepted (duplicate ids are refused up front): every row is done and
+        -- there is nothing to look up. The common case.
+        RETURN QUERY SELECT i.id, true, 'done'::text, NULL::text
+                       FROM unnest(job_ids) WITH ORDINALITY AS i(id, ord) ORDER BY i.ord;
+        RETURN;
+    END IF;
+    -- Some were refused (or already done by this token: accepted, idempotent). An
+    -- attempt refused because its run timeout passed ends now, as timed_out.
+    PERFORM pgfence._end_timed_out(job_ids, attempt_tokens);
+    v_acc := pgfence._accepted(job_ids, attempt_tokens, 'done');
+    PERFORM pgfence._record_rejections(job_ids, attempt_tokens, v_acc, 'complete');
+    RETURN QUERY
+    SELECT a.id, a.accepted, a.status, a.detail FROM pgfence._batch_answer(job_ids, attempt_tokens, v_acc) a;
+END $$;
+
+CREATE OR REPLACE FUNCTION pgfence._mark_done(job_id bigint, result jsonb) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    j pgfence.jobs;
+    -- (this transaction's id first, then the clock: no row of the history is finished
+    -- before its transaction had an id; functions/history_counts counts on it)
+    v_now timestamptz := CASE WHEN pg_current_xact_id() IS NOT NULL THEN clock_timestamp() END;
+    v_keep interval;
+BEGIN
+    SELECT * INTO j FROM pgfence.jobs x WHERE x.id = _mark_done.job_id FOR UPDATE;
+    IF NOT FOUND AND EXISTS (SELECT FROM pgfence.finished_jobs h WHERE h.id = _mark_done.job_id) THEN
+        PERFORM pgfence._raise_transition(_mark_done.job_id, 'mark_done', 'done', 'manual_review');
+    ELSIF NOT FOUND THEN
+        PERFORM pgfence._raise_fence(_mark_done.job_id, NULL, NULL);
+    ELSIF j.status <> 'manual_review' THEN
+        PERFORM pgfence._raise_transition(_mark_done.job_id, 'mark_done', j.status, 'manual_review');
+    END IF;
+    SELECT coalesce(q.retain_done, d.retain_done) INTO v_keep
+      FROM pgfence.retention d LEFT JOIN pgfence.retention q ON q.queue = j.queue
+     WHERE d.queue = '';
+    WITH gone AS (
+        DELETE FROM pgfence.jobs x WHERE x.id = j.id AND x.queue = j.queue AND x.status = 'manual_review'
+        RETURNING x.*
+    ), earlier AS (
+        DELETE FROM pgfence.attempts a USING gone g WHERE a.job_id = g.id RETURNING a.*
+    ), earlier_by_job AS (
+        SELECT e.job_id, jsonb_agg(to_jsonb(e) - 'job_id' ORDER BY e.ended_at, e.attempt) AS attempts
+          FROM earlier e GROUP BY e.job_id
+    ), keys AS (
+        -- (unique_for as complete applies it: no key held once done when created_at +
+        -- unique_for has passed, 0 among them; else held until then, at most until the purge)
+        INSERT INTO pgfence.held_keys AS k (queue, idempotency_key, job_id, purge_at, held_until)
+        SELECT g.queue, g.idempotency_key, g.id, pgfence._utc_plus(v_now, v_keep), g.created_at + g.unique_for
+          FROM gone g
+         WHERE g.idempotency_key IS NOT NULL
+           AND (g.unique_for IS NULL OR g.created_at + g.unique_for > v_now)
+        ON CONFLICT ON CONSTRAINT held_keys_pkey
+            DO UPDATE SET job_id = excluded.job_id, purge_at = excluded.purge_at, held_until = excluded.held_until
+    )
+    INSERT INTO pgfence.finished_jobs (id, queue, kind, payload, priority, attempts, max_attempts, available_at,
+                                       recovery_policy, idempotency_key, attempt_token, reserved_by, reserved_at,
+                                       heartbeat_at, lease_expires_at, reclaim_count, last_error, result,
+                                       created_at, finished_at, enqueued_by, earlier_attempts, purge_at)
+    SELECT g.id, g.queue, g.kind, g.payload, g.priority, g.attempts, g.max_attempts, g.available_at,
+           g.recovery_policy, g.idempotency_key, NULL, NULL, NULL,
+           NULL, NULL, g.reclaim_count, g.last_error, _mark_done.result,
+           g.created_at, v_now, g.enqueued_by, e.attempts, pgfence._utc_plus(v_now, v_keep)
+      FROM gone g LEFT JOIN earlier_by_job e ON e.job_id = g.id;
+    RETURN j.queue;
+END $$;
 
 CREATE OR REPLACE FUNCTION pgfence.metrics()
 RETURNS TABLE(name text, type text, help text, labels jsonb, value double precision)
@@ -286,7 +453,7 @@ LANGUAGE sql STABLE AS $$
           FROM pgfence.jobs j GROUP BY j.queue, j.status
     ),
     -- The history as _history_stored counts it: what history_counts holds, and the rows
-    -- past its watermark (a scrape reads the last 20-30 s of completions, not the history).
+    -- past its watermark (a scrape reads the last 10-20 s of completions, not the history).
     hist AS MATERIALIZED (SELECT * FROM pgfence._history_stored()),
     done_stored AS (SELECT h.queue, h.n FROM hist h WHERE h.metric = 'jobs_done'),
     earlier_stored AS (SELECT h.queue, h.label AS outcome, h.n FROM hist h WHERE h.metric = 'attempts_ended'),
@@ -394,7 +561,7 @@ pgfence_dead_letter_jobs{queue}, pgfence_attempts_ended_total{queue,outcome}, pg
 pgfence_rejections_total{queue}, pgfence_jobs_done_total{queue}, pgfence_sweeper_last_pass_age_seconds,
 pgfence_sweeper_paused. Counters include what retention deleted (pgfence.metric_totals) and never decrease. Reads
 the live tables and, of the history, the counts the purge keeps (history_counts) and the rows past them (the
-last 20-30 s of completions while the sweeper runs): an operator query for a scrape every 15-60 s.$$;
+last 10-20 s of completions while the sweeper runs): an operator query for a scrape every 15-60 s.$$;
 
 
 -- Operator view: jobs per queue and status, the age of the oldest runnable
@@ -502,12 +669,14 @@ BEGIN
     -- The operator audit past its own retention (operator_audit_settings).
     PERFORM pgfence.purge_audit(10000);
     -- The history's counts (history_counts, for metrics() and stats()): one step. Its
-    -- reads take no lock a completion or the drop below waits for; one that waits for
-    -- a lock (a DDL on the history) is given up for this pass.
+    -- reads take no lock a completion or the drop below waits for. A step that fails
+    -- (waiting for a lock: a DDL on the history) is given up for this pass, logged, and
+    -- the purge goes on: the readers count what it would have.
     BEGIN
         PERFORM pgfence._count_history();
-    EXCEPTION WHEN lock_not_available THEN
-        RAISE WARNING 'pgfence: the history''s counts wait for the next purge: %', pgfence._printable(SQLERRM);
+    EXCEPTION WHEN OTHERS THEN
+        RAISE WARNING 'pgfence: the history''s counts wait for the next purge: % (SQLSTATE %)',
+            pgfence._printable(SQLERRM), SQLSTATE;
     END;
     -- The history's partitions last: a DROP holds pgfence.finished_jobs ACCESS EXCLUSIVE
     -- until this transaction ends (every completion waits for it), so nothing comes

@@ -1,14 +1,19 @@
 -- Revert pgfence:functions/history_counts from pg
 --
--- metrics(), stats() and purge_finished as the changes before this one left them: their
--- scripts run again (re-runnable: CREATE OR REPLACE, their rule rows; purge_plans sets
--- purge_finished's plan settings again), so that they count the whole history again and
--- the purge no longer keeps counts; then the counts go.
+-- metrics(), stats(), purge_finished, complete_many and _mark_done as the changes before
+-- this one left them: their scripts run again (re-runnable: CREATE OR REPLACE, their rule
+-- rows; purge_plans sets purge_finished's plan settings again), so that the readers count
+-- the whole history again and the purge no longer keeps counts; then the counts go.
+-- A later rework of any of these changes must point its line here at the script it
+-- leaves behind (name@tag.sql): tests/test_sql_sqitch.py's revert of this change
+-- compares the catalog with the one before it, and fails until it does.
 
 \ir ../../deploy/functions/metrics.sql
 \ir ../../deploy/functions/stats.sql
 \ir ../../deploy/functions/retention.sql
 \ir ../../deploy/functions/purge_plans.sql
+\ir ../../deploy/functions/complete.sql
+\ir ../../deploy/functions/mark_done.sql
 
 BEGIN;
 
