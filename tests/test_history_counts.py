@@ -230,9 +230,30 @@ def test_truncated_dropped_and_new_partitions(dsn: str) -> None:
             def total() -> float:
                 return one(c, "SELECT sum(value) FROM pgfence.metrics() WHERE name = 'pgfence_jobs_done_total'")
             assert total() == 3 and diff(c) == []
-            # TRUNCATE by hand (the maintenance's own truncate adds to metric_totals first)
+            # TRUNCATE by hand (the maintenance's own truncate adds to metric_totals first),
+            # committed while a step waits for the partition: the step counts it again
             [part] = [p for (p,) in c.execute("SELECT DISTINCT tableoid::regclass::text FROM pgfence.finished_jobs")]
-            c.execute(f"TRUNCATE {part}")
+            count_steps(c, 1)  # (a candidate the next step takes: it reads the partitions counted)
+            with psycopg.connect(scratch) as truncating:
+                truncating.execute(f"TRUNCATE {part}")
+                failed: list[BaseException] = []
+
+                def step() -> None:
+                    with connection(scratch) as s:
+                        try:
+                            count_steps(s, 1)
+                        except BaseException as e:  # noqa: BLE001 - reported by the test
+                            failed.append(e)
+                stepping = threading.Thread(target=step, daemon=True)
+                stepping.start()
+                deadline = time.monotonic() + 10
+                while one(c, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                             " AND query LIKE '%_count_history()%'") == 0:
+                    assert time.monotonic() < deadline and stepping.is_alive(), failed
+                    time.sleep(0.02)
+                truncating.commit()
+            stepping.join(10)
+            assert not stepping.is_alive() and failed == []
             assert diff(c) == []  # the old counts stop counting at once (another relfilenode)
             count_steps(c, 1)
             assert diff(c) == [] and one(c, "SELECT count(*) FROM pgfence.history_counts") == 0
@@ -275,3 +296,38 @@ def test_the_partitions_bounds_read_the_same_whatever_the_sessions_datestyle_and
     assert made > 0
     assert one(conn, "SELECT count(*) FROM pgfence._history_parts() p"
                      " JOIN pgfence.history_partitions h ON h.lower_bound = p.lower_bound") == made
+
+
+def test_a_gate_copied_from_another_cluster_is_made_again(conn: Conn, q: str) -> None:
+    """A candidate whose gate no transaction of this cluster has had (history_count_state
+    restored from another cluster, its transaction ids ahead) would never pass: it is
+    dropped and made again, and the watermark moves on."""
+    conn.execute("UPDATE pgfence.history_count_state SET cand_t = clock_timestamp(),"
+                 " cand_gate = (pg_current_xact_id()::text::bigint + 100000000)::text::xid8")
+    jid = done_job(conn, q)
+    wait_passed(conn, one(conn, "SELECT finished_at FROM pgfence.finished_jobs WHERE id = %s", (jid,)))
+    assert diff(conn, q) == []
+
+
+def test_no_candidate_while_a_statement_begun_before_the_deployment_may_run(dsn: str, conn: Conn, q: str) -> None:
+    """Right after the deployment, completions already running run the complete_many from
+    before (the clock read before their transaction id): while a session holds a snapshot
+    from before the deployment committed, no candidate is made."""
+    with psycopg.connect(dsn) as old:
+        old.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        old.execute("SELECT count(*) FROM pgfence.history_count_state")  # (its snapshot, held)
+        # as if the change had been deployed now, after that snapshot was taken
+        conn.execute("UPDATE pgfence.history_count_state"
+                     " SET deploy_xid = pg_current_xact_id(), cand_t = NULL, cand_gate = NULL")
+        jid = done_job(conn, q)
+        finished = one(conn, "SELECT finished_at FROM pgfence.finished_jobs WHERE id = %s", (jid,))
+        for _ in range(3):
+            count_steps(conn, 2)
+            time.sleep(0.05)
+        assert one(conn, "SELECT cand_t IS NULL AND deploy_xid IS NOT NULL FROM pgfence.history_count_state")
+        assert not passed(conn, finished)
+        assert diff(conn, q) == []
+        old.rollback()
+    wait_passed(conn, finished)
+    assert one(conn, "SELECT deploy_xid IS NULL FROM pgfence.history_count_state")
+    assert diff(conn, q) == []

@@ -1,4 +1,5 @@
 -- Deploy pgfence:functions/history_counts to pg
+-- requires: tables/history_counts
 -- requires: functions/metrics
 -- requires: functions/stats
 -- requires: functions/purge_plans
@@ -31,7 +32,11 @@
 -- already counted: those between the old watermark and t) and makes t the watermark.
 -- An open transaction that has written, anywhere in the cluster (prepared ones
 -- included), holds the watermark back meanwhile: the readers count more rows past it,
--- never a wrong number. The watermark never moves back (a clock stepped back is not
+-- never a wrong number. Right after this change is deployed, completions already
+-- running run the complete_many from before (the clock first): no candidate is made
+-- until no other session of the database holds a snapshot from before the deployment
+-- committed (pg_stat_activity.backend_xmin); a gate copied from another cluster (its
+-- transaction ids ahead of this one's) is dropped and made again. The watermark never moves back (a clock stepped back is not
 -- followed until it passes the watermark again); rows written into the history by other
 -- means (an INSERT by hand, logical replication, the clock stepped back) with a
 -- finished_at already behind the watermark are counted only when their partition is
@@ -47,55 +52,10 @@
 
 BEGIN;
 
-CREATE TABLE pgfence.history_counts (
-    part   oid    NOT NULL,
-    metric text   NOT NULL,
-    queue  text   NOT NULL,
-    label  text   NOT NULL DEFAULT '',
-    n      bigint NOT NULL CHECK (n >= 0),
-    CONSTRAINT history_counts_pkey PRIMARY KEY (part, metric, queue, label),
-    CONSTRAINT history_counts_metric CHECK (metric IN ('jobs_done', 'attempts_ended'))
-);
-COMMENT ON TABLE pgfence.history_counts IS
-$$Per history partition (part: its pg_class oid), the rows finished before history_count_state.counted_to:
-done jobs (jobs_done) and their earlier attempts by outcome (attempts_ended, label = the outcome), per queue.
-Valid while history_count_marks holds the partition with its current relfilenode. Written by _count_history
-(the purge); read by metrics() and stats() through _history_stored().$$;
-
-CREATE TABLE pgfence.history_count_marks (
-    part        oid         PRIMARY KEY,
-    filenode    oid         NOT NULL,
-    lower_bound timestamptz NOT NULL
-);
-COMMENT ON TABLE pgfence.history_count_marks IS
-$$The history partitions history_counts holds counts of, with the relfilenode and the lower bound they had when
-counted: a partition truncated or rewritten since (another relfilenode) is counted again, a dropped one is
-forgotten (a table made later with its oid has another lower bound).$$;
-
-CREATE TABLE pgfence.history_count_state (
-    one        boolean     PRIMARY KEY DEFAULT true CHECK (one),
-    counted_to timestamptz NOT NULL DEFAULT '-infinity',
-    cand_t     timestamptz,
-    cand_gate  xid8,
-    counted_at timestamptz,
-    CHECK ((cand_t IS NULL) = (cand_gate IS NULL))
-);
-INSERT INTO pgfence.history_count_state DEFAULT VALUES;
-COMMENT ON TABLE pgfence.history_count_state IS
-$$One row: the watermark of history_counts (counted_to: the rows finished before it are counted, in the
-partitions history_count_marks holds) and the next one (cand_t, with cand_gate a transaction id assigned after
-it: the watermark once every transaction up to cand_gate has ended), as _count_history leaves them; counted_at:
-its last run.$$;
-
-DO $$
-BEGIN
-    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pgfence_owner') THEN
-        ALTER TABLE pgfence.history_counts OWNER TO pgfence_owner;
-        ALTER TABLE pgfence.history_count_marks OWNER TO pgfence_owner;
-        ALTER TABLE pgfence.history_count_state OWNER TO pgfence_owner;
-    END IF;
-END $$;
-REVOKE ALL ON TABLE pgfence.history_counts, pgfence.history_count_marks, pgfence.history_count_state FROM PUBLIC;
+-- (Completions whose statement began before this script committed run the complete_many
+-- from before, which read the clock before taking a transaction id: no candidate is
+-- made until none of them can still be running. A new candidate is made after.)
+UPDATE pgfence.history_count_state SET deploy_xid = pg_current_xact_id(), cand_t = NULL, cand_gate = NULL;
 
 -- The 64-bit id of the 32-bit transaction id x, taken to be within 2^31 of near.
 CREATE OR REPLACE FUNCTION pgfence._xid8_near(x xid, near xid8) RETURNS xid8
@@ -214,6 +174,12 @@ BEGIN
      WHERE NOT EXISTS (SELECT FROM pgfence._history_parts() p WHERE p.part = m.part AND p.counted);
     DELETE FROM pgfence.history_counts k
      WHERE NOT EXISTS (SELECT FROM pgfence.history_count_marks m WHERE m.part = k.part);
+    -- A gate no transaction of this cluster has had (the table was copied from another
+    -- cluster: pg_dump, logical replication) would never pass: dropped, a new one is made.
+    IF s.cand_gate >= pg_snapshot_xmax(pg_current_snapshot()) THEN
+        s.cand_t := NULL;
+        s.cand_gate := NULL;
+    END IF;
     -- The candidate, once every transaction up to its gate has ended (this statement's
     -- snapshot says so; the counting statements take later ones). Never backwards.
     IF s.cand_t IS NOT NULL AND pg_snapshot_xmin(pg_current_snapshot()) > s.cand_gate THEN
@@ -251,10 +217,24 @@ BEGIN
             v_parts := v_parts + 1;
         END LOOP;
     END IF;
+    -- Until no statement begun before this change was deployed can still run (no other
+    -- session of this database holds a snapshot from then: backend_xmin, which every role
+    -- sees), a completion of the complete_many from before may be waiting with its
+    -- finished_at read and no transaction id yet: no candidate. Once: then forgotten.
+    IF s.deploy_xid IS NOT NULL THEN
+        PERFORM pg_stat_clear_snapshot();
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_stat_activity a
+                        WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
+                          AND a.backend_xmin IS NOT NULL
+                          AND pgfence._xid8_near(a.backend_xmin, pg_snapshot_xmax(pg_current_snapshot()))
+                              <= s.deploy_xid) THEN
+            s.deploy_xid := NULL;
+        END IF;
+    END IF;
     -- The next candidate: the time, then a transaction id assigned after it (a
     -- subtransaction's, which the block's handler makes it: the calling transaction's own
     -- id may be older; the handler never runs).
-    IF s.cand_t IS NULL THEN
+    IF s.cand_t IS NULL AND s.deploy_xid IS NULL THEN
         v_t := clock_timestamp();
         BEGIN
             UPDATE pgfence.history_count_state SET counted_at = v_start RETURNING xmin INTO v_gate;
@@ -267,7 +247,8 @@ BEGIN
         END IF;
     END IF;
     UPDATE pgfence.history_count_state
-       SET counted_to = s.counted_to, cand_t = s.cand_t, cand_gate = s.cand_gate, counted_at = v_start;
+       SET counted_to = s.counted_to, cand_t = s.cand_t, cand_gate = s.cand_gate, deploy_xid = s.deploy_xid,
+           counted_at = v_start;
     RETURN s.counted_to;
 END $$;
 COMMENT ON FUNCTION pgfence._count_history() IS

@@ -6,9 +6,6 @@
 
 BEGIN;
 
-SELECT part, metric, queue, label, n FROM pgfence.history_counts WHERE false;
-SELECT part, filenode, lower_bound FROM pgfence.history_count_marks WHERE false;
-SELECT 1 / count(*)::int FROM pgfence.history_count_state;
 SELECT 'pgfence._count_history()'::regprocedure, 'pgfence._history_stored()'::regprocedure;
 SELECT 1 / (prosrc LIKE '%pgfence._history_stored()%')::int FROM pg_proc
  WHERE oid IN ('pgfence.metrics()'::regprocedure, 'pgfence.stats()'::regprocedure);
