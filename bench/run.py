@@ -201,7 +201,7 @@ def take_turns(cfg: Config, contenders: Sequence[Contender]) -> None:
     pairs pgfence's with the best peer's round by round."""
     n = len(contenders)
     for i in range(cfg.drain_runs):
-        for c in (contenders[i % n:] + contenders[:i % n]) if n else []:
+        for c in (list(contenders[i % n:]) + list(contenders[:i % n])) if n else []:
             row = c.row
             log(f"{row['variant']}: batch enqueue {cfg.drain_n:,} + drain, round {i + 1}/{cfg.drain_runs}")
             r = guarded(row, f"drain run {i + 1}", lambda: c.drain(i))
